@@ -1,1 +1,272 @@
-//! placeholder
+//! Congestion control for the RoCEv2 soft-NIC: HPCC++ (sender- and receiver-based),
+//! LDCP and DCQCN behind one trait, plus a fixed-window "none".
+//!
+//! Pure, deterministic Rust (DESIGN.md §2, §7): the caller passes the current time in
+//! nanoseconds; nothing here reads a clock, allocates per event, or depends on DPDK.
+//!
+//! The NIC keeps one [`AnyCc`] per QP (enum dispatch, no vtable call per event), feeds
+//! it events ([`CongestionControl`]) and after each event reads
+//! [`CongestionControl::window_bytes`] (bytes of LSN that may be outstanding) and
+//! [`CongestionControl::rate_bps`] (pacing rate, **bits per second**), and performs the
+//! returned [`Actions`] (Not-ECT fast-start packet, probe, CNP, Rx-HPCC feedback window,
+//! timers to arm).
+//!
+//! Spec map: HPCC++ = `specs/000` §4-§6 (+ `003` §6.1 guidelines), Rx-HPCC = `000`
+//! §6.3.2, LDCP = `specs/004` §2-§3, DCQCN = Zhu et al. SIGCOMM'15. See `docs/cc.md`.
+
+#![warn(missing_docs)]
+
+pub mod dcqcn;
+pub mod hpcc;
+pub mod ldcp;
+pub mod model;
+pub mod none;
+pub mod rx_hpcc;
+pub mod types;
+
+use core::fmt;
+use core::str::FromStr;
+
+pub use dcqcn::{Dcqcn, DcqcnConfig};
+pub use hpcc::{Hpcc, HpccConfig, HpccCore, TelemetryMode, MAX_HOPS};
+pub use ldcp::{Ldcp, LdcpConfig, LdcpStage};
+pub use none::{NoCc, NoCcConfig};
+pub use rx_hpcc::{RxHpcc, RxHpccConfig};
+pub use types::{
+    AckEvent, Actions, IntHop, NakEvent, PathConfig, RxDataEvent, SendEvent, TimerArm, TimerKind,
+};
+
+/// The interface the NIC drives, one instance per QP.
+///
+/// Sender-side events: `on_send`, `on_ack`, `on_nak`, `on_cnp`, `on_rto`, `on_timer`,
+/// `on_probe_response`; receiver-side: `on_rx_data`. No method allocates or panics on
+/// odd input (zero RTT, zero bytes, wrapped counters, empty telemetry).
+pub trait CongestionControl {
+    /// A data packet is being sent. Call before its IP header is written: when the
+    /// result has `fast_start`, send it Not-ECT (LDCP).
+    fn on_send(&mut self, ev: &SendEvent) -> Actions;
+    /// An ACK arrived (with or without telemetry, ECN-echo, RTT sample, Rx-HPCC window).
+    fn on_ack(&mut self, ev: &AckEvent<'_>) -> Actions;
+    /// A NAK (sequence error) arrived: loss was detected.
+    fn on_nak(&mut self, ev: &NakEvent) -> Actions;
+    /// A CNP arrived.
+    fn on_cnp(&mut self, now_ns: u64) -> Actions;
+    /// The transport's retransmission timer fired (loss without NAK).
+    fn on_rto(&mut self, now_ns: u64) -> Actions;
+    /// A timer requested through [`Actions::timers`] expired. Stale expiries are ignored.
+    fn on_timer(&mut self, now_ns: u64, kind: TimerKind) -> Actions;
+    /// A telemetry response to a probe arrived (HPCC++ probe mode).
+    fn on_probe_response(&mut self, now_ns: u64, telemetry: &[IntHop]) -> Actions;
+    /// Receiver side: a data packet (or probe) arrived, with its CE bit and telemetry.
+    fn on_rx_data(&mut self, ev: &RxDataEvent<'_>) -> Actions;
+    /// Sending window in bytes of LSN (`u64::MAX` = unlimited). The scheduler may send
+    /// while `snd_nxt - snd_una < window_bytes()`.
+    fn window_bytes(&self) -> u64;
+    /// Pacing rate in bits per second (never above the line rate).
+    fn rate_bps(&self) -> u64;
+    /// Which algorithm this is.
+    fn kind(&self) -> CcKind;
+}
+
+/// The algorithms, as named on the command line and at connection setup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CcKind {
+    /// Fixed window at line rate.
+    None,
+    /// DCQCN.
+    Dcqcn,
+    /// HPCC++ sender-based.
+    Hpcc,
+    /// HPCC++ receiver-based.
+    RxHpcc,
+    /// LDCP.
+    Ldcp,
+}
+
+impl CcKind {
+    /// All kinds.
+    pub const ALL: [CcKind; 5] = [
+        CcKind::None,
+        CcKind::Dcqcn,
+        CcKind::Hpcc,
+        CcKind::RxHpcc,
+        CcKind::Ldcp,
+    ];
+
+    /// The lower-case name ("none", "dcqcn", "hpcc", "rx-hpcc", "ldcp").
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CcKind::None => "none",
+            CcKind::Dcqcn => "dcqcn",
+            CcKind::Hpcc => "hpcc",
+            CcKind::RxHpcc => "rx-hpcc",
+            CcKind::Ldcp => "ldcp",
+        }
+    }
+
+    /// Default configuration of this kind for a path.
+    pub fn default_config(&self, path: PathConfig) -> CcConfig {
+        match self {
+            CcKind::None => CcConfig::None(NoCcConfig::for_path(path)),
+            CcKind::Dcqcn => CcConfig::Dcqcn(DcqcnConfig::for_path(path)),
+            CcKind::Hpcc => CcConfig::Hpcc(HpccConfig::for_path(path)),
+            CcKind::RxHpcc => CcConfig::RxHpcc(HpccConfig::for_path(path)),
+            CcKind::Ldcp => CcConfig::Ldcp(LdcpConfig::for_path(path)),
+        }
+    }
+
+    /// An instance with the default configuration for a path.
+    pub fn build(&self, path: PathConfig) -> AnyCc {
+        AnyCc::new(&self.default_config(path))
+    }
+}
+
+impl fmt::Display for CcKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Error of [`CcKind::from_str`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownCcKind(pub String);
+
+impl fmt::Display for UnknownCcKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown congestion control {:?} (expected none, dcqcn, hpcc, rx-hpcc or ldcp)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownCcKind {}
+
+impl FromStr for CcKind {
+    type Err = UnknownCcKind;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        CcKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.as_str().eq_ignore_ascii_case(t))
+            .ok_or_else(|| UnknownCcKind(s.to_string()))
+    }
+}
+
+/// Configuration of any algorithm.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CcConfig {
+    /// Fixed window.
+    None(NoCcConfig),
+    /// DCQCN.
+    Dcqcn(DcqcnConfig),
+    /// HPCC++ sender-based.
+    Hpcc(HpccConfig),
+    /// HPCC++ receiver-based.
+    RxHpcc(RxHpccConfig),
+    /// LDCP.
+    Ldcp(LdcpConfig),
+}
+
+impl CcConfig {
+    /// The kind this configures.
+    pub fn kind(&self) -> CcKind {
+        match self {
+            CcConfig::None(_) => CcKind::None,
+            CcConfig::Dcqcn(_) => CcKind::Dcqcn,
+            CcConfig::Hpcc(_) => CcKind::Hpcc,
+            CcConfig::RxHpcc(_) => CcKind::RxHpcc,
+            CcConfig::Ldcp(_) => CcKind::Ldcp,
+        }
+    }
+}
+
+/// Any algorithm, dispatched by `match` (no vtable, inlinable). This is what the NIC
+/// stores per QP; its size is asserted in the tests (see `docs/cc.md`).
+#[derive(Clone, Debug)]
+pub enum AnyCc {
+    /// Fixed window.
+    None(NoCc),
+    /// DCQCN.
+    Dcqcn(Dcqcn),
+    /// HPCC++ sender-based.
+    Hpcc(Hpcc),
+    /// HPCC++ receiver-based.
+    RxHpcc(RxHpcc),
+    /// LDCP.
+    Ldcp(Ldcp),
+}
+
+impl AnyCc {
+    /// Builds the algorithm a configuration names.
+    pub fn new(cfg: &CcConfig) -> Self {
+        match cfg {
+            CcConfig::None(c) => AnyCc::None(NoCc::new(c)),
+            CcConfig::Dcqcn(c) => AnyCc::Dcqcn(Dcqcn::new(c)),
+            CcConfig::Hpcc(c) => AnyCc::Hpcc(Hpcc::new(c)),
+            CcConfig::RxHpcc(c) => AnyCc::RxHpcc(RxHpcc::new(c)),
+            CcConfig::Ldcp(c) => AnyCc::Ldcp(Ldcp::new(c)),
+        }
+    }
+}
+
+macro_rules! dispatch {
+    ($self:ident, $cc:ident => $e:expr) => {
+        match $self {
+            AnyCc::None($cc) => $e,
+            AnyCc::Dcqcn($cc) => $e,
+            AnyCc::Hpcc($cc) => $e,
+            AnyCc::RxHpcc($cc) => $e,
+            AnyCc::Ldcp($cc) => $e,
+        }
+    };
+}
+
+impl CongestionControl for AnyCc {
+    #[inline]
+    fn on_send(&mut self, ev: &SendEvent) -> Actions {
+        dispatch!(self, c => c.on_send(ev))
+    }
+    #[inline]
+    fn on_ack(&mut self, ev: &AckEvent<'_>) -> Actions {
+        dispatch!(self, c => c.on_ack(ev))
+    }
+    #[inline]
+    fn on_nak(&mut self, ev: &NakEvent) -> Actions {
+        dispatch!(self, c => c.on_nak(ev))
+    }
+    #[inline]
+    fn on_cnp(&mut self, now_ns: u64) -> Actions {
+        dispatch!(self, c => c.on_cnp(now_ns))
+    }
+    #[inline]
+    fn on_rto(&mut self, now_ns: u64) -> Actions {
+        dispatch!(self, c => c.on_rto(now_ns))
+    }
+    #[inline]
+    fn on_timer(&mut self, now_ns: u64, kind: TimerKind) -> Actions {
+        dispatch!(self, c => c.on_timer(now_ns, kind))
+    }
+    #[inline]
+    fn on_probe_response(&mut self, now_ns: u64, telemetry: &[IntHop]) -> Actions {
+        dispatch!(self, c => c.on_probe_response(now_ns, telemetry))
+    }
+    #[inline]
+    fn on_rx_data(&mut self, ev: &RxDataEvent<'_>) -> Actions {
+        dispatch!(self, c => c.on_rx_data(ev))
+    }
+    #[inline]
+    fn window_bytes(&self) -> u64 {
+        dispatch!(self, c => c.window_bytes())
+    }
+    #[inline]
+    fn rate_bps(&self) -> u64 {
+        dispatch!(self, c => c.rate_bps())
+    }
+    #[inline]
+    fn kind(&self) -> CcKind {
+        dispatch!(self, c => c.kind())
+    }
+}

@@ -1,0 +1,123 @@
+//! Rx-HPCC: receiver-based HPCC++ (000 §6.3.2, 003 §6.2).
+//!
+//! The receiver runs MeasureInflight/ComputeWind on the telemetry of the data packets
+//! (`int.L`) and feeds the window back in an ACK at most once per `T` (NewINT, 000
+//! fig. 8, lines 28-34). The sender applies the fed-back window and paces at `W/T`.
+//! One [`RxHpcc`] per QP holds both roles (a QP can be both sender and receiver).
+
+use crate::hpcc::{HpccConfig, HpccCore};
+use crate::types::{window_to_bps, AckEvent, Actions, IntHop, TimerKind};
+use crate::{CcKind, CongestionControl, NakEvent, RxDataEvent, SendEvent};
+
+/// Rx-HPCC uses the HPCC++ parameters; `T` is also the feedback period.
+pub type RxHpccConfig = HpccConfig;
+
+/// Receiver-based HPCC++ for one QP.
+#[derive(Clone, Debug)]
+pub struct RxHpcc {
+    /// Receiver role: the control law fed by `int.L`.
+    rx: HpccCore,
+    /// `lastUpdateTime` (line 29/32); `None` before the first feedback.
+    last_update_ns: Option<u64>,
+    t_ns: u64,
+    /// Sender role: the window last fed back (bytes), clamped like the core's.
+    tx_window: f64,
+    tx_w_min: f64,
+    tx_w_max: f64,
+    t_ns_f: f64,
+}
+
+impl RxHpcc {
+    /// New instance; the sender starts at `W_init` (line rate by default).
+    pub fn new(cfg: &RxHpccConfig) -> Self {
+        let rx = HpccCore::new(cfg);
+        let path = cfg.path.sanitized();
+        let w_max = path.bdp_bytes() as f64;
+        let w_min = (cfg.min_rate_bps as f64 * path.base_rtt_ns as f64 / 8.0e9).clamp(1.0, w_max);
+        RxHpcc {
+            tx_window: rx.w,
+            rx,
+            last_update_ns: None,
+            t_ns: path.base_rtt_ns,
+            tx_w_min: w_min,
+            tx_w_max: w_max,
+            t_ns_f: path.base_rtt_ns as f64,
+        }
+    }
+
+    /// Receiver-side control-law state.
+    pub fn receiver_core(&self) -> &HpccCore {
+        &self.rx
+    }
+
+    /// 000 fig. 8: NewINT. Returns the window to feed back (line 31) when `T` has passed
+    /// since the last feedback (line 29: `now > lastUpdateTime + T`).
+    pub fn new_int(&mut self, now_ns: u64, hops: &[IntHop]) -> Option<u64> {
+        let due = match self.last_update_ns {
+            None => true,
+            Some(last) => now_ns > last.saturating_add(self.t_ns),
+        };
+        let u = self.rx.measure_inflight(hops)?;
+        if due {
+            let w = self.rx.compute_wind(u, true); // line 30
+            self.last_update_ns = Some(now_ns); // line 32
+            Some(w as u64) // line 31
+        } else {
+            self.rx.compute_wind(u, false); // line 34
+            None
+        }
+    }
+}
+
+impl CongestionControl for RxHpcc {
+    fn on_send(&mut self, _ev: &SendEvent) -> Actions {
+        Actions::NONE
+    }
+
+    fn on_ack(&mut self, ev: &AckEvent<'_>) -> Actions {
+        if let Some(w) = ev.rx_window {
+            self.tx_window = (w as f64).clamp(self.tx_w_min, self.tx_w_max);
+        }
+        Actions::NONE
+    }
+
+    fn on_nak(&mut self, _ev: &NakEvent) -> Actions {
+        Actions::NONE
+    }
+
+    fn on_cnp(&mut self, _now_ns: u64) -> Actions {
+        Actions::NONE
+    }
+
+    fn on_rto(&mut self, _now_ns: u64) -> Actions {
+        Actions::NONE
+    }
+
+    fn on_timer(&mut self, _now_ns: u64, _kind: TimerKind) -> Actions {
+        Actions::NONE
+    }
+
+    fn on_probe_response(&mut self, _now_ns: u64, _telemetry: &[IntHop]) -> Actions {
+        Actions::NONE
+    }
+
+    fn on_rx_data(&mut self, ev: &RxDataEvent<'_>) -> Actions {
+        let mut a = Actions::NONE;
+        if !ev.telemetry.is_empty() {
+            a.feedback_window = self.new_int(ev.now_ns, ev.telemetry);
+        }
+        a
+    }
+
+    fn window_bytes(&self) -> u64 {
+        self.tx_window as u64
+    }
+
+    fn rate_bps(&self) -> u64 {
+        window_to_bps(self.tx_window, self.t_ns_f) as u64
+    }
+
+    fn kind(&self) -> CcKind {
+        CcKind::RxHpcc
+    }
+}
