@@ -1,0 +1,132 @@
+//! The Environment Abstraction Layer, initialised once per process.
+
+use std::ffi::CString;
+use std::sync::{Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+
+/// Proof that `rte_eal_init` succeeded in this process.
+///
+/// DPDK allows exactly one `rte_eal_init` per process, so this is a
+/// process-wide singleton: [`Eal::init`] returns the same `&'static Eal` for
+/// the same arguments and an error for different ones.
+#[derive(Debug)]
+pub struct Eal {
+    args: Vec<String>,
+}
+
+static EAL: OnceLock<std::result::Result<Eal, String>> = OnceLock::new();
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+
+/// The arguments of the test EAL shared by every test in a process: no
+/// hugepages, no PCI scan, no shared config file (so test processes never
+/// see each other), no telemetry socket, 512 MiB of ordinary memory.
+///
+/// DESIGN.md §10 suggested `--in-memory`; DPDK 22.11 refuses it next to
+/// `--no-huge` ("--legacy-mem is not compatible with --in-memory", because
+/// `--no-huge` implies legacy memory), so we use `--no-shconf`, which is
+/// what `--in-memory` would have given us here.
+pub const TEST_EAL_ARGS: &[&str] = &[
+    "rsnic-test",
+    "--no-huge",
+    "--no-pci",
+    "--no-shconf",
+    "--no-telemetry",
+    "-m",
+    "512",
+    "--log-level=lib.eal:warning",
+];
+
+impl Eal {
+    /// Initialises the EAL with `args` (`args[0]` is the program name, as in
+    /// `argv`). Idempotent for identical arguments.
+    ///
+    /// `rte_eal_init` pins the calling thread to the main lcore's CPU; we
+    /// restore the thread's previous CPU set afterwards so that a program's
+    /// (or a test harness's) main thread is not silently confined to one
+    /// core. Datapath threads are pinned explicitly with
+    /// [`crate::lcore::spawn_pinned`].
+    pub fn init<S: AsRef<str>>(args: &[S]) -> Result<&'static Eal> {
+        let args: Vec<String> = args.iter().map(|s| s.as_ref().to_owned()).collect();
+        let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(done) = EAL.get() {
+            return match done {
+                Ok(eal) if eal.args == args => Ok(eal),
+                Ok(eal) => Err(Error::EalAlreadyInitialised(eal.args.clone())),
+                Err(msg) => Err(Error::EalFailed(msg.clone())),
+            };
+        }
+        let result = Self::init_raw(&args);
+        let stored = EAL.get_or_init(|| match result {
+            Ok(()) => Ok(Eal { args: args.clone() }),
+            Err(ref e) => Err(e.to_string()),
+        });
+        match stored {
+            Ok(eal) => Ok(eal),
+            Err(msg) => Err(Error::EalFailed(msg.clone())),
+        }
+    }
+
+    /// The shared EAL for tests and benchmarks ([`TEST_EAL_ARGS`]).
+    ///
+    /// Panics if it cannot start: a test cannot do anything useful without it.
+    pub fn for_tests() -> &'static Eal {
+        match Self::init(TEST_EAL_ARGS) {
+            Ok(eal) => eal,
+            Err(e) => panic!("test EAL failed to start: {e} (run scripts/setup.sh)"),
+        }
+    }
+
+    /// The arguments this EAL was started with.
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+
+    fn init_raw(args: &[String]) -> Result<()> {
+        let cargs: Vec<CString> = args
+            .iter()
+            .map(|a| {
+                CString::new(a.as_str())
+                    .map_err(|_| Error::InvalidArgument(a.clone(), "contains a NUL byte"))
+            })
+            .collect::<Result<_>>()?;
+        // rte_eal_init may keep pointers into argv and permutes it: leak both
+        // (once per process, a few hundred bytes).
+        let cargs: &'static [CString] = Vec::leak(cargs);
+        let argv: &'static mut [*mut libc::c_char] = Vec::leak(
+            cargs
+                .iter()
+                .map(|c| c.as_ptr() as *mut libc::c_char)
+                .collect(),
+        );
+        let saved = current_affinity();
+        // SAFETY: argv points to NUL-terminated strings that live forever.
+        let rc = unsafe { dpdk_sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
+        if let Some(set) = saved {
+            restore_affinity(&set);
+        }
+        if rc < 0 {
+            return Err(Error::last("rte_eal_init"));
+        }
+        Ok(())
+    }
+}
+
+fn current_affinity() -> Option<libc::cpu_set_t> {
+    // SAFETY: plain libc calls on a zeroed cpu_set_t for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            Some(set)
+        } else {
+            None
+        }
+    }
+}
+
+fn restore_affinity(set: &libc::cpu_set_t) {
+    // SAFETY: `set` is a valid cpu_set_t obtained from sched_getaffinity.
+    unsafe {
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set);
+    }
+}

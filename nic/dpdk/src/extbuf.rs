@@ -1,0 +1,139 @@
+//! External buffers: memory that mbufs point into without copying.
+//!
+//! The NIC transmits large payloads straight from registered memory
+//! (DESIGN.md §3): an mbuf is attached to a window of the buffer with
+//! `rte_pktmbuf_attach_extbuf`, and DPDK's shared-info reference count keeps
+//! the memory alive until the last such mbuf is freed.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use crate::error::{Error, Result};
+use crate::Mbuf;
+
+/// The heap block behind an [`ExtBuf`]: the memory and its shared info.
+struct Block {
+    data: Box<[u8]>,
+    /// `data`'s address, taken once so attaching never reborrows `data`.
+    base: *mut u8,
+    shinfo: dpdk_sys::rte_mbuf_ext_shared_info,
+}
+
+/// A block of memory that mbufs can be attached to.
+///
+/// The `ExtBuf` holds one reference and every attached mbuf one more; the
+/// memory is freed by whichever goes last (the handle's drop, or DPDK's free
+/// callback when the last mbuf is freed, possibly by a driver on another
+/// thread).
+pub struct ExtBuf {
+    block: NonNull<Block>,
+}
+
+// SAFETY: the block is only freed through the atomic reference count.
+unsafe impl Send for ExtBuf {}
+unsafe impl Sync for ExtBuf {}
+
+unsafe extern "C" fn free_block(_addr: *mut c_void, opaque: *mut c_void) {
+    // SAFETY: `opaque` is the Box<Block> leaked in ExtBuf::new, and this runs
+    // exactly once, when the reference count reaches zero.
+    drop(Box::from_raw(opaque as *mut Block));
+}
+
+impl ExtBuf {
+    /// Takes ownership of `data` as attachable memory.
+    pub fn new(data: Box<[u8]>) -> ExtBuf {
+        let mut data = data;
+        let base = data.as_mut_ptr();
+        let block = Box::new(Block {
+            data,
+            base,
+            shinfo: dpdk_sys::rte_mbuf_ext_shared_info::default(),
+        });
+        let block = NonNull::from(Box::leak(block));
+        // SAFETY: we own the block; refcount 1 is the handle's own reference.
+        unsafe {
+            let b = block.as_ptr();
+            (*b).shinfo.free_cb = Some(free_block);
+            (*b).shinfo.fcb_opaque = b.cast();
+            dpdk_sys::shim_rte_mbuf_ext_refcnt_set(&mut (*b).shinfo, 1);
+        }
+        ExtBuf { block }
+    }
+
+    /// Length of the memory.
+    pub fn len(&self) -> usize {
+        // SAFETY: the block lives while we hold a reference.
+        unsafe { self.block.as_ref().data.len() }
+    }
+
+    /// Whether the memory is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The memory, read-only (mbufs may be reading it concurrently).
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: as in len.
+        unsafe { &self.block.as_ref().data }
+    }
+
+    /// The memory, writable; only while no mbuf is attached.
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        if self.refs() != 1 {
+            return None;
+        }
+        // SAFETY: no mbuf refers to it and we have `&mut self`.
+        Some(unsafe { &mut self.block.as_mut().data })
+    }
+
+    /// References held: this handle plus one per attached mbuf.
+    pub fn refs(&self) -> u16 {
+        // SAFETY: the block lives while we hold a reference.
+        unsafe { dpdk_sys::shim_rte_mbuf_ext_refcnt_read(&self.block.as_ref().shinfo) }
+    }
+
+    /// Attaches `m` (an empty mbuf, typically from a pool with no data room)
+    /// to `offset..offset+len` of this memory; `m` then carries those bytes
+    /// as its data. `len` is at most 65535 (`buf_len` is 16 bits).
+    pub fn attach(&self, m: &mut Mbuf, offset: usize, len: usize) -> Result<()> {
+        let total = self.len();
+        let end = offset.saturating_add(len);
+        if end > total || len > u16::MAX as usize {
+            return Err(Error::MbufRoom {
+                op: "attach_extbuf",
+                need: end,
+                room: total.min(u16::MAX as usize),
+            });
+        }
+        if m.pkt_len() != 0 || m.nb_segs() != 1 || m.has_extbuf() {
+            return Err(Error::InvalidArgument(
+                format!("{m:?}"),
+                "attach needs an empty, direct, single-segment mbuf",
+            ));
+        }
+        // SAFETY: the range is inside the block; we take one reference for the
+        // mbuf before attaching, so the block outlives it.
+        unsafe {
+            let b = self.block.as_ptr();
+            dpdk_sys::shim_rte_mbuf_ext_refcnt_update(&mut (*b).shinfo, 1);
+            let addr = (*b).base.add(offset);
+            // Software PMDs use virtual addresses; a hardware NIC would need
+            // rte_extmem_register + rte_dev_dma_map for a real IOVA.
+            m.attach_extbuf_raw(addr, addr as u64, len as u16, &mut (*b).shinfo);
+        }
+        m.append(len)?;
+        Ok(())
+    }
+}
+
+impl Drop for ExtBuf {
+    fn drop(&mut self) {
+        // SAFETY: drop our reference; free the block if it was the last one.
+        unsafe {
+            let b = self.block.as_ptr();
+            if dpdk_sys::shim_rte_mbuf_ext_refcnt_update(&mut (*b).shinfo, -1) == 0 {
+                drop(Box::from_raw(b));
+            }
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! The safe DPDK layer of the project, used by both the NIC and the switch.
+//!
+//! It wraps the raw `dpdk-sys` binding in types that make the datapath's
+//! rules hold by construction (DESIGN.md §3, §10):
+//!
+//! * [`Eal`]: initialised once per process; [`Eal::for_tests`] is the shared
+//!   test EAL (`--no-huge --no-pci --no-shconf`).
+//! * [`Mempool`] and the owned [`Mbuf`] (`repr(transparent)`, frees on drop,
+//!   bounds-checked data access), [`Burst`] (a fixed array of mbufs that goes
+//!   straight to `rte_eth_rx_burst`/`rte_eth_tx_burst`, no allocation).
+//! * [`Port`] with unique, `Send` [`RxQueue`] / [`TxQueue`] handles that burst
+//!   with `&mut self`; run-time vdevs (`net_null`, `net_tap`,
+//!   `net_af_packet`, ...) and back-to-back ring pairs ([`Port::ring_pair`]).
+//! * [`Ring`] (mbuf rings), [`lcore::spawn_pinned`] (threads pinned with
+//!   `core_affinity` and registered as EAL lcores), [`TscClock`] (TSC in ns).
+//! * [`ExtBuf`]: memory that mbufs point into without copying.
+//!
+//! Every fallible call returns a typed [`Error`] carrying `rte_strerror` text.
+
+mod burst;
+mod clock;
+mod eal;
+mod error;
+mod extbuf;
+pub mod lcore;
+mod mbuf;
+mod mempool;
+mod port;
+mod ring;
+
+pub use burst::{Burst, Drain, BURST_SIZE};
+pub use clock::TscClock;
+pub use eal::Eal;
+pub use error::{Error, Result};
+pub use extbuf::ExtBuf;
+pub use mbuf::Mbuf;
+pub use mempool::Mempool;
+pub use port::{Link, Port, PortConfig, PortStats, RxQueue, TxQueue};
+pub use ring::{Ring, RingConsumer, RingProducer};
+
+/// Raw binding, for the rare call the safe layer does not cover.
+pub use dpdk_sys as sys;

@@ -1,0 +1,133 @@
+//! Packet buffer pools.
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::{Burst, Eal, Mbuf};
+
+/// A DPDK packet mbuf pool (`rte_pktmbuf_pool_create`).
+///
+/// Shared with `Arc`: ports keep their RX pool alive. Mbufs do not hold a
+/// reference (that would cost an atomic per packet), so dropping the last
+/// `Arc` while mbufs are still out would be unsound; in that case the pool
+/// is deliberately leaked (and a warning logged) instead of freed.
+pub struct Mempool {
+    raw: NonNull<dpdk_sys::rte_mempool>,
+    name: String,
+}
+
+// SAFETY: rte_mempool is designed for concurrent use from many threads.
+unsafe impl Send for Mempool {}
+unsafe impl Sync for Mempool {}
+
+impl Mempool {
+    /// Default data room: 2 KiB of packet data plus the standard headroom.
+    pub const DEFAULT_DATA_ROOM: u16 = dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16;
+
+    /// Creates a pool of `n` mbufs with a per-lcore cache of `cache` and
+    /// `data_room` bytes per buffer (headroom included; 0 makes a pool of
+    /// bare mbufs for attaching external buffers).
+    pub fn new(_eal: &Eal, name: &str, n: u32, cache: u32, data_room: u16) -> Result<Arc<Self>> {
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument(name.into(), "contains a NUL byte"))?;
+        // SAFETY: valid C string; the EAL is initialised (proved by `_eal`).
+        let raw = unsafe {
+            dpdk_sys::rte_pktmbuf_pool_create(
+                cname.as_ptr(),
+                n,
+                cache,
+                0,
+                data_room,
+                dpdk_sys::SOCKET_ID_ANY,
+            )
+        };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("rte_pktmbuf_pool_create"))?;
+        Ok(Arc::new(Mempool {
+            raw,
+            name: name.to_owned(),
+        }))
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The raw pointer, for calls the safe layer does not cover.
+    pub fn as_ptr(&self) -> *mut dpdk_sys::rte_mempool {
+        self.raw.as_ptr()
+    }
+
+    /// Total number of mbufs in the pool.
+    pub fn capacity(&self) -> u32 {
+        // SAFETY: the pointer is valid for the pool's lifetime.
+        unsafe { (*self.raw.as_ptr()).size }
+    }
+
+    /// Mbufs currently allocated (not in the pool or its caches): the leak
+    /// check of every test.
+    pub fn in_use(&self) -> u32 {
+        // SAFETY: valid pool.
+        unsafe { dpdk_sys::rte_mempool_in_use_count(self.raw.as_ptr()) }
+    }
+
+    /// Mbufs available for allocation.
+    pub fn available(&self) -> u32 {
+        // SAFETY: valid pool.
+        unsafe { dpdk_sys::rte_mempool_avail_count(self.raw.as_ptr()) }
+    }
+
+    /// Allocates one mbuf (reset, empty, default headroom).
+    #[inline]
+    pub fn alloc(&self) -> Result<Mbuf> {
+        // SAFETY: valid pool; a non-null result is a fresh mbuf we now own.
+        let m = unsafe { dpdk_sys::shim_rte_pktmbuf_alloc(self.raw.as_ptr()) };
+        if m.is_null() {
+            Err(Error::PoolExhausted(self.name.clone()))
+        } else {
+            Ok(unsafe { Mbuf::from_raw(m) })
+        }
+    }
+
+    /// Fills the free space of `burst` with fresh mbufs, all or nothing.
+    #[inline]
+    pub fn alloc_bulk<const N: usize>(&self, burst: &mut Burst<N>) -> Result<usize> {
+        let (ptr, room) = burst.spare_raw();
+        if room == 0 {
+            return Ok(0);
+        }
+        // SAFETY: `ptr` has room for `room` pointers; on success all are set.
+        let rc =
+            unsafe { dpdk_sys::shim_rte_pktmbuf_alloc_bulk(self.raw.as_ptr(), ptr, room as u32) };
+        if rc != 0 {
+            return Err(Error::PoolExhausted(self.name.clone()));
+        }
+        unsafe { burst.assume_init_spare(room) };
+        Ok(room)
+    }
+}
+
+impl Drop for Mempool {
+    fn drop(&mut self) {
+        let in_use = self.in_use();
+        if in_use == 0 {
+            // SAFETY: no mbuf of this pool is outstanding, and no port can
+            // still use it (ports hold an Arc).
+            unsafe { dpdk_sys::rte_mempool_free(self.raw.as_ptr()) };
+        } else {
+            tracing::warn!(pool = %self.name, in_use, "mempool dropped with mbufs in use; leaking it");
+        }
+    }
+}
+
+impl std::fmt::Debug for Mempool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mempool")
+            .field("name", &self.name)
+            .field("capacity", &self.capacity())
+            .field("in_use", &self.in_use())
+            .finish()
+    }
+}

@@ -1,0 +1,528 @@
+//! Ethernet ports and their queues.
+
+use std::ffi::CString;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{check, Error, Result};
+use crate::{Burst, Eal, Mempool};
+
+/// How to configure a port.
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    /// Number of RX queues.
+    pub rx_queues: u16,
+    /// Number of TX queues.
+    pub tx_queues: u16,
+    /// RX descriptors per queue (adjusted to the driver's limits).
+    pub rx_desc: u16,
+    /// TX descriptors per queue (adjusted to the driver's limits).
+    pub tx_desc: u16,
+    /// Receive every frame, whatever its destination MAC.
+    pub promiscuous: bool,
+}
+
+impl Default for PortConfig {
+    fn default() -> Self {
+        PortConfig {
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            promiscuous: true,
+        }
+    }
+}
+
+/// Link state as `rte_eth_link_get_nowait` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    /// Whether the link is up.
+    pub up: bool,
+    /// Speed in Mbit/s (0 when unknown).
+    pub speed_mbps: u32,
+    /// Full duplex.
+    pub full_duplex: bool,
+}
+
+/// Basic port counters (`rte_eth_stats_get`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets dropped by the hardware (RX queue full).
+    pub rx_missed: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Transmit errors.
+    pub tx_errors: u64,
+    /// RX mbuf allocation failures.
+    pub rx_nombuf: u64,
+}
+
+/// What must be released after the port is closed.
+enum Backing {
+    /// Probed by the EAL or `rte_dev_probe`: close the ethdev.
+    Probed,
+    /// A vdev we created: `rte_vdev_uninit` by name.
+    Vdev(CString),
+    /// One end of a ring pair: uninit the vdev, then (when both ends are
+    /// gone) free the rings, which the `Arc` keeps alive until then.
+    RingPair(CString, #[allow(dead_code)] Arc<RingPairRings>),
+}
+
+struct RingPairRings([*mut dpdk_sys::rte_ring; 2]);
+// SAFETY: the rings are only freed in Drop, after both ports are gone.
+unsafe impl Send for RingPairRings {}
+unsafe impl Sync for RingPairRings {}
+impl Drop for RingPairRings {
+    fn drop(&mut self) {
+        for r in self.0 {
+            // Free any mbuf still in flight, then the ring.
+            let mut burst: Burst = Burst::new();
+            loop {
+                let (ptr, room) = burst.spare_raw();
+                // SAFETY: valid ring of mbuf pointers; room slots available.
+                let n = unsafe {
+                    dpdk_sys::shim_rte_ring_dequeue_burst(
+                        r,
+                        ptr.cast(),
+                        room as u32,
+                        std::ptr::null_mut(),
+                    )
+                };
+                if n == 0 {
+                    break;
+                }
+                unsafe { burst.assume_init_spare(n as usize) };
+                burst.clear();
+            }
+            // SAFETY: no port uses the ring any more.
+            unsafe { dpdk_sys::rte_ring_free(r) };
+        }
+    }
+}
+
+struct PortInner {
+    id: u16,
+    name: String,
+    backing: Backing,
+    /// RX pools must outlive the queues that fill from them.
+    pools: Mutex<Vec<Arc<Mempool>>>,
+}
+
+impl Drop for PortInner {
+    fn drop(&mut self) {
+        // SAFETY: every queue handle holds an Arc to us, so none is alive.
+        unsafe {
+            dpdk_sys::rte_eth_dev_stop(self.id);
+            match &self.backing {
+                Backing::Probed => {
+                    dpdk_sys::rte_eth_dev_close(self.id);
+                }
+                Backing::Vdev(name) | Backing::RingPair(name, _) => {
+                    dpdk_sys::rte_vdev_uninit(name.as_ptr());
+                }
+            }
+        }
+    }
+}
+
+/// An Ethernet port (`rte_eth_dev`).
+///
+/// Configuring it yields one [`RxQueue`] and one [`TxQueue`] handle per
+/// queue; the handles are unique and `Send`, so each poll-mode thread owns
+/// its queues and bursts without locks. The port is stopped and closed (and
+/// a vdev we created removed) when the port and all its queue handles are
+/// dropped.
+pub struct Port {
+    inner: Arc<PortInner>,
+}
+
+impl Port {
+    /// Opens a port from DPDK devargs: a vdev (`net_null0`,
+    /// `net_tap0,iface=dtap0`, `net_af_packet0,iface=veth0`, ...) is created
+    /// at run time; anything else (a PCI address, or a vdev given to the EAL
+    /// with `--vdev`) is looked up by name and hot-plugged if needed.
+    pub fn open(_eal: &Eal, devargs: &str) -> Result<Port> {
+        let (name, args) = match devargs.split_once(',') {
+            Some((n, a)) => (n.trim(), a.trim()),
+            None => (devargs.trim(), ""),
+        };
+        if name.is_empty() {
+            return Err(Error::InvalidArgument(devargs.into(), "empty device name"));
+        }
+        let cname =
+            CString::new(name).map_err(|_| Error::InvalidArgument(devargs.into(), "NUL byte"))?;
+        if let Some(id) = port_by_name(&cname) {
+            return Ok(Self::wrap(id, name, Backing::Probed));
+        }
+        let is_vdev = name.starts_with("net_") || name.starts_with("eth_");
+        if is_vdev {
+            let cargs = CString::new(args)
+                .map_err(|_| Error::InvalidArgument(devargs.into(), "NUL byte"))?;
+            // SAFETY: valid C strings.
+            check("rte_vdev_init", unsafe {
+                dpdk_sys::rte_vdev_init(cname.as_ptr(), cargs.as_ptr())
+            })?;
+            let id = port_by_name(&cname).ok_or_else(|| Error::NoSuchPort(name.into()))?;
+            Ok(Self::wrap(id, name, Backing::Vdev(cname)))
+        } else {
+            let cdev = CString::new(devargs)
+                .map_err(|_| Error::InvalidArgument(devargs.into(), "NUL byte"))?;
+            // SAFETY: valid C string.
+            let rc = unsafe { dpdk_sys::rte_dev_probe(cdev.as_ptr()) };
+            if rc < 0 {
+                return Err(Error::NoSuchPort(format!(
+                    "{devargs} ({})",
+                    crate::error::strerror(-rc)
+                )));
+            }
+            let id = port_by_name(&cname).ok_or_else(|| Error::NoSuchPort(name.into()))?;
+            Ok(Self::wrap(id, name, Backing::Probed))
+        }
+    }
+
+    /// Two ports cabled back to back in this process: what one sends, the
+    /// other receives (`rte_eth_from_rings` with crossed rings; a single
+    /// `net_ring` would loop back to itself). `name` must be unique.
+    pub fn ring_pair(_eal: &Eal, name: &str, ring_size: u32) -> Result<(Port, Port)> {
+        let mk_ring = |suffix: &str| -> Result<*mut dpdk_sys::rte_ring> {
+            let n = CString::new(format!("{name}{suffix}"))
+                .map_err(|_| Error::InvalidArgument(name.into(), "NUL byte"))?;
+            // SAFETY: valid name; single producer and consumer per ring
+            // (one TX queue feeds it, one RX queue drains it).
+            let r = unsafe {
+                dpdk_sys::rte_ring_create(
+                    n.as_ptr(),
+                    ring_size,
+                    dpdk_sys::SOCKET_ID_ANY,
+                    dpdk_sys::RING_F_SP_ENQ | dpdk_sys::RING_F_SC_DEQ,
+                )
+            };
+            if r.is_null() {
+                Err(Error::last("rte_ring_create"))
+            } else {
+                Ok(r)
+            }
+        };
+        let a_to_b = mk_ring("_ab")?;
+        let b_to_a = match mk_ring("_ba") {
+            Ok(r) => r,
+            Err(e) => {
+                unsafe { dpdk_sys::rte_ring_free(a_to_b) };
+                return Err(e);
+            }
+        };
+        let rings = Arc::new(RingPairRings([a_to_b, b_to_a]));
+        let make = |end: &str,
+                    rx: *mut dpdk_sys::rte_ring,
+                    tx: *mut dpdk_sys::rte_ring|
+         -> Result<Port> {
+            // The vdev bus picks the driver by name prefix.
+            let pname = format!("net_ring_{name}_{end}");
+            let cname = CString::new(pname.clone())
+                .map_err(|_| Error::InvalidArgument(name.into(), "NUL byte"))?;
+            let rxq = [rx];
+            let txq = [tx];
+            // SAFETY: the rings outlive the port (the port holds `rings`).
+            let id = unsafe {
+                dpdk_sys::rte_eth_from_rings(cname.as_ptr(), rxq.as_ptr(), 1, txq.as_ptr(), 1, 0)
+            };
+            if id < 0 {
+                return Err(Error::last("rte_eth_from_rings"));
+            }
+            Ok(Self::wrap(
+                id as u16,
+                &pname,
+                Backing::RingPair(cname, rings.clone()),
+            ))
+        };
+        let a = make("a", b_to_a, a_to_b)?;
+        let b = make("b", a_to_b, b_to_a)?;
+        Ok((a, b))
+    }
+
+    fn wrap(id: u16, name: &str, backing: Backing) -> Port {
+        Port {
+            inner: Arc::new(PortInner {
+                id,
+                name: name.to_owned(),
+                backing,
+                pools: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// DPDK port id.
+    pub fn id(&self) -> u16 {
+        self.inner.id
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Configures queues (RX queues fill from `pool`) and starts the port.
+    pub fn configure(
+        &mut self,
+        cfg: &PortConfig,
+        pool: &Arc<Mempool>,
+    ) -> Result<(Vec<RxQueue>, Vec<TxQueue>)> {
+        let id = self.inner.id;
+        // SAFETY: plain calls on a valid port id with valid pointers.
+        unsafe {
+            let conf: dpdk_sys::rte_eth_conf = std::mem::zeroed();
+            check(
+                "rte_eth_dev_configure",
+                dpdk_sys::rte_eth_dev_configure(id, cfg.rx_queues, cfg.tx_queues, &conf),
+            )?;
+            let mut nb_rx = cfg.rx_desc;
+            let mut nb_tx = cfg.tx_desc;
+            check(
+                "rte_eth_dev_adjust_nb_rx_tx_desc",
+                dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut nb_rx, &mut nb_tx),
+            )?;
+            let socket = dpdk_sys::rte_eth_dev_socket_id(id);
+            let socket = if socket < 0 { 0 } else { socket as u32 };
+            for q in 0..cfg.rx_queues {
+                check(
+                    "rte_eth_rx_queue_setup",
+                    dpdk_sys::rte_eth_rx_queue_setup(
+                        id,
+                        q,
+                        nb_rx,
+                        socket,
+                        std::ptr::null(),
+                        pool.as_ptr(),
+                    ),
+                )?;
+            }
+            for q in 0..cfg.tx_queues {
+                check(
+                    "rte_eth_tx_queue_setup",
+                    dpdk_sys::rte_eth_tx_queue_setup(id, q, nb_tx, socket, std::ptr::null()),
+                )?;
+            }
+            check("rte_eth_dev_start", dpdk_sys::rte_eth_dev_start(id))?;
+            if cfg.promiscuous {
+                // Not every PMD supports it (net_null does not); not fatal.
+                dpdk_sys::rte_eth_promiscuous_enable(id);
+            }
+        }
+        self.inner
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(pool.clone());
+        let rx = (0..cfg.rx_queues)
+            .map(|q| RxQueue {
+                port: self.inner.clone(),
+                port_id: id,
+                queue: q,
+            })
+            .collect();
+        let tx = (0..cfg.tx_queues)
+            .map(|q| TxQueue {
+                port: self.inner.clone(),
+                port_id: id,
+                queue: q,
+            })
+            .collect();
+        Ok((rx, tx))
+    }
+
+    /// Configures one RX and one TX queue with defaults and starts the port:
+    /// the common case of one poll-mode thread per port.
+    pub fn configure_single(&mut self, pool: &Arc<Mempool>) -> Result<(RxQueue, TxQueue)> {
+        let (mut rx, mut tx) = self.configure(&PortConfig::default(), pool)?;
+        match (rx.pop(), tx.pop()) {
+            (Some(r), Some(t)) => Ok((r, t)),
+            _ => unreachable!("default config has one queue each"),
+        }
+    }
+
+    /// The port's MAC address.
+    pub fn mac(&self) -> Result<[u8; 6]> {
+        let mut addr = dpdk_sys::rte_ether_addr::default();
+        // SAFETY: valid port, valid out pointer.
+        check("rte_eth_macaddr_get", unsafe {
+            dpdk_sys::rte_eth_macaddr_get(self.inner.id, &mut addr)
+        })?;
+        Ok(addr.addr_bytes)
+    }
+
+    /// The link state, without waiting.
+    pub fn link(&self) -> Result<Link> {
+        let mut link = dpdk_sys::rte_eth_link::default();
+        // SAFETY: valid port, valid out pointer.
+        check("rte_eth_link_get_nowait", unsafe {
+            dpdk_sys::rte_eth_link_get_nowait(self.inner.id, &mut link)
+        })?;
+        Ok(Link {
+            up: link.link_status() != 0,
+            speed_mbps: if link.link_speed == u32::MAX {
+                0
+            } else {
+                link.link_speed
+            },
+            full_duplex: link.link_duplex() != 0,
+        })
+    }
+
+    /// The port's counters.
+    pub fn stats(&self) -> Result<PortStats> {
+        let mut s = dpdk_sys::rte_eth_stats::default();
+        // SAFETY: valid port, valid out pointer.
+        check("rte_eth_stats_get", unsafe {
+            dpdk_sys::rte_eth_stats_get(self.inner.id, &mut s)
+        })?;
+        Ok(PortStats {
+            rx_packets: s.ipackets,
+            tx_packets: s.opackets,
+            rx_bytes: s.ibytes,
+            tx_bytes: s.obytes,
+            rx_missed: s.imissed,
+            rx_errors: s.ierrors,
+            tx_errors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        })
+    }
+
+    /// Resets the port's counters.
+    pub fn reset_stats(&self) -> Result<()> {
+        // SAFETY: valid port.
+        check("rte_eth_stats_reset", unsafe {
+            dpdk_sys::rte_eth_stats_reset(self.inner.id)
+        })?;
+        Ok(())
+    }
+
+    /// Stops the port (queues stop moving packets until started again).
+    pub fn stop(&self) -> Result<()> {
+        // SAFETY: valid port.
+        check("rte_eth_dev_stop", unsafe {
+            dpdk_sys::rte_eth_dev_stop(self.inner.id)
+        })?;
+        Ok(())
+    }
+
+    /// Starts a configured, stopped port.
+    pub fn start(&self) -> Result<()> {
+        // SAFETY: valid port.
+        check("rte_eth_dev_start", unsafe {
+            dpdk_sys::rte_eth_dev_start(self.inner.id)
+        })?;
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Port {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Port")
+            .field("id", &self.inner.id)
+            .field("name", &self.inner.name)
+            .finish()
+    }
+}
+
+fn port_by_name(name: &CString) -> Option<u16> {
+    let mut id = 0u16;
+    // SAFETY: valid C string and out pointer.
+    let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(name.as_ptr(), &mut id) };
+    (rc == 0).then_some(id)
+}
+
+/// The receive side of one port queue. Unique: only its owner polls it.
+pub struct RxQueue {
+    port: Arc<PortInner>,
+    port_id: u16,
+    queue: u16,
+}
+
+/// The transmit side of one port queue. Unique: only its owner sends on it.
+pub struct TxQueue {
+    port: Arc<PortInner>,
+    port_id: u16,
+    queue: u16,
+}
+
+impl RxQueue {
+    /// Receives into the free space of `burst`; returns how many arrived.
+    #[inline]
+    pub fn recv<const N: usize>(&mut self, burst: &mut Burst<N>) -> usize {
+        let (ptr, room) = burst.spare_raw();
+        if room == 0 {
+            return 0;
+        }
+        // SAFETY: `ptr` has `room` free slots; the driver fills the first
+        // `n` with mbufs that we now own.
+        let n = unsafe {
+            dpdk_sys::shim_rte_eth_rx_burst(
+                self.port_id,
+                self.queue,
+                ptr,
+                room.min(u16::MAX as usize) as u16,
+            )
+        } as usize;
+        unsafe { burst.assume_init_spare(n) };
+        n
+    }
+
+    /// The port this queue belongs to.
+    pub fn port_id(&self) -> u16 {
+        self.port_id
+    }
+
+    /// The queue index.
+    pub fn queue_id(&self) -> u16 {
+        self.queue
+    }
+}
+
+impl TxQueue {
+    /// Sends from the front of `burst`; returns how many the driver took.
+    /// What it did not take stays in `burst` (retry, or `clear()` to drop).
+    #[inline]
+    pub fn send<const N: usize>(&mut self, burst: &mut Burst<N>) -> usize {
+        let len = burst.len();
+        if len == 0 {
+            return 0;
+        }
+        // SAFETY: the first `len` slots hold owned mbufs; the driver takes
+        // ownership of the first `n`.
+        let n = unsafe {
+            dpdk_sys::shim_rte_eth_tx_burst(self.port_id, self.queue, burst.as_raw(), len as u16)
+        } as usize;
+        burst.consume_front(n);
+        n
+    }
+
+    /// The port this queue belongs to.
+    pub fn port_id(&self) -> u16 {
+        self.port_id
+    }
+
+    /// The queue index.
+    pub fn queue_id(&self) -> u16 {
+        self.queue
+    }
+}
+
+impl std::fmt::Debug for RxQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RxQueue({}:{})", self.port.name, self.queue)
+    }
+}
+
+impl std::fmt::Debug for TxQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TxQueue({}:{})", self.port.name, self.queue)
+    }
+}
