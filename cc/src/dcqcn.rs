@@ -142,7 +142,8 @@ impl Dcqcn {
 
     /// Rate increase (Zhu et al. §3.1, fig. "RP algorithm"): fast recovery while both
     /// counters are below F, additive increase when one of them reached F, hyper
-    /// increase when both did.
+    /// increase when both did. The counters count the events *before* this one, so the
+    /// first F events after a cut are fast recovery (as the ns-3 and Mellanox RP do).
     fn increase(&mut self) {
         let f = self.cfg.fast_recovery_stages;
         let (hi, lo) = if self.t_count >= self.bc_count {
@@ -185,8 +186,8 @@ impl CongestionControl for Dcqcn {
             self.bytes_since = self.bytes_since.saturating_add(ev.bytes as u64);
             if self.bytes_since >= self.cfg.byte_counter_bytes {
                 self.bytes_since -= self.cfg.byte_counter_bytes;
-                self.bc_count = self.bc_count.saturating_add(1);
                 self.increase();
+                self.bc_count = self.bc_count.saturating_add(1);
             }
         }
         Actions::NONE
@@ -246,8 +247,8 @@ impl CongestionControl for Dcqcn {
                 if !self.recovering || now_ns < self.rate_deadline_ns {
                     return a;
                 }
-                self.t_count = self.t_count.saturating_add(1);
                 self.increase();
+                self.t_count = self.t_count.saturating_add(1);
                 if self.recovering {
                     self.rate_deadline_ns = now_ns.saturating_add(self.cfg.rate_timer_ns);
                     a.arm(self.rate_deadline_ns, TimerKind::DcqcnRateIncrease);
@@ -287,5 +288,144 @@ impl CongestionControl for Dcqcn {
 
     fn kind(&self) -> CcKind {
         CcKind::Dcqcn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G40: u64 = 40_000_000_000;
+
+    fn cfg() -> DcqcnConfig {
+        let mut c = DcqcnConfig::for_path(PathConfig {
+            line_rate_bps: G40,
+            base_rtt_ns: 10_000,
+            mtu_bytes: 1000,
+        });
+        c.rate_ai_bps = 40_000_000;
+        c.rate_hai_bps = 400_000_000;
+        c.byte_counter_bytes = 100_000;
+        c
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn defaults_scale_with_line_rate() {
+        let c = DcqcnConfig::default(); // 100G
+        assert_eq!(c.rate_ai_bps, 20_000_000);
+        assert_eq!(c.rate_hai_bps, 200_000_000);
+        assert!(close(c.g, 1.0 / 256.0));
+    }
+
+    #[test]
+    fn cnp_cuts_rate_with_old_alpha_then_raises_alpha() {
+        let mut d = Dcqcn::new(&cfg());
+        assert_eq!(d.rate_bps(), G40);
+        let a = d.on_cnp(1_000);
+        // R_T = R_C = 40G; R_C = 40G * (1 - 1/2) = 20G (alpha = 1)
+        assert_eq!(d.rate_bps(), 20_000_000_000);
+        assert_eq!(d.target_rate_bps(), G40);
+        // alpha = (1 - g) * 1 + g = 1
+        assert!(close(d.alpha(), 1.0));
+        let kinds: Vec<_> = a.timers().map(|t| (t.kind, t.deadline_ns)).collect();
+        assert!(kinds.contains(&(TimerKind::DcqcnRateIncrease, 301_000)));
+        assert!(kinds.contains(&(TimerKind::DcqcnAlpha, 56_000)));
+        // a second CNP within 4 us does not cut again
+        d.on_cnp(3_000);
+        assert_eq!(d.rate_bps(), 20_000_000_000);
+        // after 4 us it does: 20G * (1 - 1/2)
+        d.on_cnp(5_000);
+        assert_eq!(d.rate_bps(), 10_000_000_000);
+        assert_eq!(d.target_rate_bps(), 20_000_000_000);
+    }
+
+    #[test]
+    fn alpha_decays_without_cnp() {
+        let mut d = Dcqcn::new(&cfg());
+        d.on_cnp(0);
+        // first alpha period had a CNP: no decay
+        d.on_timer(55_000, TimerKind::DcqcnAlpha);
+        assert!(close(d.alpha(), 1.0));
+        // then alpha = (1 - g) alpha per quiet period
+        d.on_timer(110_000, TimerKind::DcqcnAlpha);
+        assert!(close(d.alpha(), 255.0 / 256.0));
+        d.on_timer(165_000, TimerKind::DcqcnAlpha);
+        assert!(close(d.alpha(), (255.0f64 / 256.0).powi(2)));
+        // a stale expiry is ignored
+        d.on_timer(165_001, TimerKind::DcqcnAlpha);
+        assert!(close(d.alpha(), (255.0f64 / 256.0).powi(2)));
+    }
+
+    #[test]
+    fn fast_recovery_additive_and_hyper_increase() {
+        let mut d = Dcqcn::new(&cfg());
+        d.on_cnp(0); // R_C = 20G, R_T = 40G
+        d.on_cnp(4_000); // R_T = 20G, R_C = 20G * (1 - alpha/2) = 10G (alpha = 1)
+        assert_eq!(d.rate_bps(), 10_000_000_000);
+        let rt = 20e9;
+        let mut rc = 10e9;
+        let mut t = 4_000;
+        // F = 5 timer events of fast recovery (T = 0..4 < F): R_C = (R_T + R_C) / 2
+        for _ in 0..5 {
+            t += 300_000;
+            d.on_timer(t, TimerKind::DcqcnRateIncrease);
+            rc = (rt + rc) / 2.0;
+            assert!(close(d.rate_bps() as f64, rc), "{} {rc}", d.rate_bps());
+            assert!(close(d.target_rate_bps() as f64, rt));
+        }
+        // 6th event: T = 5 = F, BC = 0 < F: additive increase R_T += R_AI
+        t += 300_000;
+        d.on_timer(t, TimerKind::DcqcnRateIncrease);
+        let rt = rt + 40e6;
+        rc = (rt + rc) / 2.0;
+        assert!(close(d.target_rate_bps() as f64, rt));
+        assert!(close(d.rate_bps() as f64, rc));
+        // byte counter B = 100 kB: events with BC = 0..4 are additive (T >= F),
+        // the one with BC = 5 is hyper, i = min(T, BC) - F + 1 = 1: R_T += R_HAI
+        for k in 0..600u64 {
+            d.on_send(&SendEvent {
+                now_ns: t,
+                lsn: k * 1000,
+                bytes: 1000,
+                ..Default::default()
+            });
+        }
+        let rt_expected = rt + 5.0 * 40e6 + 400e6;
+        assert!(
+            close(d.target_rate_bps() as f64, rt_expected),
+            "{} {rt_expected}",
+            d.target_rate_bps()
+        );
+    }
+
+    #[test]
+    fn notification_point_rate_limits_cnps() {
+        let mut d = Dcqcn::new(&cfg());
+        let rx = |t, ce| RxDataEvent {
+            now_ns: t,
+            ce,
+            ..Default::default()
+        };
+        assert!(!d.on_rx_data(&rx(0, false)).send_cnp);
+        assert!(d.on_rx_data(&rx(10, true)).send_cnp);
+        assert!(
+            !d.on_rx_data(&rx(20_000, true)).send_cnp,
+            "within N = 50 us"
+        );
+        assert!(d.on_rx_data(&rx(50_010, true)).send_cnp);
+    }
+
+    #[test]
+    fn rate_never_below_min_nor_above_line() {
+        let mut d = Dcqcn::new(&cfg());
+        for k in 0..10_000u64 {
+            d.on_cnp(k * 5_000);
+        }
+        assert_eq!(d.rate_bps(), 100_000_000);
+        assert_eq!(d.window_bytes(), u64::MAX);
     }
 }

@@ -355,3 +355,193 @@ impl CongestionControl for Ldcp {
         CcKind::Ldcp
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 100 Gbit/s, T = 8 us, MTU 1000: BDP = 100 000 B = 100 packets.
+    fn cfg() -> LdcpConfig {
+        LdcpConfig::for_path(PathConfig {
+            line_rate_bps: 100_000_000_000,
+            base_rtt_ns: 8_000,
+            mtu_bytes: 1000,
+        })
+    }
+
+    fn stable(cw: f64) -> Ldcp {
+        let mut c = cfg();
+        c.fast_start = false;
+        let mut l = Ldcp::new(&c);
+        l.cw = cw;
+        l
+    }
+
+    fn ack(lsn: u64, ece: bool, n: u32) -> AckEvent<'static> {
+        AckEvent {
+            now_ns: 1_000,
+            acked_lsn: lsn,
+            acked_bytes: n * 1000,
+            acked_pkts: n,
+            ecn_echo: ece,
+            ..Default::default()
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn pawa_eq1_per_ack() {
+        let mut l = stable(4.0);
+        // 004 §2.2 eq. 1, ECE = 0: cw = cw + alpha/cw = 4 + 1/4
+        l.on_ack(&ack(1000, false, 1));
+        assert!(close(l.cw(), 4.25), "{}", l.cw());
+        // ECE = 1: cw = cw - beta = 4.25 - 0.5
+        l.on_ack(&ack(2000, true, 1));
+        assert!(close(l.cw(), 3.75), "{}", l.cw());
+        assert_eq!(l.window_bytes(), 3750);
+    }
+
+    #[test]
+    fn pawa_eq2_delayed_ack() {
+        let mut l = stable(5.0);
+        // eq. 2, ECE = 0 with n = 3: cw = 5 + 3 * 1/5 = 5.6
+        l.on_ack(&ack(3000, false, 3));
+        assert!(close(l.cw(), 5.6), "{}", l.cw());
+        // eq. 2, ECE = 1 with n = 2: cw = 5.6 - 2 * 0.5 = 4.6
+        l.on_ack(&ack(5000, true, 2));
+        assert!(close(l.cw(), 4.6), "{}", l.cw());
+        // n derived from bytes when the NIC does not count packets: 2500 B -> 3 packets
+        let mut ev = ack(8000, true, 0);
+        ev.acked_bytes = 2500;
+        l.on_ack(&ev);
+        assert!(close(l.cw(), 3.1), "{}", l.cw());
+    }
+
+    #[test]
+    fn sub_packet_window_rules_and_tick() {
+        let mut l = stable(1.2);
+        // eq. 1 never goes below 1
+        l.on_ack(&ack(1000, true, 1));
+        assert!(close(l.cw(), 1.0));
+        // at cw <= 1 a mark applies cw = max{gamma, eta * cw} = 0.5 and arms RTT/cw
+        let a = l.on_ack(&ack(2000, true, 1));
+        assert!(close(l.cw(), 0.5));
+        let t = a.timers().next().expect("tick armed");
+        assert_eq!(t.kind, TimerKind::LdcpTick);
+        // srtt = base RTT 8 us (no sample yet): RTT / cw = 16 us
+        assert_eq!(t.deadline_ns, 1_000 + 16_000);
+        // 0.5 -> 0.25 -> 0.125 -> gamma floor 0.125
+        l.on_ack(&ack(3000, true, 1));
+        l.on_ack(&ack(4000, true, 1));
+        l.on_ack(&ack(5000, true, 1));
+        assert!(close(l.cw(), 0.125), "{}", l.cw());
+        // ECE = 0 below one packet: cw = cw + gamma
+        l.on_ack(&ack(6000, false, 1));
+        assert!(close(l.cw(), 0.25), "{}", l.cw());
+        // no credit before the tick: window = inflight, i.e. blocked
+        l.on_send(&SendEvent {
+            now_ns: 2_000,
+            lsn: 6000,
+            bytes: 1000,
+            ..Default::default()
+        });
+        assert_eq!(l.window_bytes(), 1000);
+        // stale expiry ignored; the real one grants exactly one packet
+        assert_eq!(l.on_timer(2_000, TimerKind::LdcpTick), Actions::NONE);
+        let a = l.on_timer(17_000, TimerKind::LdcpTick);
+        assert_eq!(l.window_bytes(), 2000);
+        // re-armed with RTT/cw = 8 us / 0.25 = 32 us
+        assert_eq!(a.timers().next().unwrap().deadline_ns, 17_000 + 32_000);
+        l.on_send(&SendEvent {
+            now_ns: 17_000,
+            lsn: 7000,
+            bytes: 1000,
+            ..Default::default()
+        });
+        assert_eq!(l.window_bytes(), 2000, "credit consumed: blocked again");
+        // unmarked ACKs grow it back above 1: eq. 1 applies again
+        for k in 0..6 {
+            l.on_ack(&ack(8000 + k, false, 1));
+        }
+        assert!(close(l.cw(), 1.0), "{}", l.cw());
+        l.on_ack(&ack(9000, false, 1));
+        assert!(close(l.cw(), 2.0), "{}", l.cw());
+    }
+
+    fn send(l: &mut Ldcp, lsn: u64, last: bool) -> bool {
+        l.on_send(&SendEvent {
+            now_ns: 0,
+            lsn,
+            bytes: 1000,
+            last_of_message: last,
+            retransmit: false,
+        })
+        .fast_start
+    }
+
+    #[test]
+    fn fast_start_marks_and_full_iw_acked() {
+        let mut l = Ldcp::new(&cfg());
+        assert_eq!(l.stage(), LdcpStage::FastStart);
+        assert_eq!(l.window_bytes(), 100_000, "IW = BDP (§2.3)");
+        // §3.1: IW packets 1..99 Not-ECT, the IW-th (100th) ECT, later ones ECT
+        for i in 0..99 {
+            assert!(send(&mut l, i * 1000, false), "packet {i}");
+        }
+        assert!(!send(&mut l, 99_000, false), "IW-th packet is ECT");
+        assert!(!send(&mut l, 100_000, false), "beyond IW: ECT");
+        // ECE during fast start does not change the window
+        l.on_ack(&ack(50_000, true, 1));
+        assert_eq!(l.stage(), LdcpStage::FastStart);
+        // a full IW acknowledged: stable with cw = BDP = 100 packets
+        l.on_ack(&ack(100_000, false, 1));
+        assert_eq!(l.stage(), LdcpStage::Stable);
+        assert!(close(l.cw(), 100.0));
+        assert_eq!(l.window_bytes(), 100_000);
+    }
+
+    #[test]
+    fn fast_start_short_message_last_packet_is_ect() {
+        let mut l = Ldcp::new(&cfg());
+        assert!(send(&mut l, 0, false));
+        assert!(
+            !send(&mut l, 1000, true),
+            "last packet of a message < IW is ECT"
+        );
+    }
+
+    #[test]
+    fn fast_start_loss_sets_cw_to_acked_packets() {
+        let mut l = Ldcp::new(&cfg());
+        for i in 0..100 {
+            send(&mut l, i * 1000, false);
+        }
+        l.on_ack(&ack(37_000, false, 1));
+        // §3.1 condition 1: loss -> cw = packets acknowledged before it (37)
+        l.on_nak(&NakEvent {
+            now_ns: 5_000,
+            expected_lsn: 37_000,
+        });
+        assert_eq!(l.stage(), LdcpStage::Stable);
+        assert!(close(l.cw(), 37.0), "{}", l.cw());
+        // retransmissions are never fast-start packets
+        let a = l.on_send(&SendEvent {
+            lsn: 37_000,
+            bytes: 1000,
+            retransmit: true,
+            ..Default::default()
+        });
+        assert!(!a.fast_start);
+    }
+
+    #[test]
+    fn cnp_decreases_by_beta() {
+        // 004 §3.2: MD by beta on every CNP
+        let mut l = stable(3.0);
+        l.on_cnp(0);
+        assert!(close(l.cw(), 2.5));
+    }
+}

@@ -121,3 +121,74 @@ impl CongestionControl for RxHpcc {
         CcKind::RxHpcc
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::PathConfig;
+
+    const G100: u64 = 100_000_000_000;
+
+    fn hop(ts: u32, tx: u32) -> IntHop {
+        IntHop {
+            switch_id: 3,
+            port_id: 2,
+            ts_ns: ts,
+            tx_bytes: tx,
+            qlen_bytes: 0,
+            link_bps: G100,
+        }
+    }
+
+    fn rx(now: u64, h: &[IntHop]) -> RxDataEvent<'_> {
+        RxDataEvent {
+            now_ns: now,
+            bytes: 1000,
+            telemetry: h,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn new_int_feeds_back_at_most_once_per_t() {
+        // T = 10 us, BDP 125 000 B, W_ai = 390.625
+        let cfg = HpccConfig::for_path(PathConfig {
+            line_rate_bps: G100,
+            base_rtt_ns: 10_000,
+            mtu_bytes: 1000,
+        });
+        let mut r = RxHpcc::new(&cfg);
+        assert_eq!(r.on_rx_data(&rx(0, &[hop(0, 0)])).feedback_window, None);
+        // first sample (U = 0.5 * 2.0 = 1.0 >= eta): line 30 + 31, W = Wc*eta/U + W_ai
+        let a = r.on_rx_data(&rx(5_000, &[hop(5_000, 125_000)]));
+        let w1 = (125_000.0 * 0.95 / 1.0 + 390.625) as u64;
+        assert_eq!(a.feedback_window, Some(w1));
+        // within T (line 33-34): local update only, nothing fed back
+        let a = r.on_rx_data(&rx(10_000, &[hop(10_000, 187_500)]));
+        assert_eq!(a.feedback_window, None);
+        // now = last + T is not "> last + T" (line 29)
+        let a = r.on_rx_data(&rx(15_000, &[hop(15_000, 250_000)]));
+        assert_eq!(a.feedback_window, None);
+        let a = r.on_rx_data(&rx(15_001, &[hop(15_001, 250_013)]));
+        assert!(a.feedback_window.is_some());
+        // sender side applies the fed-back window and paces at W/T
+        let mut s = RxHpcc::new(&cfg);
+        s.on_ack(&AckEvent {
+            rx_window: Some(50_000),
+            ..Default::default()
+        });
+        assert_eq!(s.window_bytes(), 50_000);
+        assert_eq!(s.rate_bps(), 40_000_000_000);
+        // an absurd window is clamped to [W_min, BDP]
+        s.on_ack(&AckEvent {
+            rx_window: Some(u64::MAX),
+            ..Default::default()
+        });
+        assert_eq!(s.window_bytes(), 125_000);
+        s.on_ack(&AckEvent {
+            rx_window: Some(0),
+            ..Default::default()
+        });
+        assert!(s.window_bytes() >= 1 && s.rate_bps() >= 100_000_000 - 1);
+    }
+}
