@@ -24,24 +24,29 @@ pub struct DcqcnConfig {
     /// 55 us (Zhu et al. §3.1).
     pub alpha_timer_ns: u64,
     /// Rate increase timer period `T` (ns). Default 300 us (Mellanox `rpg_time_reset`;
-    /// HPCC ns-3 run script `RP_TIMER` for DCQCN).
+    /// HPCC ns-3 run script `t_inc=300` for "dcqcn").
     pub rate_timer_ns: u64,
-    /// Byte counter `B` (bytes); 0 disables it. Default 10 MB (Zhu et al. §3.1).
+    /// Byte counter `B` (bytes); 0 disables it. Default 32767 B (Mellanox
+    /// `rpg_byte_reset`; Zhu et al. use 10 MB).
     pub byte_counter_bytes: u64,
-    /// Fast-recovery stages `F`. Default 5 (Zhu et al.; ns-3 `FAST_RECOVERY_TIMES 5`).
+    /// Fast-recovery stages `F`. Default 1 (Mellanox `rpg_threshold`; HPCC ns-3
+    /// `FAST_RECOVERY_TIMES 1`; Zhu et al. use 5).
     pub fast_recovery_stages: u32,
     /// Additive increase `R_AI` (bit/s). Default 5 Mbit/s per 25 Gbit/s of line rate
-    /// (20 Mbit/s at 100G; HPCC ns-3 run script scales 5 Mb/s at 25G with the link).
+    /// (20 Mbit/s at 100G; HPCC ns-3 run script `ai = 5 * bw / 25`; Mellanox
+    /// `rpg_ai_rate` 5 Mbit/s).
     pub rate_ai_bps: u64,
-    /// Hyper increase `R_HAI` (bit/s). Default 50 Mbit/s per 25 Gbit/s of line rate.
+    /// Hyper increase `R_HAI` (bit/s). Default 50 Mbit/s per 25 Gbit/s of line rate
+    /// (HPCC ns-3 run script `hai = 50 * bw / 25`; Mellanox `rpg_hai_rate` 50 Mbit/s).
     pub rate_hai_bps: u64,
-    /// Minimum rate (bit/s). Default 100 Mbit/s (ns-3 `MIN_RATE`).
+    /// Minimum rate (bit/s). Default 100 Mbit/s (our choice; ns-3 `MIN_RATE` is 100 Mbit/s
+    /// in its sample config, 1 Gbit/s in the run script).
     pub min_rate_bps: u64,
-    /// Minimum time between two rate decreases (ns). Default 4 us (ns-3
+    /// Minimum time between two rate decreases (ns). Default 4 us (HPCC ns-3
     /// `RATE_DECREASE_INTERVAL 4`, Mellanox `rate_reduce_monitor_period`).
     pub rate_decrease_interval_ns: u64,
-    /// Notification point: at most one CNP per flow per this period (ns). Default 50 us
-    /// (Zhu et al. §3.1, `N = 50 us`).
+    /// Notification point: at most one CNP per flow per this period (ns). Default 4 us
+    /// (Mellanox NP `min_time_between_cnps`; Zhu et al. use N = 50 us).
     pub cnp_interval_ns: u64,
 }
 
@@ -61,13 +66,13 @@ impl DcqcnConfig {
             alpha_init: 1.0,
             alpha_timer_ns: 55_000,
             rate_timer_ns: 300_000,
-            byte_counter_bytes: 10_000_000,
-            fast_recovery_stages: 5,
+            byte_counter_bytes: 32_767,
+            fast_recovery_stages: 1,
             rate_ai_bps: (5e6 * scale) as u64,
             rate_hai_bps: (50e6 * scale) as u64,
             min_rate_bps: 100_000_000,
             rate_decrease_interval_ns: 4_000,
-            cnp_interval_ns: 50_000,
+            cnp_interval_ns: 4_000,
         }
     }
 }
@@ -306,6 +311,8 @@ mod tests {
         c.rate_ai_bps = 40_000_000;
         c.rate_hai_bps = 400_000_000;
         c.byte_counter_bytes = 100_000;
+        c.fast_recovery_stages = 5; // Zhu et al.'s F
+        c.cnp_interval_ns = 50_000; // Zhu et al.'s N
         c
     }
 
