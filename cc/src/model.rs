@@ -259,13 +259,13 @@ impl ModelResult {
                 s.qlen_bytes,
                 g.iter().sum::<f64>()
             )?;
-            for i in 0..n {
+            for (i, gi) in g.iter().enumerate() {
                 let win = if s.window[i] == u64::MAX {
                     -1i128
                 } else {
                     s.window[i] as i128
                 };
-                write!(w, ",{:.3},{},{:.3}", g[i], win, s.rate_bps[i] as f64 / 1e9)?;
+                write!(w, ",{:.3},{},{:.3}", gi, win, s.rate_bps[i] as f64 / 1e9)?;
             }
             writeln!(w)?;
             prev = Some(s);
