@@ -1,0 +1,106 @@
+//! `dpdk-testpmd` as a baseline in the same run.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// What a testpmd run measured.
+#[derive(Debug, Clone)]
+pub struct TestpmdRate {
+    /// Median over the stats periods of the packets per second summed over
+    /// all ports (receive side), in Mpps.
+    pub rx_mpps: f64,
+    /// Number of stats periods the median is over.
+    pub samples: usize,
+}
+
+/// Errors running testpmd.
+#[derive(Debug, thiserror::Error)]
+pub enum TestpmdError {
+    /// The binary is missing or failed to start.
+    #[error("cannot run dpdk-testpmd ({0}); run scripts/setup.sh")]
+    Spawn(std::io::Error),
+    /// It ran but printed no usable rate.
+    #[error("dpdk-testpmd printed no rate; its output was:\n{0}")]
+    NoRate(String),
+}
+
+/// Runs `dpdk-testpmd` with `eal_args` and `app_args` for about `secs`
+/// seconds of forwarding (stats every second, stopped with SIGINT via
+/// `timeout`; its start-up, several seconds with `--no-huge`, comes on top)
+/// and returns the median total receive rate over the periods after the
+/// first one that moved packets (warm-up).
+pub fn run(eal_args: &[&str], app_args: &[&str], secs: u64) -> Result<TestpmdRate, TestpmdError> {
+    let out = Command::new("timeout")
+        .args(["-s", "INT", &format!("{}", secs + 8)])
+        .arg("dpdk-testpmd")
+        .args(eal_args)
+        .arg("--")
+        .args(app_args)
+        .arg("--stats-period=1")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(TestpmdError::Spawn)?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rate = parse_rates(&text).ok_or_else(|| TestpmdError::NoRate(text.clone()))?;
+    std::thread::sleep(Duration::from_millis(100));
+    Ok(rate)
+}
+
+/// Parses testpmd's periodic stats: each period prints one `Rx-pps:` line
+/// per port, ports in order; the first port's id starts a new period.
+pub fn parse_rates(text: &str) -> Option<TestpmdRate> {
+    let mut periods: Vec<f64> = Vec::new();
+    let mut port_in_period = 0usize;
+    let mut ports = 0usize;
+    let mut current = 0f64;
+    for line in text.lines() {
+        if let Some(p) = line.trim().strip_prefix("######################## NIC statistics for port") {
+            let id: usize = p.split_whitespace().next()?.parse().ok()?;
+            if id == 0 && port_in_period > 0 {
+                periods.push(current);
+                current = 0.0;
+                ports = ports.max(port_in_period);
+                port_in_period = 0;
+            }
+            port_in_period += 1;
+        } else if let Some(rest) = line.trim().strip_prefix("Rx-pps:") {
+            current += rest.split_whitespace().next()?.parse::<f64>().ok()?;
+        }
+    }
+    if port_in_period == ports.max(1) {
+        periods.push(current);
+    }
+    // Drop the periods before forwarding started, and the first one after
+    // (partial, warm-up).
+    let mut v: Vec<f64> = periods.into_iter().skip_while(|&r| r <= 0.0).skip(1).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(TestpmdRate {
+        rx_mpps: v[v.len() / 2] / 1e6,
+        samples: v.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_periods_and_takes_the_median_after_warmup() {
+        let mut text = String::new();
+        for r in [0u64, 0, 5, 10, 30, 20, 40] {
+            for port in 0..2 {
+                text += &format!("  ######################## NIC statistics for port {port}  ########################\n");
+                text += &format!("  Rx-pps:   {}          Rx-bps: 0\n", r * 1_000_000);
+            }
+        }
+        let r = parse_rates(&text).unwrap();
+        // periods (sum of 2 ports): 0,0,10,20,60,40,80 -> from the first
+        // non-zero, skip one -> 20,60,40,80 -> median (upper) 60
+        assert_eq!(r.samples, 4);
+        assert_eq!(r.rx_mpps, 60.0);
+        assert!(parse_rates("nothing here").is_none());
+    }
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs what the project needs on Debian 12, idempotently: DPDK 22.11 and
+# its headers, clang for bindgen, tshark and scapy for the packet checks,
+# iproute2 for namespaces and TAP tests, cargo-fuzz for the fuzz smoke run.
+# Reserves hugepages where the kernel lets us (everything also runs with
+# --no-huge). Safe to run any number of times.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "setup.sh: not root and no sudo; install the packages below by hand" >&2
+  fi
+fi
+
+pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev gcc make tshark iproute2 python3 python3-pip procps)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup.sh: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  # tshark asks whether non-root users may capture; the default (no) is fine.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# scapy for the `python3` on PATH (which may be a pyenv build, not Debian's).
+if ! python3 -c 'import scapy.contrib.roce' >/dev/null 2>&1; then
+  echo "setup.sh: installing scapy for $(command -v python3)"
+  python3 -m pip install -q scapy 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages scapy 2>/dev/null \
+    || DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-scapy >/dev/null
+  python3 -c 'import scapy.contrib.roce' || { echo "setup.sh: scapy unavailable" >&2; exit 1; }
+fi
+
+# Rust components used by the test script.
+if command -v rustup >/dev/null 2>&1; then
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "setup.sh: installing cargo-fuzz"
+  cargo install -q --locked cargo-fuzz
+fi
+
+# Hugepages: optional. Reserve 256 x 2 MiB if the kernel allows and none are set.
+hp=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+if [ -w "$hp" ] && [ "$(cat "$hp")" -lt 256 ]; then
+  echo 256 > "$hp" 2>/dev/null || true
+fi
+
+pkg-config --exists libdpdk || { echo "setup.sh: libdpdk not found by pkg-config" >&2; exit 1; }
+echo "setup.sh: ready (DPDK $(pkg-config --modversion libdpdk), $(tshark --version 2>/dev/null | head -1))"
