@@ -88,6 +88,8 @@ pub struct HpccCore {
     /// Telemetry of the previous update, per hop (`L` of line 27).
     links: [IntHop; MAX_HOPS],
     n_links: u8,
+    /// Some telemetry has been stored (`L` is defined).
+    has_links: bool,
     // Constants derived from the configuration.
     t_ns: f64,
     eta: f64,
@@ -102,7 +104,10 @@ pub struct HpccCore {
 const U_FLOOR: f64 = 1e-6;
 
 impl HpccCore {
-    /// New state: `W = Wc = W_init`, `U = 0`, no per-link state.
+    /// New state: `W = Wc = W_init`, no per-link state, and `U = 1`: a flow starts at
+    /// line rate, so the link is taken as fully used until samples say otherwise (the
+    /// draft leaves the initial `U` open; starting at 0 would make the first EWMA
+    /// samples of line 9 look like an idle link and trigger spurious increases).
     pub fn new(cfg: &HpccConfig) -> Self {
         let path = cfg.path.sanitized();
         let t_ns = path.base_rtt_ns as f64;
@@ -126,12 +131,13 @@ impl HpccCore {
             .filter(|w| w.is_finite() && *w >= 0.0)
             .unwrap_or(w_init * (1.0 - eta) / n);
         HpccCore {
-            u: 0.0,
+            u: 1.0,
             wc: w_init,
             w: w_init,
             inc_stage: 0,
             links: [IntHop::default(); MAX_HOPS],
             n_links: 0,
+            has_links: false,
             t_ns,
             eta,
             max_stage: cfg.max_stage,
@@ -192,6 +198,7 @@ impl HpccCore {
             *old = *new; // line 27: L = ack.L
         }
         self.n_links = n as u8;
+        self.has_links |= n > 0;
         if !sampled {
             return None;
         }
@@ -235,6 +242,11 @@ impl HpccCore {
     pub fn window_bytes(&self) -> u64 {
         self.w as u64
     }
+
+    /// Whether telemetry has been stored (`L` of line 27 is defined).
+    pub fn has_telemetry(&self) -> bool {
+        self.has_links
+    }
 }
 
 /// HPCC++ sender-based congestion control (000 §4, §6.3.1), one per QP.
@@ -249,6 +261,9 @@ pub struct Hpcc {
     last_update_seq: u64,
     mode: TelemetryMode,
     probe_outstanding: bool,
+    /// `snd_nxt` when the outstanding probe was sent: the probe response plays the
+    /// role of `ack.seq` in line 22.
+    probe_seq: u64,
     probe_deadline_ns: u64,
     probe_timeout_ns: u64,
 }
@@ -264,6 +279,7 @@ impl Hpcc {
             last_update_seq: 0,
             mode: cfg.mode,
             probe_outstanding: false,
+            probe_seq: 0,
             probe_deadline_ns: 0,
             probe_timeout_ns: t.saturating_mul(cfg.probe_timeout_rtts.max(1) as u64),
         }
@@ -276,8 +292,17 @@ impl Hpcc {
 
     /// 000 fig. 6 (lines 21-27): NewAck with the echoed telemetry and the ACK's
     /// sequence number.
+    ///
+    /// The very first telemetry only defines `L` (there is nothing to difference
+    /// against); it also starts the first update round (`lastUpdateSeq = snd_nxt`), so
+    /// that the first `Wc` update uses a `U` averaged over one RTT of samples, as in
+    /// the HPCC authors' reference simulator.
     pub fn new_ack(&mut self, ack_seq: u64, hops: &[IntHop]) {
+        let first = !self.core.has_telemetry();
         let Some(u) = self.core.measure_inflight(hops) else {
+            if first {
+                self.last_update_seq = self.snd_nxt;
+            }
             return;
         };
         if ack_seq > self.last_update_seq {
@@ -295,6 +320,7 @@ impl Hpcc {
 
     fn issue_probe(&mut self, now_ns: u64, a: &mut Actions) {
         self.probe_outstanding = true;
+        self.probe_seq = self.snd_nxt;
         self.probe_deadline_ns = now_ns.saturating_add(self.probe_timeout_ns);
         a.send_probe = true;
         a.arm(self.probe_deadline_ns, TimerKind::ProbeTimeout);
@@ -351,12 +377,14 @@ impl CongestionControl for Hpcc {
     }
 
     fn on_probe_response(&mut self, now_ns: u64, telemetry: &[IntHop]) -> Actions {
-        // One probe per RTT (000 §6.2.1 item 2): every response is a once-per-RTT
-        // sample, so it updates Wc (003 §6.1 first guideline).
-        if let Some(u) = self.core.measure_inflight(telemetry) {
-            self.core.compute_wind(u, true);
-            self.last_update_seq = self.snd_nxt;
+        // One probe per RTT (000 §6.2.1 item 2). The response runs NewAck (fig. 6)
+        // with the probe's send-time snd_nxt as `ack.seq`: a probe sent right after a
+        // Wc update measures traffic still sent with the old Wc, so it only updates W
+        // (line 26); Wc is committed at most once per round (003 §6.1).
+        if !self.probe_outstanding {
+            return Actions::NONE; // unsolicited or duplicate response
         }
+        self.new_ack(self.probe_seq.max(1), telemetry);
         let mut a = Actions::NONE;
         self.probe_outstanding = false;
         if self.mode == TelemetryMode::Probe && self.inflight() {
@@ -432,11 +460,11 @@ mod tests {
         assert_eq!(c.measure_inflight(&[hop(1, 1_000, 0, 5_000, G100)]), None);
         // 000 fig. 4 line 4: txRate = 50000 B / 5000 ns = 10 B/ns; B = 12.5 B/ns
         // line 5: u' = min(10000, 5000) / (12.5 * 10000) + 10 / 12.5 = 0.04 + 0.8 = 0.84
-        // line 8: tau = min(5000, 10000) = 5000; line 9: U = 0.5 * 0 + 0.5 * 0.84 = 0.42
+        // line 8: tau = min(5000, 10000) = 5000; line 9 from the initial U = 1: U = 0.5 * 1 + 0.5 * 0.84 = 0.92
         let u = c
             .measure_inflight(&[hop(1, 6_000, 50_000, 10_000, G100)])
             .unwrap();
-        assert!(close(u, 0.42), "{u}");
+        assert!(close(u, 0.92), "{u}");
         // next interval 20 us > T: tau clamped to T (line 8) so U = u'
         // txRate = 250000 / 20000 = 12.5 B/ns -> 1.0; qlen min(10000, 0) = 0
         let u = c
@@ -453,14 +481,14 @@ mod tests {
         // hop 1 as above: u' = 0.84, dt = 5000
         // hop 2: B = 5 B/ns, txRate = 8000 / 2000 = 4 B/ns -> 0.8;
         //        qlen min(25000, 30000) / (5 * 10000) = 0.5 -> u' = 1.3 (lines 6-7 pick it)
-        // line 9 with tau = 2000: U = 0.8 * 0 + 0.2 * 1.3 = 0.26
+        // line 9 with tau = 2000: U = 0.8 * 1 + 0.2 * 1.3 = 1.06
         let u = c
             .measure_inflight(&[
                 hop(1, 6_000, 50_000, 10_000, G100),
                 hop(2, 3_000, 8_000, 30_000, g40),
             ])
             .unwrap();
-        assert!(close(u, 0.26), "{u}");
+        assert!(close(u, 1.06), "{u}");
     }
 
     #[test]
@@ -471,7 +499,7 @@ mod tests {
         let u = c
             .measure_inflight(&[hop(1, 3_000, 40_000, 10_000, G100)])
             .unwrap();
-        assert!(close(u, 0.42), "{u}");
+        assert!(close(u, 0.92), "{u}");
     }
 
     #[test]
@@ -484,7 +512,7 @@ mod tests {
         let u = c
             .measure_inflight(&[hop(7, 11_000, 100_000, 0, G100)])
             .unwrap();
-        assert!(close(u, 0.5 * 0.8), "{u}");
+        assert!(close(u, 0.5 * 1.0 + 0.5 * 0.8), "{u}");
     }
 
     #[test]
@@ -496,7 +524,7 @@ mod tests {
         assert_eq!(c.measure_inflight(&[hop(1, 1_000, 9, 0, G100)]), None);
         assert_eq!(c.measure_inflight(&[hop(1, 2_000, 9, 0, 0)]), None);
         assert_eq!(c.measure_inflight(&[hop(1, 500, 9, 0, G100)]), None);
-        assert_eq!(c.u, 0.0);
+        assert_eq!(c.u, 1.0);
     }
 
     #[test]
@@ -534,15 +562,16 @@ mod tests {
     #[test]
     fn new_ack_updates_wc_once_per_rtt() {
         let mut h = Hpcc::new(&cfg());
-        for i in 0..10u64 {
-            h.on_send(&SendEvent {
-                now_ns: 0,
-                lsn: i * 1000,
-                bytes: 1000,
-                ..Default::default()
-            });
-        }
-        let t0 = [hop(1, 0, 0, 0, G100)];
+        let send = |h: &mut Hpcc, from: u64, to: u64| {
+            for i in from..to {
+                h.on_send(&SendEvent {
+                    now_ns: 0,
+                    lsn: i * 1000,
+                    bytes: 1000,
+                    ..Default::default()
+                });
+            }
+        };
         fn ack(seq: u64, tel: &[IntHop]) -> AckEvent<'_> {
             AckEvent {
                 acked_lsn: seq,
@@ -550,27 +579,34 @@ mod tests {
                 ..Default::default()
             }
         }
-        h.on_ack(&ack(1000, &t0)); // first telemetry: no sample
-        assert_eq!(h.last_update_seq, 0);
-        // U = 0.5 * 0 + 0.5 * (0 + 1.0) = 0.5 < eta, stage 0: AI (line 17), update Wc
-        let t1 = [hop(1, 5_000, 62_500, 0, G100)];
-        h.on_ack(&ack(2000, &t1));
-        assert_eq!(h.last_update_seq, 10_000); // line 24: lastUpdateSeq = snd_nxt
-        assert_eq!(h.core.inc_stage, 1);
-        let wc = h.core.wc;
-        assert!(close(wc, 125_000.0), "clamped at BDP: {wc}");
-        // ack.seq 3000 <= lastUpdateSeq: line 26, Wc and incStage unchanged
-        // U = 0.5 * 0.5 + 0.5 * (qlen 0 + 12.5/12.5 * 2) = 1.25 >= eta -> line 13
-        let t2 = [hop(1, 10_000, 187_500, 0, G100)];
-        h.on_ack(&ack(3000, &t2));
-        assert_eq!(h.core.inc_stage, 1);
-        assert!(close(h.core.wc, wc));
-        let expect = wc / (1.25 / 0.95) + 390.625;
-        assert!(close(h.core.w, expect), "{} vs {expect}", h.core.w);
-        assert_eq!(h.window_bytes(), expect as u64);
+        send(&mut h, 0, 10);
+        // first telemetry: defines L, starts the first round (lastUpdateSeq = snd_nxt)
+        h.on_ack(&ack(1000, &[hop(1, 0, 0, 0, G100)]));
+        assert_eq!(h.last_update_seq, 10_000);
+        assert!(close(h.core.w, 125_000.0));
+        // ack.seq 2000 <= lastUpdateSeq: line 26 (W only). txRate = 62500/5000 B/ns
+        // -> u' = 1.0; U = 0.5 * 1 + 0.5 * 1 = 1.0 >= eta: line 13 with Wc = 125000
+        h.on_ack(&ack(2000, &[hop(1, 5_000, 62_500, 0, G100)]));
+        let w = 125_000.0 / (1.0 / 0.95) + 390.625;
+        assert!(close(h.core.w, w), "{} vs {w}", h.core.w);
+        assert!(close(h.core.wc, 125_000.0), "Wc unchanged (line 14 false)");
+        assert_eq!(h.last_update_seq, 10_000);
+        send(&mut h, 10, 20);
+        // ack.seq 10001 > lastUpdateSeq: line 23-24, Wc updated, lastUpdateSeq = 20000
+        // txRate = 125000/5000 = 25 B/ns -> u' = 2; U = 0.5 * 1 + 0.5 * 2 = 1.5
+        h.on_ack(&ack(10_001, &[hop(1, 10_000, 187_500, 0, G100)]));
+        let w = 125_000.0 / (1.5 / 0.95) + 390.625;
+        assert!(close(h.core.w, w), "{} vs {w}", h.core.w);
+        assert!(close(h.core.wc, w));
+        assert_eq!(h.core.inc_stage, 0);
+        assert_eq!(h.last_update_seq, 20_000);
+        assert_eq!(h.window_bytes(), w as u64);
         // R = W / T (line 27): bits/s
-        let r = (expect * 8.0e9 / 10_000.0) as u64;
+        let r = (w * 8.0e9 / 10_000.0) as u64;
         assert!(h.rate_bps().abs_diff(r) <= 1);
+        // an ACK without telemetry changes nothing
+        h.on_ack(&ack(11_000, &[]));
+        assert!(close(h.core.w, w));
     }
 
     #[test]
@@ -602,8 +638,8 @@ mod tests {
         let a = h.on_probe_response(16_000, &[hop(1, 8_000, 90_000, 0, G100)]);
         assert!(!a.send_probe);
         // the response carried a sample: txRate = 90000 / 8000 = 11.25 B/ns -> u' = 0.9,
-        // tau = 8000 (line 9): U = 0.2 * 0 + 0.8 * 0.9 = 0.72
-        assert!(close(h.core.u, 0.72), "{}", h.core.u);
+        // tau = 8000 (line 9): U = 0.2 * 1 + 0.8 * 0.9 = 0.92
+        assert!(close(h.core.u, 0.92), "{}", h.core.u);
         // a new send starts probing again
         assert!(h.on_send(&s(2000)).send_probe);
         // a lost probe: the timeout re-issues it (stale expiry ignored)

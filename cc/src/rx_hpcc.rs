@@ -159,9 +159,10 @@ mod tests {
         });
         let mut r = RxHpcc::new(&cfg);
         assert_eq!(r.on_rx_data(&rx(0, &[hop(0, 0)])).feedback_window, None);
-        // first sample (U = 0.5 * 2.0 = 1.0 >= eta): line 30 + 31, W = Wc*eta/U + W_ai
+        // first sample: u' = 25 B/ns / 12.5 = 2, U = 0.5 * 1 + 0.5 * 2 = 1.5 >= eta:
+        // line 30 + 31, W = Wc * eta / U + W_ai
         let a = r.on_rx_data(&rx(5_000, &[hop(5_000, 125_000)]));
-        let w1 = (125_000.0 * 0.95 / 1.0 + 390.625) as u64;
+        let w1 = (125_000.0 * 0.95 / 1.5 + 390.625) as u64;
         assert_eq!(a.feedback_window, Some(w1));
         // within T (line 33-34): local update only, nothing fed back
         let a = r.on_rx_data(&rx(10_000, &[hop(10_000, 187_500)]));
