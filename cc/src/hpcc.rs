@@ -97,6 +97,7 @@ pub struct HpccCore {
     w_ai: f64,
     w_min: f64,
     w_max: f64,
+    line_bps: f64,
 }
 
 /// Smallest `U` used as a divisor in line 13 (keeps `Wc*eta/U` finite; the result is
@@ -144,6 +145,7 @@ impl HpccCore {
             w_ai,
             w_min,
             w_max,
+            line_bps: path.line_rate_bps as f64,
         }
     }
 
@@ -152,9 +154,10 @@ impl HpccCore {
         self.w_ai
     }
 
-    /// Pacing rate `R = W / T` (line 27), bit/s.
+    /// Pacing rate `R = W / T` (line 27), bit/s, capped at the line rate (the cap only
+    /// binds when the BDP is below one MTU, where `W_max` is one MTU).
     pub fn rate_bps(&self) -> u64 {
-        window_to_bps(self.w, self.t_ns) as u64
+        window_to_bps(self.w, self.t_ns).min(self.line_bps).max(1.0) as u64
     }
 
     /// 000 fig. 4 (lines 1-10): MeasureInflight. Returns the new `U`, or `None` when no

@@ -270,3 +270,72 @@ impl CongestionControl for AnyCc {
         dispatch!(self, c => c.kind())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn cc_kind_from_str_and_display_round_trip() {
+        for (s, k) in [
+            ("none", CcKind::None),
+            ("dcqcn", CcKind::Dcqcn),
+            ("hpcc", CcKind::Hpcc),
+            ("rx-hpcc", CcKind::RxHpcc),
+            ("ldcp", CcKind::Ldcp),
+        ] {
+            assert_eq!(s.parse::<CcKind>(), Ok(k));
+            assert_eq!(k.to_string(), s);
+        }
+        assert_eq!(" HPCC ".parse::<CcKind>(), Ok(CcKind::Hpcc));
+        let e = "timely".parse::<CcKind>().unwrap_err();
+        assert!(e.to_string().contains("timely"));
+        assert!("".parse::<CcKind>().is_err());
+        assert!("rxhpcc".parse::<CcKind>().is_err());
+    }
+
+    #[test]
+    fn factory_builds_each_kind_with_its_defaults() {
+        let path = PathConfig::default();
+        for k in CcKind::ALL {
+            let cc = k.build(path);
+            assert_eq!(cc.kind(), k);
+            assert_eq!(k.default_config(path).kind(), k);
+            assert!(cc.rate_bps() > 0 && cc.rate_bps() <= path.line_rate_bps);
+        }
+        // all start at line rate with at least one BDP of window
+        let bdp = path.bdp_bytes();
+        assert_eq!(bdp, 62_500);
+        for k in CcKind::ALL {
+            let cc = k.build(path);
+            assert_eq!(cc.rate_bps(), path.line_rate_bps, "{k}");
+            assert!(cc.window_bytes() >= bdp, "{k}");
+        }
+    }
+
+    /// Per-QP state size (documented in docs/cc.md). The largest variants hold the
+    /// HPCC++ per-hop telemetry (`MAX_HOPS` x 24 B).
+    #[test]
+    fn state_sizes() {
+        assert_eq!(size_of::<IntHop>(), 24);
+        assert!(size_of::<NoCc>() <= 16);
+        assert!(size_of::<Dcqcn>() <= 256, "{}", size_of::<Dcqcn>());
+        assert!(size_of::<Ldcp>() <= 160, "{}", size_of::<Ldcp>());
+        assert!(size_of::<Hpcc>() <= 384, "{}", size_of::<Hpcc>());
+        assert!(size_of::<RxHpcc>() <= 384, "{}", size_of::<RxHpcc>());
+        assert!(size_of::<AnyCc>() <= 384, "{}", size_of::<AnyCc>());
+        assert!(size_of::<Actions>() <= 80, "{}", size_of::<Actions>());
+        eprintln!(
+            "sizes: IntHop {} NoCc {} Dcqcn {} Ldcp {} Hpcc {} RxHpcc {} AnyCc {} Actions {}",
+            size_of::<IntHop>(),
+            size_of::<NoCc>(),
+            size_of::<Dcqcn>(),
+            size_of::<Ldcp>(),
+            size_of::<Hpcc>(),
+            size_of::<RxHpcc>(),
+            size_of::<AnyCc>(),
+            size_of::<Actions>()
+        );
+    }
+}

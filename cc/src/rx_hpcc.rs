@@ -25,6 +25,7 @@ pub struct RxHpcc {
     tx_w_min: f64,
     tx_w_max: f64,
     t_ns_f: f64,
+    line_bps: f64,
 }
 
 impl RxHpcc {
@@ -42,6 +43,7 @@ impl RxHpcc {
             tx_w_min: w_min,
             tx_w_max: w_max,
             t_ns_f: path.base_rtt_ns as f64,
+            line_bps: path.line_rate_bps as f64,
         }
     }
 
@@ -114,7 +116,9 @@ impl CongestionControl for RxHpcc {
     }
 
     fn rate_bps(&self) -> u64 {
-        window_to_bps(self.tx_window, self.t_ns_f) as u64
+        window_to_bps(self.tx_window, self.t_ns_f)
+            .min(self.line_bps)
+            .max(1.0) as u64
     }
 
     fn kind(&self) -> CcKind {
