@@ -1,53 +1,46 @@
 //! io forwarding on two `net_null` ports: our loop ([`bench::fwd`]) against
-//! `dpdk-testpmd --forward-mode=io` on the same vdevs, one after the other in
-//! the same run, one forwarding core each. Prints both rates and the ratio.
+//! `dpdk-testpmd --forward-mode=io` on the same vdevs, one forwarding core
+//! each, alternating in the same run (testpmd, ours, testpmd, ours, ...) so
+//! that a noisy neighbour hurts both alike. Prints every round, the medians
+//! and their ratio.
 //!
-//! `cargo bench -p bench --bench io_fwd` (IO_FWD_SECS sets the seconds per
-//! side, default 8).
+//! `cargo bench -p bench --bench io_fwd` (IO_FWD_SECS: seconds per side and
+//! round, default 6; IO_FWD_ROUNDS: rounds, default 2).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bench::fwd::{forward, FwdCounters, Path};
-use dpdk::{lcore, Eal, Mempool, Port};
+use dpdk::{lcore, Eal, Mempool, Port, RxQueue, TxQueue};
 
 const EAL_COMMON: &[&str] = &["--no-huge", "-m", "1024", "--no-pci", "--no-shconf", "--no-telemetry"];
 
-fn main() {
-    let secs: u64 = std::env::var("IO_FWD_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
-    let cores = lcore::available_cores();
-    let fwd_core = *cores.last().expect("no CPU");
-    let main_core = *cores.first().expect("no CPU");
-    let lcores = format!("{main_core},{fwd_core}");
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
 
-    // Baseline first, in a child process.
-    let mut eal: Vec<&str> = vec!["-l", &lcores];
-    eal.extend_from_slice(EAL_COMMON);
-    eal.extend_from_slice(&["--vdev", "net_null0", "--vdev", "net_null1"]);
-    let testpmd = bench::testpmd::run(
-        &eal,
-        &["--forward-mode=io", "--nb-cores=1", "--burst=32", "--rxd=1024", "--txd=1024", "--mbcache=250"],
-        secs,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
 
-    // Ours, in this process, on the same vdevs.
-    let mut args = vec!["io_fwd"];
-    args.extend_from_slice(EAL_COMMON);
-    let eal = Eal::init(&args).expect("EAL");
-    let pool = Mempool::new(eal, "io_fwd", 16384, 250, Mempool::DEFAULT_DATA_ROOM).expect("pool");
-    let mut p0 = Port::open(eal, "net_null0").expect("net_null0");
-    let mut p1 = Port::open(eal, "net_null1").expect("net_null1");
-    let (rx0, tx0) = p0.configure_single(&pool).expect("configure");
-    let (rx1, tx1) = p1.configure_single(&pool).expect("configure");
+/// Runs our forwarder for `secs` on `queues` and returns (median Mpps over
+/// the seconds after the first, the queues back, tx drops).
+fn run_ours(
+    eal: &'static Eal,
+    core: usize,
+    queues: [(RxQueue, TxQueue); 2],
+    secs: u64,
+) -> (f64, [(RxQueue, TxQueue); 2], u64) {
     let counters = Arc::new(FwdCounters::default());
     let stop = Arc::new(AtomicBool::new(false));
     let (c2, s2) = (counters.clone(), stop.clone());
-    let worker = lcore::spawn_pinned(eal, "fwd", Some(fwd_core), move || {
-        eprintln!("forwarding lcore id: {:?}", lcore::lcore_id());
+    let [(rx0, tx0), (rx1, tx1)] = queues;
+    let worker = lcore::spawn_pinned(eal, "fwd", Some(core), move || {
         let mut paths = [Path { rx: rx0, tx: tx1 }, Path { rx: rx1, tx: tx0 }];
         forward(&mut paths, &c2, &s2);
+        paths
     })
     .expect("spawn");
     let mut rates = Vec::new();
@@ -59,14 +52,52 @@ fn main() {
         last = now;
     }
     stop.store(true, Ordering::Relaxed);
-    worker.join().expect("forwarding thread");
-    let dropped = counters.dropped.load(Ordering::Relaxed);
-    let mut steady: Vec<f64> = rates.into_iter().skip(2).collect();
-    steady.sort_by(|a, b| a.total_cmp(b));
-    let ours = steady[steady.len() / 2] / 1e6;
+    let [p0, p1] = worker.join().expect("forwarding thread");
+    let steady: Vec<f64> = rates.into_iter().skip(1).collect();
+    // Give the queues back in their original pairing (port 0's rx with its tx).
+    let queues = [(p0.rx, p1.tx), (p1.rx, p0.tx)];
+    (median(steady) / 1e6, queues, counters.dropped.load(Ordering::Relaxed))
+}
 
-    println!("io forwarding, 2 x net_null, 1 forwarding core, burst 32, {secs} s each");
-    println!("  dpdk-testpmd io : {:8.2} Mpps (median of {} periods)", testpmd.rx_mpps, testpmd.samples);
-    println!("  ours (bench::fwd): {:8.2} Mpps (median of {} periods, {dropped} tx drops)", ours, steady.len());
-    println!("  ratio ours/testpmd: {:.3}", ours / testpmd.rx_mpps);
+fn main() {
+    let secs = env("IO_FWD_SECS", 6).max(3);
+    let rounds = env("IO_FWD_ROUNDS", 2).max(1);
+    let cores = lcore::available_cores();
+    let fwd_core = *cores.last().expect("no CPU");
+    let main_core = *cores.first().expect("no CPU");
+    let lcores = format!("{main_core},{fwd_core}");
+    let mut tp_eal: Vec<&str> = vec!["-l", &lcores];
+    tp_eal.extend_from_slice(EAL_COMMON);
+    tp_eal.extend_from_slice(&["--vdev", "net_null0", "--vdev", "net_null1"]);
+    let tp_app = ["--forward-mode=io", "--nb-cores=1", "--burst=32", "--rxd=1024", "--txd=1024", "--mbcache=250"];
+
+    let mut args = vec!["io_fwd"];
+    args.extend_from_slice(EAL_COMMON);
+    let eal = Eal::init(&args).expect("EAL");
+    let pool = Mempool::new(eal, "io_fwd", 16384, 250, Mempool::DEFAULT_DATA_ROOM).expect("pool");
+    let mut p0 = Port::open(eal, "net_null0").expect("net_null0");
+    let mut p1 = Port::open(eal, "net_null1").expect("net_null1");
+    let mut queues = [
+        p0.configure_single(&pool).expect("configure"),
+        p1.configure_single(&pool).expect("configure"),
+    ];
+
+    println!("io forwarding, 2 x net_null, 1 forwarding core, burst 32, {secs} s per side, {rounds} rounds");
+    let (mut theirs, mut ours) = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        let tp = bench::testpmd::run(&tp_eal, &tp_app, secs).unwrap_or_else(|e| panic!("{e}"));
+        let (mpps, q, dropped) = run_ours(eal, fwd_core, queues, secs);
+        queues = q;
+        println!(
+            "  round {round}: dpdk-testpmd io {:7.2} Mpps | ours {:7.2} Mpps ({dropped} tx drops) | ratio {:.3}",
+            tp.rx_mpps,
+            mpps,
+            mpps / tp.rx_mpps
+        );
+        theirs.push(tp.rx_mpps);
+        ours.push(mpps);
+    }
+    let (t, o) = (median(theirs), median(ours));
+    println!("  median: dpdk-testpmd io {t:7.2} Mpps | ours {o:7.2} Mpps");
+    println!("  ratio ours/testpmd: {:.3}", o / t);
 }
