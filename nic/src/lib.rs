@@ -1,1 +1,9 @@
-//! placeholder
+//! The poll-mode RoCEv2 NIC engine (DESIGN.md §5).
+//!
+//! Pure building blocks (testable without DPDK) and the DPDK shell that runs
+//! them on poll-mode lcores.
+
+pub mod exchange;
+pub mod pcapng;
+pub mod scheduler;
+pub mod timer_wheel;
