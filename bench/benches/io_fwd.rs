@@ -14,10 +14,20 @@ use std::time::{Duration, Instant};
 use bench::fwd::{forward, FwdCounters, Path};
 use dpdk::{lcore, Eal, Mempool, Port, RxQueue, TxQueue};
 
-const EAL_COMMON: &[&str] = &["--no-huge", "-m", "1024", "--no-pci", "--no-shconf", "--no-telemetry"];
+const EAL_COMMON: &[&str] = &[
+    "--no-huge",
+    "-m",
+    "1024",
+    "--no-pci",
+    "--no-shconf",
+    "--no-telemetry",
+];
 
 fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -56,7 +66,11 @@ fn run_ours(
     let steady: Vec<f64> = rates.into_iter().skip(1).collect();
     // Give the queues back in their original pairing (port 0's rx with its tx).
     let queues = [(p0.rx, p1.tx), (p1.rx, p0.tx)];
-    (median(steady) / 1e6, queues, counters.dropped.load(Ordering::Relaxed))
+    (
+        median(steady) / 1e6,
+        queues,
+        counters.dropped.load(Ordering::Relaxed),
+    )
 }
 
 fn main() {
@@ -69,7 +83,14 @@ fn main() {
     let mut tp_eal: Vec<&str> = vec!["-l", &lcores];
     tp_eal.extend_from_slice(EAL_COMMON);
     tp_eal.extend_from_slice(&["--vdev", "net_null0", "--vdev", "net_null1"]);
-    let tp_app = ["--forward-mode=io", "--nb-cores=1", "--burst=32", "--rxd=1024", "--txd=1024", "--mbcache=250"];
+    let tp_app = [
+        "--forward-mode=io",
+        "--nb-cores=1",
+        "--burst=32",
+        "--rxd=1024",
+        "--txd=1024",
+        "--mbcache=250",
+    ];
 
     let mut args = vec!["io_fwd"];
     args.extend_from_slice(EAL_COMMON);

@@ -54,7 +54,10 @@ pub fn parse_rates(text: &str) -> Option<TestpmdRate> {
     let mut ports = 0usize;
     let mut current = 0f64;
     for line in text.lines() {
-        if let Some(p) = line.trim().strip_prefix("######################## NIC statistics for port") {
+        if let Some(p) = line
+            .trim()
+            .strip_prefix("######################## NIC statistics for port")
+        {
             let id: usize = p.split_whitespace().next()?.parse().ok()?;
             if id == 0 && port_in_period > 0 {
                 periods.push(current);
@@ -72,7 +75,11 @@ pub fn parse_rates(text: &str) -> Option<TestpmdRate> {
     }
     // Drop the periods before forwarding started, and the first one after
     // (partial, warm-up).
-    let mut v: Vec<f64> = periods.into_iter().skip_while(|&r| r <= 0.0).skip(1).collect();
+    let mut v: Vec<f64> = periods
+        .into_iter()
+        .skip_while(|&r| r <= 0.0)
+        .skip(1)
+        .collect();
     if v.is_empty() {
         return None;
     }

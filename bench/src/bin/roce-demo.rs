@@ -34,7 +34,9 @@ struct Args {
 }
 
 fn main() {
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
     let args = Args::parse();
     if let Err(e) = run(args) {
         eprintln!("roce-demo: {e}");
@@ -46,8 +48,16 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut eal_args = vec!["roce-demo".to_string()];
     if args.eal.is_empty() {
         eal_args.extend(
-            ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--no-telemetry", "--log-level=lib.eal:warning"]
-                .map(String::from),
+            [
+                "--no-huge",
+                "-m",
+                "512",
+                "--no-pci",
+                "--no-shconf",
+                "--no-telemetry",
+                "--log-level=lib.eal:warning",
+            ]
+            .map(String::from),
         );
     } else {
         eal_args.extend(args.eal.iter().cloned());
@@ -129,7 +139,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     for sec in 1..=args.seconds {
         std::thread::sleep(Duration::from_secs(1));
         let now = Instant::now();
-        let (s, r) = (sent.load(Ordering::Relaxed), received.load(Ordering::Relaxed));
+        let (s, r) = (
+            sent.load(Ordering::Relaxed),
+            received.load(Ordering::Relaxed),
+        );
         let dt = now.duration_since(last.0).as_secs_f64();
         let tx_pps = (s - last.1) as f64 / dt;
         let rx_pps = (r - last.2) as f64 / dt;
@@ -146,7 +159,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     stop.store(true, Ordering::Relaxed);
     tx.join().map_err(|_| "tx thread panicked")?;
     let deadline = Instant::now() + Duration::from_secs(1);
-    while received.load(Ordering::Relaxed) < sent.load(Ordering::Relaxed) && Instant::now() < deadline {
+    while received.load(Ordering::Relaxed) < sent.load(Ordering::Relaxed)
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(1));
     }
     stop_rx.store(true, Ordering::Relaxed);
