@@ -15,14 +15,26 @@
 //! `Ethernet / IPv4 / UDP(4791) / [INT-MD container] / BTH / [CC ext] / [RETH|AETH|ImmDt|
 //! AtomicETH|AtomicAckETH] / payload / pad / ICRC`.
 
+pub mod bth;
+pub mod ccext;
 pub mod ethernet;
+pub mod frame;
+pub mod icrc;
 pub mod int;
 pub mod ipv4;
+pub mod transport_hdrs;
 pub mod udp;
 
+pub use bth::{BthFlags, BthPacket, BthRepr, Opcode};
+pub use ccext::{CcExtFlags, CcExtPacket, CcExtRepr};
 pub use ethernet::{EtherType, EthernetAddress, EthernetPacket, EthernetRepr};
+pub use frame::{parse_frame, FrameBuilder, ParseOptions, RoceFrame};
+pub use icrc::{icrc_frame, verify_icrc, IcrcHasher};
 pub use int::{HopRecord, IntPacket, IntRepr};
 pub use ipv4::{Ecn, Ipv4Address, Ipv4Packet, Ipv4Repr};
+pub use transport_hdrs::{
+    AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, ImmDtRepr, NakCode, RethRepr,
+};
 pub use udp::{UdpPacket, UdpRepr, ROCEV2_UDP_PORT};
 
 /// Why a buffer could not be parsed or an emit could not be done.

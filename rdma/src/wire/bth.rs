@@ -1,0 +1,433 @@
+//! Base Transport Header (IBA volume 1, section 9.2) and the RC opcodes (IBA table 38),
+//! plus CNP (RoCEv2 annex A17.9.3) and this project's manufacturer-specific opcodes
+//! (0xC0-0xFF, IBA 9.2.1) for HPCC++ probes.
+//!
+//! ```text
+//!  byte 0      1                 2-3      4           5-7      8          9-11
+//! +--------+------------------+--------+-----------+--------+----------+--------+
+//! | opcode |SE|M|Pad(2)|TVer(4)| P_Key  |F|B|resv6  | DestQP |A| resv7  |  PSN   |
+//! +--------+------------------+--------+-----------+--------+----------+--------+
+//! ```
+//! Byte 4 (FECN/BECN/reserved) is masked in the ICRC (IBA A17.4.5).
+
+use super::{need, need_out, Result, WireError};
+use zerocopy::network_endian::U16;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// Length of the BTH.
+pub const HEADER_LEN: usize = 12;
+/// The default partition key (full member of the default partition).
+pub const DEFAULT_PKEY: u16 = 0xFFFF;
+
+bitflags::bitflags! {
+    /// Flag bits of BTH byte 1 (the pad count and TVer live in the same byte).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct BthFlags: u8 {
+        /// Solicited event.
+        const SE = 0x80;
+        /// Migration state.
+        const MIG = 0x40;
+    }
+}
+
+/// The BTH as it lies on the wire.
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct BthHeader {
+    /// Opcode.
+    pub opcode: u8,
+    /// SE | M | PadCnt(2) | TVer(4).
+    pub flags: u8,
+    /// Partition key.
+    pub pkey: U16,
+    /// FECN | BECN | reserved (RoCEv2: reserved).
+    pub fecn_becn: u8,
+    /// Destination QP number (24 bits).
+    pub dest_qp: [u8; 3],
+    /// AckReq | reserved.
+    pub ack_req: u8,
+    /// Packet sequence number (24 bits).
+    pub psn: [u8; 3],
+}
+
+macro_rules! opcodes {
+    ($( $(#[$m:meta])* $name:ident = $v:expr ),* $(,)?) => {
+        /// BTH opcodes this implementation emits and accepts (RC, IBA table 38; CNP;
+        /// probe opcodes in the manufacturer-specific range).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum Opcode { $( $(#[$m])* $name = $v ),* }
+
+        impl Opcode {
+            /// Decodes a byte; unknown values are an error.
+            pub fn from_u8(v: u8) -> Result<Opcode> {
+                match v { $( $v => Ok(Opcode::$name), )* o => Err(WireError::UnknownOpcode(o)) }
+            }
+        }
+    };
+}
+
+opcodes! {
+    /// RC SEND First.
+    SendFirst = 0x00,
+    /// RC SEND Middle.
+    SendMiddle = 0x01,
+    /// RC SEND Last.
+    SendLast = 0x02,
+    /// RC SEND Last with Immediate.
+    SendLastImm = 0x03,
+    /// RC SEND Only.
+    SendOnly = 0x04,
+    /// RC SEND Only with Immediate.
+    SendOnlyImm = 0x05,
+    /// RC RDMA WRITE First.
+    WriteFirst = 0x06,
+    /// RC RDMA WRITE Middle.
+    WriteMiddle = 0x07,
+    /// RC RDMA WRITE Last.
+    WriteLast = 0x08,
+    /// RC RDMA WRITE Last with Immediate.
+    WriteLastImm = 0x09,
+    /// RC RDMA WRITE Only.
+    WriteOnly = 0x0A,
+    /// RC RDMA WRITE Only with Immediate.
+    WriteOnlyImm = 0x0B,
+    /// RC RDMA READ Request.
+    ReadRequest = 0x0C,
+    /// RC RDMA READ Response First.
+    ReadResponseFirst = 0x0D,
+    /// RC RDMA READ Response Middle.
+    ReadResponseMiddle = 0x0E,
+    /// RC RDMA READ Response Last.
+    ReadResponseLast = 0x0F,
+    /// RC RDMA READ Response Only.
+    ReadResponseOnly = 0x10,
+    /// RC Acknowledge.
+    Acknowledge = 0x11,
+    /// RC ATOMIC Acknowledge.
+    AtomicAcknowledge = 0x12,
+    /// RC CmpSwap.
+    CompareSwap = 0x13,
+    /// RC FetchAdd.
+    FetchAdd = 0x14,
+    /// RoCEv2 Congestion Notification Packet (annex A17.9.3).
+    Cnp = 0x81,
+    /// HPCC++ probe request (manufacturer-specific, this project).
+    Probe = 0xC0,
+    /// HPCC++ probe response carrying echoed telemetry (manufacturer-specific).
+    ProbeResponse = 0xC1,
+}
+
+impl Opcode {
+    /// Carries a RETH (WRITE First/Only, READ Request).
+    pub fn has_reth(self) -> bool {
+        matches!(
+            self,
+            Opcode::WriteFirst | Opcode::WriteOnly | Opcode::WriteOnlyImm | Opcode::ReadRequest
+        )
+    }
+
+    /// Carries an AETH (READ Response First/Last/Only, Acknowledge, Atomic Acknowledge).
+    pub fn has_aeth(self) -> bool {
+        matches!(
+            self,
+            Opcode::ReadResponseFirst
+                | Opcode::ReadResponseLast
+                | Opcode::ReadResponseOnly
+                | Opcode::Acknowledge
+                | Opcode::AtomicAcknowledge
+        )
+    }
+
+    /// Carries an ImmDt.
+    pub fn has_immdt(self) -> bool {
+        matches!(
+            self,
+            Opcode::SendLastImm | Opcode::SendOnlyImm | Opcode::WriteLastImm | Opcode::WriteOnlyImm
+        )
+    }
+
+    /// Carries an AtomicETH.
+    pub fn has_atomic_eth(self) -> bool {
+        matches!(self, Opcode::CompareSwap | Opcode::FetchAdd)
+    }
+
+    /// Carries an AtomicAckETH.
+    pub fn has_atomic_ack_eth(self) -> bool {
+        self == Opcode::AtomicAcknowledge
+    }
+
+    /// May carry a payload.
+    pub fn has_payload(self) -> bool {
+        self.is_send() || self.is_write() || self.is_read_response()
+    }
+
+    /// Any SEND opcode.
+    pub fn is_send(self) -> bool {
+        (self as u8) <= 0x05
+    }
+
+    /// Any RDMA WRITE opcode.
+    pub fn is_write(self) -> bool {
+        (0x06..=0x0B).contains(&(self as u8))
+    }
+
+    /// Any READ response opcode.
+    pub fn is_read_response(self) -> bool {
+        (0x0D..=0x10).contains(&(self as u8))
+    }
+
+    /// A request the responder processes (SEND, WRITE, READ Request, ATOMIC).
+    pub fn is_request(self) -> bool {
+        (self as u8) <= 0x0C || self.has_atomic_eth()
+    }
+
+    /// A response the requester processes (READ responses, ACK, ATOMIC ACK).
+    pub fn is_response(self) -> bool {
+        (0x0D..=0x12).contains(&(self as u8))
+    }
+
+    /// First packet of a multi-packet message.
+    pub fn is_first(self) -> bool {
+        matches!(
+            self,
+            Opcode::SendFirst | Opcode::WriteFirst | Opcode::ReadResponseFirst
+        )
+    }
+
+    /// Middle packet of a multi-packet message.
+    pub fn is_middle(self) -> bool {
+        matches!(
+            self,
+            Opcode::SendMiddle | Opcode::WriteMiddle | Opcode::ReadResponseMiddle
+        )
+    }
+
+    /// Last packet of a multi-packet message.
+    pub fn is_last(self) -> bool {
+        matches!(
+            self,
+            Opcode::SendLast
+                | Opcode::SendLastImm
+                | Opcode::WriteLast
+                | Opcode::WriteLastImm
+                | Opcode::ReadResponseLast
+        )
+    }
+
+    /// Single-packet message.
+    pub fn is_only(self) -> bool {
+        matches!(
+            self,
+            Opcode::SendOnly
+                | Opcode::SendOnlyImm
+                | Opcode::WriteOnly
+                | Opcode::WriteOnlyImm
+                | Opcode::ReadResponseOnly
+        )
+    }
+
+    /// Length of the extension headers after the BTH that the opcode implies (RETH,
+    /// AETH, ImmDt, AtomicETH, AtomicAckETH; CNP's 16 reserved bytes), CC ext excluded.
+    pub fn ext_len(self) -> usize {
+        let mut n = 0;
+        if self.has_reth() {
+            n += 16;
+        }
+        if self.has_aeth() {
+            n += 4;
+        }
+        if self.has_immdt() {
+            n += 4;
+        }
+        if self.has_atomic_eth() {
+            n += 28;
+        }
+        if self.has_atomic_ack_eth() {
+            n += 8;
+        }
+        if self == Opcode::Cnp {
+            n += 16;
+        }
+        n
+    }
+}
+
+/// A zero-copy view of a BTH.
+#[derive(Debug, Clone)]
+pub struct BthPacket<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> BthPacket<T> {
+    /// Wraps `buffer` after checking it holds 12 bytes.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        need("BTH", HEADER_LEN, buffer.as_ref().len())?;
+        Ok(Self { buffer })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &BthHeader {
+        BthHeader::ref_from_prefix(self.buffer.as_ref())
+            .map(|(h, _)| h)
+            .unwrap_or_else(|_| unreachable!("length checked in new_checked"))
+    }
+
+    /// Raw opcode byte.
+    pub fn opcode_raw(&self) -> u8 {
+        self.header().opcode
+    }
+
+    /// Destination QP (24 bits).
+    pub fn dest_qp(&self) -> u32 {
+        let d = self.header().dest_qp;
+        u32::from_be_bytes([0, d[0], d[1], d[2]])
+    }
+
+    /// PSN (24 bits).
+    pub fn psn(&self) -> u32 {
+        let d = self.header().psn;
+        u32::from_be_bytes([0, d[0], d[1], d[2]])
+    }
+
+    /// Bytes after the BTH.
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..]
+    }
+}
+
+/// Parsed BTH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BthRepr {
+    /// Opcode.
+    pub opcode: Opcode,
+    /// SE / M flags.
+    pub flags: BthFlags,
+    /// Pad count (0..=3): bytes of zero padding before the ICRC (IBA 9.2.3).
+    pub pad: u8,
+    /// Partition key.
+    pub pkey: u16,
+    /// FECN/BECN byte as received (not part of the ICRC).
+    pub fecn_becn: u8,
+    /// Destination QP (24 bits).
+    pub dest_qp: u32,
+    /// AckReq: the responder should acknowledge this packet (IBA 9.2.6).
+    pub ack_req: bool,
+    /// PSN (24 bits).
+    pub psn: u32,
+}
+
+impl BthRepr {
+    /// A BTH with defaults (pkey 0xFFFF, no flags, no pad).
+    pub fn new(opcode: Opcode, dest_qp: u32, psn: u32) -> Self {
+        Self {
+            opcode,
+            flags: BthFlags::empty(),
+            pad: 0,
+            pkey: DEFAULT_PKEY,
+            fecn_becn: 0,
+            dest_qp,
+            ack_req: false,
+            psn,
+        }
+    }
+
+    /// Parses a checked view; rejects unknown opcodes and TVer != 0.
+    pub fn parse<T: AsRef<[u8]>>(p: &BthPacket<T>) -> Result<Self> {
+        let h = p.header();
+        let opcode = Opcode::from_u8(h.opcode)?;
+        let tver = h.flags & 0xF;
+        if tver != 0 {
+            return Err(WireError::BadTver(tver));
+        }
+        Ok(Self {
+            opcode,
+            flags: BthFlags::from_bits_truncate(h.flags),
+            pad: (h.flags >> 4) & 3,
+            pkey: h.pkey.get(),
+            fecn_becn: h.fecn_becn,
+            dest_qp: p.dest_qp(),
+            ack_req: h.ack_req & 0x80 != 0,
+            psn: p.psn(),
+        })
+    }
+
+    /// Writes the 12-byte BTH; returns 12.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        need_out("BTH", HEADER_LEN, buf.len())?;
+        if self.dest_qp > 0xFF_FFFF || self.psn > 0xFF_FFFF || self.pad > 3 {
+            return Err(WireError::FieldRange("BTH QPN/PSN/pad"));
+        }
+        let q = self.dest_qp.to_be_bytes();
+        let s = self.psn.to_be_bytes();
+        let h = BthHeader {
+            opcode: self.opcode as u8,
+            flags: self.flags.bits() | (self.pad << 4),
+            pkey: U16::new(self.pkey),
+            fecn_becn: self.fecn_becn,
+            dest_qp: [q[1], q[2], q[3]],
+            ack_req: if self.ack_req { 0x80 } else { 0 },
+            psn: [s[1], s[2], s[3]],
+        };
+        buf[..HEADER_LEN].copy_from_slice(h.as_bytes());
+        Ok(HEADER_LEN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_bytes() {
+        let mut r = BthRepr::new(Opcode::WriteOnlyImm, 0x12_3456, 0xAB_CDEF);
+        r.ack_req = true;
+        r.pad = 2;
+        r.flags = BthFlags::SE;
+        let mut b = [0u8; 12];
+        r.emit(&mut b).unwrap();
+        assert_eq!(
+            b,
+            [0x0B, 0xA0, 0xFF, 0xFF, 0, 0x12, 0x34, 0x56, 0x80, 0xAB, 0xCD, 0xEF]
+        );
+        assert_eq!(
+            BthRepr::parse(&BthPacket::new_checked(&b[..]).unwrap()).unwrap(),
+            r
+        );
+        b[0] = 0x15;
+        assert_eq!(
+            BthRepr::parse(&BthPacket::new_checked(&b[..]).unwrap()),
+            Err(WireError::UnknownOpcode(0x15))
+        );
+        b[0] = 0x0B;
+        b[1] = 0x01;
+        assert_eq!(
+            BthRepr::parse(&BthPacket::new_checked(&b[..]).unwrap()),
+            Err(WireError::BadTver(1))
+        );
+        assert!(BthPacket::new_checked(&b[..11]).is_err());
+        r.psn = 1 << 24;
+        assert!(r.emit(&mut b).is_err());
+    }
+
+    #[test]
+    fn opcode_classes() {
+        for v in 0u8..=0xFF {
+            let Ok(o) = Opcode::from_u8(v) else { continue };
+            assert_eq!(o as u8, v);
+            // Exactly one of first/middle/last/only for payload-carrying opcodes.
+            if o.has_payload() {
+                let n = [o.is_first(), o.is_middle(), o.is_last(), o.is_only()]
+                    .iter()
+                    .filter(|x| **x)
+                    .count();
+                assert_eq!(n, 1, "{o:?}");
+            }
+            assert!(!(o.is_request() && o.is_response()));
+        }
+        assert_eq!(Opcode::WriteOnlyImm.ext_len(), 20);
+        assert_eq!(Opcode::ReadResponseMiddle.ext_len(), 0);
+        assert_eq!(Opcode::CompareSwap.ext_len(), 28);
+        assert_eq!(Opcode::AtomicAcknowledge.ext_len(), 12);
+    }
+}
