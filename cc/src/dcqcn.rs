@@ -364,7 +364,13 @@ mod tests {
         assert!(close(d.alpha(), (255.0f64 / 256.0).powi(2)));
         // a stale expiry is ignored
         d.on_timer(165_001, TimerKind::DcqcnAlpha);
-        assert!(close(d.alpha(), (255.0f64 / 256.0).powi(2)));
+        let alpha = (255.0f64 / 256.0).powi(2);
+        assert!(close(d.alpha(), alpha));
+        // the next cut uses the decayed alpha: R_C = 20G * (1 - alpha/2), then
+        // alpha = (1 - g) alpha + g
+        d.on_cnp(200_000);
+        assert!(close(d.rate_bps() as f64, 20e9 * (1.0 - alpha / 2.0)));
+        assert!(close(d.alpha(), alpha * 255.0 / 256.0 + 1.0 / 256.0));
     }
 
     #[test]

@@ -519,6 +519,27 @@ mod tests {
     }
 
     #[test]
+    fn hops_beyond_max_hops_are_ignored_and_hop_count_change_resets() {
+        let mut c = HpccCore::new(&cfg());
+        let many: Vec<IntHop> = (0..12).map(|i| hop(i, 0, 0, 0, G100)).collect();
+        assert_eq!(c.measure_inflight(&many), None);
+        // hop 10 would be fully loaded (u' = 3) but is beyond MAX_HOPS: ignored
+        let mut next: Vec<IntHop> = (0..12).map(|i| hop(i, 10_000, 62_500, 0, G100)).collect();
+        next[10] = hop(10, 10_000, 375_000, 0, G100);
+        // every kept hop: txRate = 6.25 B/ns -> u' = 0.5, tau = T: U = 0.5
+        assert!(close(c.measure_inflight(&next).unwrap(), 0.5));
+        // a shorter path: hop 0 keeps its state, the rest is gone
+        let u = c
+            .measure_inflight(&[hop(0, 20_000, 187_500, 0, G100)])
+            .unwrap();
+        assert!(close(u, 1.0), "{u}");
+        let u = c.measure_inflight(&[hop(0, 30_000, 250_000, 0, G100), hop(1, 30_000, 0, 0, G100)]);
+        // hop 1 reappears: its old record was dropped with the short path, so only
+        // hop 0 is sampled (txRate 6.25 B/ns -> 0.5)
+        assert!(close(u.unwrap(), 0.5));
+    }
+
+    #[test]
     fn odd_telemetry_gives_no_sample() {
         let mut c = HpccCore::new(&cfg());
         assert_eq!(c.measure_inflight(&[]), None);

@@ -108,7 +108,9 @@ fn config() -> impl Strategy<Value = CcConfig> {
     })
 }
 
-fn check(cc: &AnyCc, line: u64, what: &str) {
+fn check(cc: &AnyCc, path: PathConfig, what: &str) {
+    let path = path.sanitized();
+    let line = path.line_rate_bps;
     let r = cc.rate_bps();
     assert!(r > 0, "{what}: zero rate");
     assert!(r <= line, "{what}: rate {r} above line {line}");
@@ -120,13 +122,23 @@ fn check(cc: &AnyCc, line: u64, what: &str) {
                 "{what}: {c:?}"
             );
             assert!(c.w >= 1.0 && cc.window_bytes() >= 1, "{what}: {c:?}");
+            // W within [W_min, W_max = line-rate BDP]
+            assert!(cc.window_bytes() <= path.bdp_bytes(), "{what}: {c:?}");
         }
         AnyCc::RxHpcc(x) => {
             assert!(cc.window_bytes() >= 1, "{what}");
+            assert!(cc.window_bytes() <= path.bdp_bytes(), "{what}");
             assert!(x.receiver_core().w.is_finite() && x.receiver_core().u.is_finite());
         }
         AnyCc::Ldcp(l) => {
-            assert!(l.cw().is_finite() && l.cw() > 0.0, "{what}: cw {}", l.cw());
+            // cw within [gamma, 4 x BDP] packets (defaults)
+            let max = 4.0 * path.bdp_bytes() as f64 / path.mtu_bytes as f64;
+            assert!(l.cw().is_finite(), "{what}: cw {}", l.cw());
+            assert!(
+                l.cw() >= 0.125 - 1e-12 && l.cw() <= max.max(1.0) + 1e-9,
+                "{what}: cw {}",
+                l.cw()
+            );
         }
         AnyCc::Dcqcn(d) => {
             assert!(
@@ -150,7 +162,7 @@ proptest! {
             CcConfig::Dcqcn(c) => c.path,
             CcConfig::Hpcc(c) | CcConfig::RxHpcc(c) => c.path,
             CcConfig::Ldcp(c) => c.path,
-        }.sanitized().line_rate_bps;
+        };
         let mut cc = AnyCc::new(&cfg);
         let (mut now, mut snd_nxt, mut snd_una) = (0u64, 0u64, 0u64);
         check(&cc, line, "initial");
