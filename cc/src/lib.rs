@@ -13,6 +13,29 @@
 //!
 //! Spec map: HPCC++ = `specs/000` §4-§6 (+ `003` §6.1 guidelines), Rx-HPCC = `000`
 //! §6.3.2, LDCP = `specs/004` §2-§3, DCQCN = Zhu et al. SIGCOMM'15. See `docs/cc.md`.
+//!
+//! ```
+//! use cc::{AckEvent, AnyCc, CcKind, CongestionControl, IntHop, PathConfig, SendEvent};
+//!
+//! let path = PathConfig { line_rate_bps: 100_000_000_000, base_rtt_ns: 8_000, mtu_bytes: 1000 };
+//! let mut qp_cc: AnyCc = "hpcc".parse::<CcKind>().unwrap().build(path);
+//!
+//! // TX: the scheduler picked a packet (window and pacing allowed it)
+//! let a = qp_cc.on_send(&SendEvent { now_ns: 0, lsn: 0, bytes: 1000, ..Default::default() });
+//! let not_ect = a.fast_start; // write the ECN codepoint accordingly
+//! assert!(!not_ect);
+//! for t in a.timers() { /* arm t.kind at t.deadline_ns on the timing wheel */ let _ = t; }
+//!
+//! // RX: an ACK echoing one INT hop record
+//! let hop = IntHop { switch_id: 1, port_id: 3, ts_ns: 8_000, tx_bytes: 1_000, qlen_bytes: 0,
+//!                    link_bps: 100_000_000_000 };
+//! let ack = AckEvent { now_ns: 8_080, acked_lsn: 1000, acked_bytes: 1000, acked_pkts: 1,
+//!                      rtt_ns: 8_080, telemetry: &[hop], ..Default::default() };
+//! let _actions = qp_cc.on_ack(&ack);
+//! let window = qp_cc.window_bytes();   // bytes of LSN that may be outstanding
+//! let rate = qp_cc.rate_bps();         // pacing rate, bit/s
+//! assert!(window > 0 && rate <= path.line_rate_bps);
+//! ```
 
 #![warn(missing_docs)]
 
