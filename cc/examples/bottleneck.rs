@@ -5,7 +5,7 @@
 //!
 //! Options: `--cc none|dcqcn|hpcc|rx-hpcc|ldcp`, `--flows N`, `--ms DURATION`,
 //! `--gbps B`, `--stagger-us S` (flow i starts at i*S), `--probe` (HPCC++ probe mode),
-//! `--csv PATH`.
+//! `--ack-every M` (delayed ACK), `--csv PATH`.
 
 use std::str::FromStr;
 
@@ -19,6 +19,7 @@ fn main() {
     let mut gbps = 100.0f64;
     let mut stagger_us = 0.0f64;
     let mut probe = false;
+    let mut ack_every = 1u32;
     let mut csv: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -33,9 +34,10 @@ fn main() {
             "--gbps" => gbps = num(&val()),
             "--stagger-us" => stagger_us = num(&val()),
             "--probe" => probe = true,
+            "--ack-every" => ack_every = num(&val()),
             "--csv" => csv = Some(val()),
             "-h" | "--help" => {
-                println!("usage: bottleneck [--cc KIND] [--flows N] [--ms T] [--gbps B] [--stagger-us S] [--probe] [--csv PATH]");
+                println!("usage: bottleneck [--cc KIND] [--flows N] [--ms T] [--gbps B] [--stagger-us S] [--probe] [--ack-every M] [--csv PATH]");
                 return;
             }
             other => die(&format!("unknown argument {other}")),
@@ -48,6 +50,7 @@ fn main() {
     m.flow_start_ns = (0..flows)
         .map(|i| (i as f64 * stagger_us * 1e3) as u64)
         .collect();
+    m.ack_every = ack_every.max(1);
     m.cc = kind.default_config(m.path());
     if let CcConfig::Hpcc(h) | CcConfig::RxHpcc(h) = &mut m.cc {
         h.expected_flows = flows.max(1) as u32;
@@ -66,13 +69,14 @@ fn main() {
         wall.as_secs_f64()
     );
     println!(
-        "second half: util={:.3} jain={:.3} mean_q={:.0}B max_q={}B | drops={} marks={} max_q_all={}B",
+        "second half: util={:.3} jain={:.3} mean_q={:.0}B max_q={}B | drops={} marks={} acks={} max_q_all={}B",
         r.utilization(from, to),
         r.jain(from, to),
         r.mean_queue(from, to),
         r.max_queue(from, to),
         r.drops,
         r.marks,
+        r.acks,
         r.max_qlen_bytes
     );
     if let Some(p) = csv {

@@ -56,6 +56,12 @@ pub struct ModelConfig {
     pub buf_bytes: u64,
     /// Attach INT to every data packet and echo it on ACKs. Default true.
     pub int_enabled: bool,
+    /// Delayed ACK (004 §2.2): acknowledge every `ack_every` in-order packets (an ACK
+    /// covering `n` packets drives LDCP eq. 2), but at once for a CE-marked packet
+    /// (first flushing the unmarked ones). Default 1 (per-packet ACK).
+    pub ack_every: u32,
+    /// Delayed ACK: longest time a received packet waits for its ACK (ns). Default 2 us.
+    pub ack_delay_ns: u64,
     /// Retransmission timeout (ns) for losses no NAK reports. Default 200 us.
     pub rto_ns: u64,
     /// Sampling period of the time series (ns). Default 5 us.
@@ -84,6 +90,8 @@ impl ModelConfig {
             k_drop_bytes: 10_000,
             buf_bytes: 2_000_000,
             int_enabled: true,
+            ack_every: 1,
+            ack_delay_ns: 2_000,
             rto_ns: 200_000,
             sample_ns: 5_000,
             seed: 1,
@@ -154,6 +162,8 @@ pub struct ModelResult {
     pub marks: u64,
     /// Largest queue seen at any enqueue (bytes).
     pub max_qlen_bytes: u64,
+    /// ACKs sent by the receivers.
+    pub acks: u64,
     /// Bottleneck capacity (bit/s).
     pub link_bps: u64,
 }
@@ -306,6 +316,7 @@ enum Ev {
     Ack {
         flow: u32,
         acked_lsn: u64,
+        pkts: u32,
         ece: bool,
         sent_ns: u64,
         hop: Option<IntHop>,
@@ -323,6 +334,10 @@ enum Ev {
     Timer {
         flow: u32,
         kind: TimerKind,
+    },
+    AckFlush {
+        flow: u32,
+        generation: u64,
     },
     RtoCheck,
     Sample,
@@ -368,6 +383,11 @@ struct Receiver {
     expected: u64,
     nak_outstanding: bool,
     pending_fb: Option<u64>,
+    /// Delayed ACK: in-order packets not yet acknowledged, and the newest one's data.
+    unacked: u32,
+    last_sent_ns: u64,
+    last_hop: IntHop,
+    ack_generation: u64,
 }
 
 struct Sim<'a> {
@@ -412,6 +432,10 @@ pub fn run(cfg: &ModelConfig) -> ModelResult {
                 expected: 0,
                 nak_outstanding: false,
                 pending_fb: None,
+                unacked: 0,
+                last_sent_ns: 0,
+                last_hop: IntHop::default(),
+                ack_generation: 0,
             })
             .collect(),
         queue: VecDeque::new(),
@@ -538,6 +562,37 @@ impl Sim<'_> {
         self.schedule_wake(flow, next);
     }
 
+    /// Sends an ACK for everything received in order, covering `pkts` packets.
+    fn send_ack(&mut self, flow: u32, pkts: u32, ece: bool, sent_ns: u64, hop: IntHop) {
+        let acked = self.rx[flow as usize].expected;
+        self.send_ack_at(flow, pkts, ece, sent_ns, hop, acked);
+    }
+
+    fn send_ack_at(
+        &mut self,
+        flow: u32,
+        pkts: u32,
+        ece: bool,
+        sent_ns: u64,
+        hop: IntHop,
+        acked_lsn: u64,
+    ) {
+        self.res.acks += 1;
+        let r = &mut self.rx[flow as usize];
+        r.unacked = 0;
+        r.ack_generation += 1;
+        let ev = Ev::Ack {
+            flow,
+            acked_lsn,
+            pkts,
+            ece,
+            sent_ns,
+            hop: self.cfg.int_enabled.then_some(hop),
+            rx_window: r.pending_fb.take(),
+        };
+        self.push(self.now + self.cfg.prop_ack_ns, ev);
+    }
+
     fn start_service(&mut self) {
         if let Some(p) = self.queue.front() {
             self.busy = true;
@@ -639,7 +694,8 @@ impl Sim<'_> {
                     self.push(back, Ev::Cnp(p.flow));
                 }
                 let r = &mut self.rx[p.flow as usize];
-                if p.lsn == r.expected {
+                let fresh = p.lsn == r.expected;
+                if fresh {
                     r.expected += p.bytes as u64;
                     r.nak_outstanding = false;
                 } else if p.lsn > r.expected {
@@ -656,20 +712,51 @@ impl Sim<'_> {
                     }
                     return;
                 }
+                if cfg.ack_every <= 1 || !fresh {
+                    // per-packet ACK, or a duplicate: acknowledge at once
+                    self.send_ack(p.flow, 1, p.ce, p.sent_ns, p.hop);
+                    return;
+                }
                 let r = &mut self.rx[p.flow as usize];
-                let ev = Ev::Ack {
-                    flow: p.flow,
-                    acked_lsn: r.expected,
-                    ece: p.ce,
-                    sent_ns: p.sent_ns,
-                    hop: cfg.int_enabled.then_some(p.hop),
-                    rx_window: r.pending_fb.take(),
-                };
-                self.push(back, ev);
+                if p.ce {
+                    // ECE at once (004 §2.2); unmarked packets before it get their own ACK
+                    if r.unacked > 0 {
+                        let (n, sent, hop) = (r.unacked, r.last_sent_ns, r.last_hop);
+                        let before = r.expected - p.bytes as u64;
+                        self.send_ack_at(p.flow, n, false, sent, hop, before);
+                    }
+                    self.send_ack(p.flow, 1, true, p.sent_ns, p.hop);
+                    return;
+                }
+                r.unacked += 1;
+                r.last_sent_ns = p.sent_ns;
+                r.last_hop = p.hop;
+                if r.unacked >= cfg.ack_every {
+                    let n = r.unacked;
+                    self.send_ack(p.flow, n, false, p.sent_ns, p.hop);
+                } else if r.unacked == 1 {
+                    r.ack_generation += 1;
+                    let generation = r.ack_generation;
+                    self.push(
+                        now + cfg.ack_delay_ns,
+                        Ev::AckFlush {
+                            flow: p.flow,
+                            generation,
+                        },
+                    );
+                }
+            }
+            Ev::AckFlush { flow, generation } => {
+                let r = &self.rx[flow as usize];
+                if r.ack_generation == generation && r.unacked > 0 {
+                    let (n, sent, hop) = (r.unacked, r.last_sent_ns, r.last_hop);
+                    self.send_ack(flow, n, false, sent, hop);
+                }
             }
             Ev::Ack {
                 flow,
                 acked_lsn,
+                pkts,
                 ece,
                 sent_ns,
                 hop,
@@ -687,7 +774,7 @@ impl Sim<'_> {
                     now_ns: now,
                     acked_lsn,
                     acked_bytes: newly.min(u32::MAX as u64) as u32,
-                    acked_pkts: 1,
+                    acked_pkts: pkts,
                     rtt_ns: now.saturating_sub(sent_ns),
                     ecn_echo: ece,
                     telemetry: tel.as_ref().map_or(&[], |t| &t[..]),

@@ -212,3 +212,30 @@ fn deterministic_and_csv() {
     assert!(header.starts_with("t_us,qlen_bytes,total_gbps,f0_gbps"));
     assert_eq!(lines.count(), a.samples.len());
 }
+
+/// LDCP with delayed ACKs (004 §2.2 eq. 2: one ACK for up to m = 4 unmarked packets,
+/// an ECE ACK at once): the queue still stays between K_min and K_max.
+#[test]
+fn ldcp_delayed_ack_queue_between_kmin_and_kmax() {
+    let mut m = ModelConfig::new(CcKind::Ldcp, 8);
+    m.duration_ns = 3 * MS;
+    m.ack_every = 4;
+    let r = run(&m);
+    let (from, to) = (MS, 3 * MS);
+    let s = summary(&r, from, to);
+    let within = r.fraction_queue_within(from, to, m.k_min_bytes, m.k_max_bytes);
+    assert!(within >= 0.9, "within={within:.3} {s}");
+    assert!(r.utilization(from, to) > 0.97, "{s}");
+    assert!(r.jain(from, to) >= 0.9, "{s}");
+    // the ACK stream really was thinned: well under 60 % of the per-packet ACK count
+    // (marked packets are acknowledged individually)
+    let mut m1 = m.clone();
+    m1.ack_every = 1;
+    let r1 = run(&m1);
+    assert!(
+        r.acks * 10 < r1.acks * 6,
+        "acks {} vs per-packet {}",
+        r.acks,
+        r1.acks
+    );
+}
