@@ -293,6 +293,11 @@ impl Hpcc {
         &self.core
     }
 
+    /// Telemetry source in use.
+    pub fn mode(&self) -> TelemetryMode {
+        self.mode
+    }
+
     /// 000 fig. 6 (lines 21-27): NewAck with the echoed telemetry and the ACK's
     /// sequence number.
     ///

@@ -127,6 +127,13 @@ impl CcKind {
         }
     }
 
+    /// Whether a QP using this kind needs the project's wire extensions (CC extension
+    /// header with LSN / ECN-echo / telemetry / window, INT, probes; DESIGN.md §4).
+    /// `none` and `dcqcn` stay plain RoCEv2 and interoperate with hardware NICs.
+    pub fn uses_extensions(&self) -> bool {
+        matches!(self, CcKind::Hpcc | CcKind::RxHpcc | CcKind::Ldcp)
+    }
+
     /// Default configuration of this kind for a path.
     pub fn default_config(&self, path: PathConfig) -> CcConfig {
         match self {
@@ -235,6 +242,19 @@ impl AnyCc {
     }
 }
 
+impl AnyCc {
+    /// Whether data packets of this QP should carry the INT container: HPCC++ with
+    /// inband telemetry (000 §6.2.1 item 1) and Rx-HPCC (its receiver reads `int.L`
+    /// from data packets, 000 §6.3.2). In HPCC++ probe mode only probes carry it.
+    pub fn int_on_data(&self) -> bool {
+        match self {
+            AnyCc::Hpcc(h) => h.mode() == TelemetryMode::EveryPacket,
+            AnyCc::RxHpcc(_) => true,
+            _ => false,
+        }
+    }
+}
+
 macro_rules! dispatch {
     ($self:ident, $cc:ident => $e:expr) => {
         match $self {
@@ -316,6 +336,20 @@ mod tests {
         assert!(e.to_string().contains("timely"));
         assert!("".parse::<CcKind>().is_err());
         assert!("rxhpcc".parse::<CcKind>().is_err());
+        let ext: Vec<_> = CcKind::ALL.iter().filter(|k| k.uses_extensions()).collect();
+        assert_eq!(ext, [&CcKind::Hpcc, &CcKind::RxHpcc, &CcKind::Ldcp]);
+    }
+
+    #[test]
+    fn int_on_data_follows_telemetry_mode() {
+        let path = PathConfig::default();
+        assert!(CcKind::Hpcc.build(path).int_on_data());
+        assert!(CcKind::RxHpcc.build(path).int_on_data());
+        assert!(!CcKind::Ldcp.build(path).int_on_data());
+        assert!(!CcKind::Dcqcn.build(path).int_on_data());
+        let mut h = HpccConfig::for_path(path);
+        h.mode = TelemetryMode::Probe;
+        assert!(!AnyCc::new(&CcConfig::Hpcc(h)).int_on_data());
     }
 
     #[test]
