@@ -5,7 +5,7 @@
 //!
 //! Options: `--cc none|dcqcn|hpcc|rx-hpcc|ldcp`, `--flows N`, `--ms DURATION`,
 //! `--gbps B`, `--stagger-us S` (flow i starts at i*S), `--probe` (HPCC++ probe mode),
-//! `--ack-every M` (delayed ACK), `--csv PATH`.
+//! `--ack-every M` (delayed ACK), `--seed S` (WRED RNG), `--csv PATH`.
 
 use std::str::FromStr;
 
@@ -20,6 +20,7 @@ fn main() {
     let mut stagger_us = 0.0f64;
     let mut probe = false;
     let mut ack_every = 1u32;
+    let mut seed = 1u64;
     let mut csv: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -35,9 +36,10 @@ fn main() {
             "--stagger-us" => stagger_us = num(&val()),
             "--probe" => probe = true,
             "--ack-every" => ack_every = num(&val()),
+            "--seed" => seed = num(&val()),
             "--csv" => csv = Some(val()),
             "-h" | "--help" => {
-                println!("usage: bottleneck [--cc KIND] [--flows N] [--ms T] [--gbps B] [--stagger-us S] [--probe] [--ack-every M] [--csv PATH]");
+                println!("usage: bottleneck [--cc KIND] [--flows N] [--ms T] [--gbps B] [--stagger-us S] [--probe] [--ack-every M] [--seed S] [--csv PATH]");
                 return;
             }
             other => die(&format!("unknown argument {other}")),
@@ -51,6 +53,7 @@ fn main() {
         .map(|i| (i as f64 * stagger_us * 1e3) as u64)
         .collect();
     m.ack_every = ack_every.max(1);
+    m.seed = seed;
     m.cc = kind.default_config(m.path());
     if let CcConfig::Hpcc(h) | CcConfig::RxHpcc(h) = &mut m.cc {
         h.expected_flows = flows.max(1) as u32;
