@@ -5,7 +5,8 @@
 //!
 //! Options: `--cc none|dcqcn|hpcc|rx-hpcc|ldcp`, `--flows N`, `--ms DURATION`,
 //! `--gbps B`, `--stagger-us S` (flow i starts at i*S), `--probe` (HPCC++ probe mode),
-//! `--ack-every M` (delayed ACK), `--seed S` (WRED RNG), `--csv PATH`.
+//! `--ack-every M` (delayed ACK), `--seed S` (WRED RNG), `--expected-flows N` (HPCC++ `N`,
+//! default = flows), `--buf-kb K` (switch buffer), `--csv PATH`.
 
 use std::str::FromStr;
 
@@ -21,6 +22,8 @@ fn main() {
     let mut probe = false;
     let mut ack_every = 1u32;
     let mut seed = 1u64;
+    let mut expected_flows: Option<u32> = None;
+    let mut buf: Option<u64> = None;
     let mut csv: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -37,9 +40,11 @@ fn main() {
             "--probe" => probe = true,
             "--ack-every" => ack_every = num(&val()),
             "--seed" => seed = num(&val()),
+            "--expected-flows" => expected_flows = Some(num(&val())),
+            "--buf-kb" => buf = Some(num::<u64>(&val()) * 1000),
             "--csv" => csv = Some(val()),
             "-h" | "--help" => {
-                println!("usage: bottleneck [--cc KIND] [--flows N] [--ms T] [--gbps B] [--stagger-us S] [--probe] [--ack-every M] [--seed S] [--csv PATH]");
+                println!("usage: bottleneck [--cc KIND] [--flows N] [--ms T] [--gbps B] [--stagger-us S] [--probe] [--ack-every M] [--seed S] [--expected-flows N] [--buf-kb K] [--csv PATH]");
                 return;
             }
             other => die(&format!("unknown argument {other}")),
@@ -54,9 +59,12 @@ fn main() {
         .collect();
     m.ack_every = ack_every.max(1);
     m.seed = seed;
+    if let Some(b) = buf {
+        m.buf_bytes = b;
+    }
     m.cc = kind.default_config(m.path());
     if let CcConfig::Hpcc(h) | CcConfig::RxHpcc(h) = &mut m.cc {
-        h.expected_flows = flows.max(1) as u32;
+        h.expected_flows = expected_flows.unwrap_or(flows.max(1) as u32);
         if probe {
             h.mode = TelemetryMode::Probe;
         }
