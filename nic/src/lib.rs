@@ -4,6 +4,7 @@
 //! them on poll-mode lcores.
 
 pub mod exchange;
+pub mod io;
 pub mod pcapng;
 pub mod scheduler;
 pub mod timer_wheel;

@@ -86,6 +86,15 @@ impl ExtBuf {
         Some(unsafe { &mut self.block.as_mut().data })
     }
 
+    /// The memory's base address, for a datapath that writes into it while
+    /// mbufs may be reading other parts of it (the NIC's RX path placing an
+    /// RDMA WRITE into a registered region). Writing through it is the
+    /// caller's responsibility, exactly as a NIC's DMA is.
+    pub fn base_ptr(&self) -> *mut u8 {
+        // SAFETY: the block lives while we hold a reference.
+        unsafe { self.block.as_ref().base }
+    }
+
     /// References held: this handle plus one per attached mbuf.
     pub fn refs(&self) -> u16 {
         // SAFETY: the block lives while we hold a reference.

@@ -1,0 +1,180 @@
+//! RoCEv2 frames in and out of mbufs: the TX pipeline's last step and the RX
+//! pipeline's first (DESIGN.md §3, §5).
+//!
+//! TX: headers are written into a fresh mbuf; a payload is either copied
+//! behind them (small payloads, where a copy is cheaper than a second
+//! descriptor) or attached zero-copy from registered memory
+//! ([`dpdk::ExtBuf`]), and the ICRC is computed incrementally over the
+//! segments and written with the pad into the last one (or a small trailer
+//! mbuf after an external segment, which has no tailroom).
+//!
+//! RX: a frame is parsed in place when it is one segment (the common case);
+//! a chained frame is first copied into a scratch buffer. Parsing checks
+//! every length, skips an INT container (handing back its hop records) and
+//! verifies the ICRC as if the container were absent.
+
+use std::sync::Arc;
+
+use dpdk::{ExtBuf, Mbuf, Mempool};
+use rdma::wire::{
+    frame::{FrameBuilder, RoceRepr},
+    parse_frame, Ecn, ParseOptions, RoceFrame, WireError,
+};
+
+/// Payloads up to this many bytes are copied into the header mbuf.
+pub const COPY_THRESHOLD: usize = 256;
+
+/// Largest frame the RX path linearises (a 4 KiB MTU frame with headers,
+/// INT and extension headers fits).
+pub const MAX_FRAME: usize = 9216;
+
+/// Where a packet's payload comes from.
+#[derive(Clone, Copy)]
+pub enum Payload<'a> {
+    /// Header-only packet (ACK, READ request, CNP, ...).
+    None,
+    /// Bytes to copy.
+    Copy(&'a [u8]),
+    /// A window of registered memory, attached without copying when long.
+    Ext {
+        /// The registered memory.
+        mem: &'a ExtBuf,
+        /// Offset into it.
+        offset: usize,
+        /// Length (at most 65535).
+        len: usize,
+    },
+}
+
+impl Payload<'_> {
+    /// Payload length in bytes.
+    pub fn len(&self) -> usize {
+        match *self {
+            Payload::None => 0,
+            Payload::Copy(p) => p.len(),
+            Payload::Ext { len, .. } => len,
+        }
+    }
+
+    /// Whether there is no payload.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Why a frame could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TxError {
+    /// Out of mbufs or mbuf room.
+    #[error(transparent)]
+    Dpdk(#[from] dpdk::Error),
+    /// The headers were inconsistent (a bug upstream, counted, never sent).
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// A window outside the registered memory.
+    #[error("payload window {offset}+{len} outside registered memory of {size} bytes")]
+    OutOfRange {
+        /// Offset asked for.
+        offset: usize,
+        /// Length asked for.
+        len: usize,
+        /// Size of the memory.
+        size: usize,
+    },
+}
+
+/// The two pools the TX path draws from.
+#[derive(Clone)]
+pub struct TxPools {
+    /// Mbufs with data room, for headers and copied payloads.
+    pub hdr: Arc<Mempool>,
+    /// Mbufs without data room, to attach external memory to.
+    pub bare: Arc<Mempool>,
+}
+
+/// Builds one complete frame: headers by `fb` and `pkt`, IP ECN `ecn`, the
+/// payload, pad and ICRC.
+pub fn build_frame(
+    fb: &FrameBuilder,
+    pkt: &RoceRepr,
+    ecn: Ecn,
+    payload: Payload<'_>,
+    pools: &TxPools,
+) -> Result<Mbuf, TxError> {
+    let mut m = pools.hdr.alloc()?;
+    let hl = fb.headers_len(pkt);
+    let layout = fb.emit_headers(pkt, payload.len(), ecn, m.append(hl)?)?;
+    let mut h = fb.icrc_start(m.data(), &layout)?;
+    match payload {
+        Payload::None => {}
+        Payload::Copy(p) => {
+            h.update(p);
+            append_copy(&mut m, p, &pools.hdr)?;
+        }
+        Payload::Ext { mem, offset, len } => {
+            let size = mem.len();
+            if offset.checked_add(len).is_none_or(|end| end > size) {
+                return Err(TxError::OutOfRange { offset, len, size });
+            }
+            if len <= COPY_THRESHOLD {
+                let p = &mem.as_slice()[offset..offset + len];
+                h.update(p);
+                append_copy(&mut m, p, &pools.hdr)?;
+            } else {
+                let mut seg = pools.bare.alloc()?;
+                mem.attach(&mut seg, offset, len)?;
+                h.update(seg.data());
+                m.chain(seg).map_err(|(e, _)| e)?;
+            }
+        }
+    }
+    let n = layout.pad + 4;
+    if m.tailroom() >= n {
+        FrameBuilder::finish_icrc(h, &layout, m.append(n)?)?;
+    } else {
+        let mut t = pools.hdr.alloc()?;
+        FrameBuilder::finish_icrc(h, &layout, t.append(n)?)?;
+        m.chain(t).map_err(|(e, _)| e)?;
+    }
+    Ok(m)
+}
+
+/// Appends `bytes` to `m`, chaining more mbufs from `pool` when the last
+/// segment is full (a 4 KiB payload does not fit a 2 KiB data room).
+fn append_copy(m: &mut Mbuf, mut bytes: &[u8], pool: &Mempool) -> Result<(), TxError> {
+    while !bytes.is_empty() {
+        let room = m.tailroom();
+        if room == 0 {
+            m.chain(pool.alloc()?).map_err(|(e, _)| e)?;
+            continue;
+        }
+        let k = room.min(bytes.len());
+        m.extend_from_slice(&bytes[..k])?;
+        bytes = &bytes[k..];
+    }
+    Ok(())
+}
+
+/// Returns the frame's bytes contiguous: the mbuf's own data when it is one
+/// segment, otherwise a copy in `scratch`. `None` if it does not fit.
+pub fn contiguous<'a>(m: &'a Mbuf, scratch: &'a mut [u8]) -> Option<&'a [u8]> {
+    if m.nb_segs() == 1 {
+        return Some(m.data());
+    }
+    let len = m.pkt_len();
+    if len > scratch.len() {
+        return None;
+    }
+    m.read(0, &mut scratch[..len]).ok()?;
+    Some(&scratch[..len])
+}
+
+/// Parses a received frame (see the module docs); `has_ccext` says whether
+/// the destination QP negotiated the CC extension header.
+pub fn parse_rx<'a>(
+    bytes: &'a [u8],
+    opts: &ParseOptions,
+    has_ccext: impl FnOnce(&rdma::wire::BthRepr) -> bool,
+) -> Result<RoceFrame<'a>, WireError> {
+    parse_frame(bytes, opts, has_ccext)
+}
