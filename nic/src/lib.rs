@@ -3,6 +3,7 @@
 //! Pure building blocks (testable without DPDK) and the DPDK shell that runs
 //! them on poll-mode lcores.
 
+pub mod counters;
 pub mod exchange;
 pub mod io;
 pub mod pcapng;

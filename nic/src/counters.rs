@@ -1,0 +1,139 @@
+//! NIC counters, named like `ethtool -S` and `rdma statistic` show them.
+//!
+//! The engine counts into a plain [`Counters`] (no atomics on the hot path)
+//! and publishes a copy into [`SharedCounters`] every so often, from where
+//! any thread reads a [`Counters`] snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
+        /// Every counter of one device. Plain integers: owned by the engine thread.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $( $(#[$doc])* pub $name: u64, )*
+        }
+
+        impl Counters {
+            /// `(name, value)` for every counter, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$( (stringify!($name), self.$name), )*].into_iter()
+            }
+        }
+
+        /// The published copy of [`Counters`], readable from any thread.
+        #[derive(Debug, Default)]
+        pub struct SharedCounters {
+            $( $name: AtomicU64, )*
+        }
+
+        impl SharedCounters {
+            /// Publishes `c` (single writer: plain stores).
+            pub fn publish(&self, c: &Counters) {
+                $( self.$name.store(c.$name, Ordering::Relaxed); )*
+            }
+
+            /// The last published values.
+            pub fn snapshot(&self) -> Counters {
+                Counters { $( $name: self.$name.load(Ordering::Relaxed), )* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Frames received from the port.
+    rx_packets,
+    /// Bytes received from the port.
+    rx_bytes,
+    /// Frames sent to the port.
+    tx_packets,
+    /// Bytes sent to the port.
+    tx_bytes,
+    /// RoCEv2 data packets received (requests and READ responses).
+    rx_data_packets,
+    /// RoCEv2 data packets sent (first transmissions and retransmissions).
+    tx_data_packets,
+    /// ACKs received.
+    rx_acks,
+    /// ACKs sent.
+    tx_acks,
+    /// NAKs received (any syndrome).
+    rx_naks,
+    /// NAKs sent (any syndrome).
+    tx_naks,
+    /// PSN sequence error NAKs sent (one per gap).
+    tx_seq_naks,
+    /// RNR NAKs sent.
+    tx_rnr_naks,
+    /// Remote access error NAKs sent.
+    tx_access_naks,
+    /// Packets retransmitted (go-back-N after a NAK or a timeout).
+    retransmits,
+    /// Retransmission timeouts.
+    timeouts,
+    /// Duplicate requests received (re-ACKed or replayed).
+    rx_duplicates,
+    /// Out-of-sequence requests dropped silently after the NAK.
+    rx_out_of_sequence,
+    /// CNPs sent (DCQCN notification point).
+    tx_cnps,
+    /// CNPs received (DCQCN reaction point).
+    rx_cnps,
+    /// Data packets received with ECN CE set.
+    rx_ce_marked,
+    /// Frames dropped: ICRC mismatch.
+    rx_drop_icrc,
+    /// Frames dropped: malformed or truncated.
+    rx_drop_malformed,
+    /// Frames dropped: not IPv4/UDP 4791 (not RoCEv2).
+    rx_drop_not_roce,
+    /// Frames dropped: unknown destination QP.
+    rx_drop_unknown_qp,
+    /// Frames dropped: QP not in a state that accepts them.
+    rx_drop_qp_state,
+    /// Frames dropped: larger than the RX path handles.
+    rx_drop_too_long,
+    /// Frames not sent: no mbuf.
+    tx_drop_no_mbuf,
+    /// Frames not sent: the port's TX queue was full.
+    tx_drop_queue_full,
+    /// Work completions with an error status.
+    completion_errors,
+    /// Capture records dropped because the capture ring was full.
+    capture_drops,
+}
+
+impl std::fmt::Display for Counters {
+    /// One `name: value` per line, like `ethtool -S`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (k, v) in self.iter() {
+            writeln!(f, "     {k}: {v}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publish_and_snapshot_round_trip_every_counter() {
+        let mut c = Counters::default();
+        // A distinct value per counter, so a swapped or missing field fails.
+        let names: Vec<&str> = c.iter().map(|(k, _)| k).collect();
+        assert!(names.len() >= 30);
+        c.rx_packets = 1;
+        c.tx_cnps = 2;
+        c.rx_drop_icrc = 3;
+        c.capture_drops = 4;
+        let s = SharedCounters::default();
+        s.publish(&c);
+        assert_eq!(s.snapshot(), c);
+        let text = c.to_string();
+        assert!(text.contains("     rx_drop_icrc: 3\n"));
+        assert!(text.contains("     tx_cnps: 2\n"));
+        assert_eq!(text.lines().count(), names.len());
+    }
+}
