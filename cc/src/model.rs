@@ -68,6 +68,10 @@ pub struct ModelConfig {
     pub sample_ns: u64,
     /// RNG seed for WRED.
     pub seed: u64,
+    /// The switch's INT clock and txBytes counter start this close below 2^32 (ns and
+    /// bytes), so that every run longer than about 0.4 ms exercises the mod-2^32
+    /// wrap-around of both. Default 400 000 ns / 5 000 000 B.
+    pub int_wrap_offsets: (u32, u32),
 }
 
 impl ModelConfig {
@@ -95,6 +99,7 @@ impl ModelConfig {
             rto_ns: 200_000,
             sample_ns: 5_000,
             seed: 1,
+            int_wrap_offsets: (400_000, 5_000_000),
         };
         m.cc = kind.default_config(m.path());
         m
@@ -441,7 +446,7 @@ pub fn run(cfg: &ModelConfig) -> ModelResult {
         queue: VecDeque::new(),
         queue_bytes: 0,
         busy: false,
-        tx_bytes: 0,
+        tx_bytes: (u32::MAX - cfg.int_wrap_offsets.1) as u64,
         rng: cfg.seed ^ 0x9E37_79B9_7F4A_7C15,
         res: ModelResult {
             link_bps: cfg.link_bps,
@@ -657,7 +662,7 @@ impl Sim<'_> {
                     p.hop = IntHop {
                         switch_id: 1,
                         port_id: 1,
-                        ts_ns: now as u32,
+                        ts_ns: (now as u32).wrapping_add(u32::MAX - cfg.int_wrap_offsets.0),
                         tx_bytes: self.tx_bytes as u32,
                         qlen_bytes: self.queue_bytes.min(u32::MAX as u64) as u32,
                         link_bps: cfg.link_bps,
