@@ -231,10 +231,11 @@ impl CongestionControl for Ldcp {
         let mut a = Actions::NONE;
         if ev.rtt_ns > 0 {
             // RFC 6298-style EWMA with gain 1/8, used only for the RTT/cw tick.
+            // Written without `7 * srtt` so that absurd samples cannot overflow.
             self.srtt_ns = if self.srtt_ns == 0 {
                 ev.rtt_ns
             } else {
-                (self.srtt_ns * 7 + ev.rtt_ns) / 8
+                self.srtt_ns - self.srtt_ns / 8 + ev.rtt_ns / 8
             };
         }
         self.snd_una = self.snd_una.max(ev.acked_lsn);

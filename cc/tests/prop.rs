@@ -32,6 +32,21 @@ enum Ev {
         ce: bool,
         tel: Vec<IntHop>,
     },
+    /// Inputs a buggy or hostile peer could cause: any LSN, any byte count.
+    RawSend {
+        lsn: u64,
+        bytes: u32,
+    },
+    RawAck {
+        lsn: u64,
+        bytes: u32,
+        rtt: u64,
+        ece: bool,
+        pkts: u32,
+    },
+    RawNak {
+        lsn: u64,
+    },
 }
 
 fn hop() -> impl Strategy<Value = IntHop> {
@@ -76,6 +91,10 @@ fn ev() -> impl Strategy<Value = Ev> {
         2 => kind.prop_map(Ev::Timer),
         1 => tel().prop_map(Ev::Probe),
         2 => (any::<bool>(), tel()).prop_map(|(ce, tel)| Ev::Rx { ce, tel }),
+        1 => (any::<u64>(), any::<u32>()).prop_map(|(lsn, bytes)| Ev::RawSend { lsn, bytes }),
+        1 => (any::<u64>(), any::<u32>(), any::<u64>(), any::<bool>(), any::<u32>())
+            .prop_map(|(lsn, bytes, rtt, ece, pkts)| Ev::RawAck { lsn, bytes, rtt, ece, pkts }),
+        1 => any::<u64>().prop_map(|lsn| Ev::RawNak { lsn }),
     ]
 }
 
@@ -185,6 +204,9 @@ proptest! {
                 Ev::Timer(k) => cc.on_timer(now, *k),
                 Ev::Probe(tel) => cc.on_probe_response(now, tel),
                 Ev::Rx { ce, tel } => cc.on_rx_data(&RxDataEvent { now_ns: now, lsn: 0, bytes: 1000, ce: *ce, telemetry: tel }),
+                Ev::RawSend { lsn, bytes } => cc.on_send(&SendEvent { now_ns: now, lsn: *lsn, bytes: *bytes, last_of_message: false, retransmit: false }),
+                Ev::RawAck { lsn, bytes, rtt, ece, pkts } => cc.on_ack(&AckEvent { now_ns: now, acked_lsn: *lsn, acked_bytes: *bytes, acked_pkts: *pkts, rtt_ns: *rtt, ecn_echo: *ece, telemetry: &[], rx_window: None }),
+                Ev::RawNak { lsn } => cc.on_nak(&NakEvent { now_ns: now, expected_lsn: *lsn }),
             };
             for t in a.timers() {
                 prop_assert!(t.deadline_ns >= now, "timer in the past: {t:?} at {now}");
