@@ -1,0 +1,184 @@
+//! Work requests and work completions, with the status and opcode values of ibverbs
+//! (`enum ibv_wc_status`, `enum ibv_wc_opcode`), which follow IBA 11.4.2.1.
+
+/// Completion status (`ibv_wc_status`; numeric values as in libibverbs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WcStatus {
+    /// IBV_WC_SUCCESS.
+    Success = 0,
+    /// IBV_WC_LOC_LEN_ERR: a message longer than the receive buffer.
+    LocLenErr = 1,
+    /// IBV_WC_LOC_QP_OP_ERR.
+    LocQpOpErr = 2,
+    /// IBV_WC_LOC_PROT_ERR: bad lkey / range / permission in a local SGE.
+    LocProtErr = 4,
+    /// IBV_WC_WR_FLUSH_ERR: the QP went to the error state before this WR finished.
+    WrFlushErr = 5,
+    /// IBV_WC_BAD_RESP_ERR: unexpected response opcode or length.
+    BadRespErr = 7,
+    /// IBV_WC_LOC_ACCESS_ERR.
+    LocAccessErr = 8,
+    /// IBV_WC_REM_INV_REQ_ERR: the responder NAK-ed with "invalid request" (0x61).
+    RemInvReqErr = 9,
+    /// IBV_WC_REM_ACCESS_ERR: the responder NAK-ed with "remote access error" (0x62).
+    RemAccessErr = 10,
+    /// IBV_WC_REM_OP_ERR: the responder NAK-ed with "remote operational error" (0x63).
+    RemOpErr = 11,
+    /// IBV_WC_RETRY_EXC_ERR: the transport retry counter ran out (timeouts).
+    RetryExcErr = 12,
+    /// IBV_WC_RNR_RETRY_EXC_ERR: the RNR retry counter ran out.
+    RnrRetryExcErr = 13,
+    /// IBV_WC_GENERAL_ERR.
+    GeneralErr = 21,
+}
+
+/// Completion opcode (`ibv_wc_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WcOpcode {
+    /// IBV_WC_SEND.
+    Send = 0,
+    /// IBV_WC_RDMA_WRITE.
+    RdmaWrite = 1,
+    /// IBV_WC_RDMA_READ.
+    RdmaRead = 2,
+    /// IBV_WC_COMP_SWAP.
+    CompSwap = 3,
+    /// IBV_WC_FETCH_ADD.
+    FetchAdd = 4,
+    /// IBV_WC_RECV.
+    Recv = 128,
+    /// IBV_WC_RECV_RDMA_WITH_IMM.
+    RecvRdmaWithImm = 129,
+}
+
+/// A work completion (`ibv_wc`, the fields this transport fills).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The caller's id from the work request.
+    pub wr_id: u64,
+    /// Status.
+    pub status: WcStatus,
+    /// Opcode.
+    pub opcode: WcOpcode,
+    /// Bytes transferred (receives: bytes placed; READ: bytes read).
+    pub byte_len: u32,
+    /// Immediate data (network order value as sent), for *_WITH_IMM.
+    pub imm: Option<u32>,
+    /// Local QP number.
+    pub qp_num: u32,
+}
+
+/// A scatter/gather element: a local buffer inside a registered region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Virtual address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// Local key of the region.
+    pub lkey: u32,
+}
+
+/// The operation of a send work request (`ibv_wr_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// IBV_WR_SEND.
+    Send,
+    /// IBV_WR_SEND_WITH_IMM.
+    SendImm(u32),
+    /// IBV_WR_RDMA_WRITE.
+    Write {
+        /// Remote address.
+        remote_va: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// IBV_WR_RDMA_WRITE_WITH_IMM.
+    WriteImm {
+        /// Remote address.
+        remote_va: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Immediate data.
+        imm: u32,
+    },
+    /// IBV_WR_RDMA_READ (the local SGE receives the data).
+    Read {
+        /// Remote address.
+        remote_va: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// IBV_WR_ATOMIC_CMP_AND_SWP (the local 8-byte SGE receives the original value).
+    CompareSwap {
+        /// Remote address (8-byte aligned).
+        remote_va: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Compare operand.
+        compare: u64,
+        /// Swap operand.
+        swap: u64,
+    },
+    /// IBV_WR_ATOMIC_FETCH_AND_ADD (the local 8-byte SGE receives the original value).
+    FetchAdd {
+        /// Remote address (8-byte aligned).
+        remote_va: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Addend.
+        add: u64,
+    },
+}
+
+impl SendOp {
+    /// The completion opcode of this operation.
+    pub fn wc_opcode(&self) -> WcOpcode {
+        match self {
+            SendOp::Send | SendOp::SendImm(_) => WcOpcode::Send,
+            SendOp::Write { .. } | SendOp::WriteImm { .. } => WcOpcode::RdmaWrite,
+            SendOp::Read { .. } => WcOpcode::RdmaRead,
+            SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
+            SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        }
+    }
+
+    /// READ or ATOMIC: the requester waits for response data.
+    pub fn needs_response(&self) -> bool {
+        matches!(
+            self,
+            SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
+        )
+    }
+
+    /// An ATOMIC.
+    pub fn is_atomic(&self) -> bool {
+        matches!(self, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
+    }
+}
+
+/// A send work request (`ibv_send_wr` with one SGE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWr {
+    /// Caller's id, returned in the completion.
+    pub wr_id: u64,
+    /// Operation.
+    pub op: SendOp,
+    /// Local buffer (source for SEND/WRITE, destination for READ/ATOMIC).
+    pub sge: Sge,
+    /// Generate a completion on success (errors always complete).
+    pub signaled: bool,
+    /// Set the BTH SE bit on the last packet.
+    pub solicited: bool,
+}
+
+/// A receive work request (`ibv_recv_wr` with one SGE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Caller's id.
+    pub wr_id: u64,
+    /// Buffer for the incoming SEND.
+    pub sge: Sge,
+}

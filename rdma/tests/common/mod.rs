@@ -1,0 +1,244 @@
+//! A two-host in-memory harness for the RC transport: each host has a QP, an MR table and
+//! a `VecMemory`; frames are really built, parsed (ICRC checked) and delivered through a
+//! link that can lose, duplicate and reorder them, in virtual time.
+#![allow(dead_code)]
+
+use rdma::transport::*;
+use rdma::wire::frame::{FrameBuilder, NetHeaders};
+use rdma::wire::*;
+
+pub struct Host {
+    pub qp: Qp,
+    pub mrs: MrTable,
+    pub mem: VecMemory,
+    pub fb: FrameBuilder,
+    pub mr: Mr,
+    pub cq: Vec<WorkCompletion>,
+    pub events: Vec<QpEvent>,
+}
+
+pub const A_BASE: u64 = 0x10_0000;
+pub const B_BASE: u64 = 0x80_0000;
+pub const MEM_LEN: usize = 256 * 1024;
+
+fn net(i: u8) -> NetHeaders {
+    NetHeaders {
+        src_mac: EthernetAddress([2, 0, 0, 0, 0, i]),
+        dst_mac: EthernetAddress([2, 0, 0, 0, 0, 3 - i]),
+        src_ip: Ipv4Address([10, 0, 0, i]),
+        dst_ip: Ipv4Address([10, 0, 0, 3 - i]),
+        udp_src_port: 0xC000 + u16::from(i),
+        dscp: 26,
+        ttl: 64,
+    }
+}
+
+impl Host {
+    pub fn new(i: u8, cfg: QpConfig, base: u64) -> Host {
+        let mut qp = Qp::new(cfg).unwrap();
+        qp.modify(QpState::Init).unwrap();
+        qp.modify(QpState::Rtr).unwrap();
+        qp.modify(QpState::Rts).unwrap();
+        let mut mrs = MrTable::new();
+        let mr = mrs
+            .register(
+                base,
+                MEM_LEN as u64,
+                Access::LOCAL_WRITE
+                    | Access::REMOTE_WRITE
+                    | Access::REMOTE_READ
+                    | Access::REMOTE_ATOMIC,
+            )
+            .unwrap();
+        Host {
+            qp,
+            mrs,
+            mem: VecMemory::new(base, MEM_LEN),
+            fb: FrameBuilder {
+                net: net(i),
+                int: None,
+            },
+            mr,
+            cq: vec![],
+            events: vec![],
+        }
+    }
+
+    pub fn drain(&mut self) {
+        while let Some(c) = self.qp.poll_cq() {
+            self.cq.push(c);
+        }
+        while let Some(e) = self.qp.poll_event() {
+            self.events.push(e);
+        }
+    }
+}
+
+/// Two connected QPs (A: qpn 0x11, B: qpn 0x22).
+pub fn pair(pmtu: u32, cc_ext: bool, sq_psn: u32) -> (Host, Host) {
+    let base = QpConfig {
+        pmtu,
+        cc_ext,
+        ack_read_responses: cc_ext,
+        timeout_ns: 40_000,
+        ..Default::default()
+    };
+    let a = QpConfig {
+        qpn: 0x11,
+        dest_qpn: 0x22,
+        sq_psn,
+        rq_psn: 0x100,
+        ..base
+    };
+    let b = QpConfig {
+        qpn: 0x22,
+        dest_qpn: 0x11,
+        sq_psn: 0x100,
+        rq_psn: sq_psn,
+        ..base
+    };
+    (Host::new(1, a, A_BASE), Host::new(2, b, B_BASE))
+}
+
+/// Deterministic xorshift for link faults.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    pub fn chance(&mut self, per_mille: u64) -> bool {
+        self.next() % 1000 < per_mille
+    }
+}
+
+pub struct Link {
+    pub rng: Rng,
+    pub loss: u64,
+    pub dup: u64,
+    pub jitter_ns: u64,
+    pub delay_ns: u64,
+    pub up: bool,
+    /// (deliver_at, seq, to, frame)
+    pub q: Vec<(u64, u64, usize, Vec<u8>)>,
+    seq: u64,
+    pub mark_ce: u64,
+    pub sent: u64,
+}
+
+impl Link {
+    pub fn new(seed: u64, loss: u64, dup: u64, jitter_ns: u64) -> Link {
+        Link {
+            rng: Rng(seed | 1),
+            loss,
+            dup,
+            jitter_ns,
+            delay_ns: 2_000,
+            up: true,
+            q: vec![],
+            seq: 0,
+            mark_ce: 0,
+            sent: 0,
+        }
+    }
+
+    fn push(&mut self, now: u64, to: usize, f: Vec<u8>) {
+        let j = if self.jitter_ns > 0 {
+            self.rng.next() % self.jitter_ns
+        } else {
+            0
+        };
+        self.seq += 1;
+        self.q.push((now + self.delay_ns + j, self.seq, to, f));
+    }
+
+    pub fn send(&mut self, now: u64, to: usize, mut f: Vec<u8>) {
+        self.sent += 1;
+        if !self.up || self.rng.chance(self.loss) {
+            return;
+        }
+        if self.mark_ce > 0 && self.rng.chance(self.mark_ce) {
+            let mut ip = Ipv4Packet::new_checked(&mut f[14..]).unwrap();
+            ip.set_ecn(Ecn::Ce);
+            ip.fill_checksum();
+        }
+        if self.rng.chance(self.dup) {
+            self.push(now, to, f.clone());
+        }
+        self.push(now, to, f);
+    }
+
+    pub fn due(&mut self, now: u64) -> Vec<(usize, Vec<u8>)> {
+        self.q.sort_by_key(|(t, s, _, _)| (*t, *s));
+        let n = self.q.iter().take_while(|(t, ..)| *t <= now).count();
+        self.q.drain(..n).map(|(_, _, to, f)| (to, f)).collect()
+    }
+
+    pub fn next_time(&self) -> Option<u64> {
+        self.q.iter().map(|(t, ..)| *t).min()
+    }
+}
+
+/// Runs both hosts until `done` or `limit_ns` of virtual time. Returns the end time.
+pub fn run(
+    hosts: &mut [Host; 2],
+    link: &mut Link,
+    start: u64,
+    limit_ns: u64,
+    mut done: impl FnMut(&[Host; 2]) -> bool,
+) -> u64 {
+    let mut now = start;
+    let mut buf = vec![0u8; 8192];
+    while now < start + limit_ns {
+        let mut busy = false;
+        for (i, h) in hosts.iter_mut().enumerate() {
+            h.qp.on_timer(now);
+            let mut burst = 0;
+            while burst < 16 {
+                let Some(p) = h.qp.poll_tx(now) else { break };
+                let n = p.build_frame(&h.fb, &h.mem, &mut buf).unwrap();
+                link.send(now, 1 - i, buf[..n].to_vec());
+                burst += 1;
+                busy = true;
+            }
+            h.drain();
+        }
+        for (to, f) in link.due(now) {
+            busy = true;
+            let h = &mut hosts[to];
+            let cc = h.qp.config().cc_ext;
+            let fr = parse_frame(&f, &ParseOptions::default(), |_| cc)
+                .expect("frames on the link are well formed");
+            if std::env::var_os("RDMA_TRACE").is_some() {
+                eprintln!(
+                    "t={now} ->{to} {:?} psn={:#x} aeth={:?} len={}",
+                    fr.bth.opcode,
+                    fr.bth.psn,
+                    fr.aeth.map(|a| a.syndrome),
+                    fr.payload.len()
+                );
+            }
+            let Host { qp, mrs, mem, .. } = h;
+            qp.on_rx(&fr, now, mrs, mem);
+            h.drain();
+        }
+        if done(hosts) {
+            return now;
+        }
+        // Advance: 500 ns steps while busy, else jump to the next event.
+        let mut next = now + 500;
+        let idle = link.q.is_empty() && !busy;
+        if idle {
+            let t = hosts.iter().filter_map(|h| h.qp.next_timer()).min();
+            if let Some(t) = t {
+                next = next.max(t);
+            }
+        }
+        now = next;
+    }
+    now
+}

@@ -1,0 +1,592 @@
+//! Scenario tests of the RC transport over the in-memory link (virtual time).
+
+mod common;
+use common::*;
+use rdma::transport::*;
+use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
+
+fn fill(h: &mut Host, va: u64, len: usize, seed: u8) -> Vec<u8> {
+    let d: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect();
+    h.mem.write(va, &d);
+    d
+}
+
+fn wr(id: u64, op: SendOp, addr: u64, len: u32, lkey: u32) -> SendWr {
+    SendWr {
+        wr_id: id,
+        op,
+        sge: Sge { addr, len, lkey },
+        signaled: true,
+        solicited: false,
+    }
+}
+
+fn all_done(n: usize) -> impl FnMut(&[Host; 2]) -> bool {
+    move |h: &[Host; 2]| h[0].cq.len() >= n
+}
+
+#[test]
+fn write_read_send_atomic_lossless() {
+    let (mut a, mut b) = pair(256, false, 0xFF_FFF0);
+    let data = fill(&mut a, A_BASE, 1000, 7);
+    let rsrc = fill(&mut b, B_BASE + 0x8000, 700, 9);
+    b.mem.write_u64(B_BASE + 0x100, 40);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    b.qp.post_recv(
+        RecvWr {
+            wr_id: 900,
+            sge: Sge {
+                addr: B_BASE + 0x4000,
+                len: 2048,
+                lkey: b.mr.lkey,
+            },
+        },
+        &b.mrs,
+    )
+    .unwrap();
+    b.qp.post_recv(
+        RecvWr {
+            wr_id: 901,
+            sge: Sge {
+                addr: B_BASE + 0x5000,
+                len: 2048,
+                lkey: b.mr.lkey,
+            },
+        },
+        &b.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(
+        wr(
+            1,
+            SendOp::Write {
+                remote_va: B_BASE + 0x1000,
+                rkey: bk,
+            },
+            A_BASE,
+            1000,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(
+        wr(
+            2,
+            SendOp::Read {
+                remote_va: B_BASE + 0x8000,
+                rkey: bk,
+            },
+            A_BASE + 0x2000,
+            700,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(wr(3, SendOp::SendImm(0xABCD), A_BASE, 513, ak), &a.mrs)
+        .unwrap();
+    a.qp.post_send(
+        wr(
+            4,
+            SendOp::FetchAdd {
+                remote_va: B_BASE + 0x100,
+                rkey: bk,
+                add: 2,
+            },
+            A_BASE + 0x3000,
+            8,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(
+        wr(
+            5,
+            SendOp::CompareSwap {
+                remote_va: B_BASE + 0x100,
+                rkey: bk,
+                compare: 42,
+                swap: 7,
+            },
+            A_BASE + 0x3008,
+            8,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(
+        wr(
+            6,
+            SendOp::WriteImm {
+                remote_va: B_BASE + 0x9000,
+                rkey: bk,
+                imm: 5,
+            },
+            A_BASE,
+            0,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    let mut hosts = [a, b];
+    let mut link = Link::new(1, 0, 0, 0);
+    run(&mut hosts, &mut link, 0, 10_000_000, all_done(6));
+    let [a, b] = &hosts;
+    let ids: Vec<u64> = a.cq.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4, 5, 6]);
+    assert!(
+        a.cq.iter().all(|c| c.status == WcStatus::Success),
+        "{:?}",
+        a.cq
+    );
+    assert_eq!(a.cq[1].opcode, WcOpcode::RdmaRead);
+    assert_eq!(b.mem.read(B_BASE + 0x1000, 1000), &data[..]);
+    assert_eq!(a.mem.read(A_BASE + 0x2000, 700), &rsrc[..]);
+    assert_eq!(b.mem.read(B_BASE + 0x4000, 513), &data[..513]);
+    assert_eq!(a.mem.read_u64(A_BASE + 0x3000), 40);
+    assert_eq!(a.mem.read_u64(A_BASE + 0x3008), 42);
+    assert_eq!(b.mem.read_u64(B_BASE + 0x100), 7);
+    assert_eq!(b.cq.len(), 2);
+    assert_eq!(
+        (b.cq[0].wr_id, b.cq[0].opcode, b.cq[0].byte_len, b.cq[0].imm),
+        (900, WcOpcode::Recv, 513, Some(0xABCD))
+    );
+    assert_eq!(
+        (b.cq[1].wr_id, b.cq[1].opcode, b.cq[1].imm),
+        (901, WcOpcode::RecvRdmaWithImm, Some(5))
+    );
+    // PSNs wrapped past 0xFFFFFF and nothing was retransmitted.
+    assert_eq!(a.qp.counters().tx_retransmits, 0);
+    assert_eq!(b.qp.counters().nak_seq_sent, 0);
+}
+
+#[test]
+fn lost_packet_gives_one_nak_and_go_back_n() {
+    let (mut a, b) = pair(256, false, 0);
+    let data = fill(&mut a, A_BASE, 256 * 8, 3);
+    let bk = b.mr.rkey;
+    let ak = a.mr.lkey;
+    a.qp.post_send(
+        wr(
+            1,
+            SendOp::Write {
+                remote_va: B_BASE,
+                rkey: bk,
+            },
+            A_BASE,
+            256 * 8,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    let mut hosts = [a, b];
+    // Send all 8 packets, drop the third (PSN 2), deliver the rest.
+    let mut pkts = vec![];
+    while let Some(p) = hosts[0].qp.poll_tx(0) {
+        pkts.push(p);
+    }
+    assert_eq!(pkts.len(), 8);
+    let mut buf = vec![0u8; 4096];
+    for (i, p) in pkts.iter().enumerate() {
+        if i == 2 {
+            continue;
+        }
+        let n = p
+            .build_frame(&hosts[0].fb, &hosts[0].mem, &mut buf)
+            .unwrap();
+        let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| false).unwrap();
+        let Host { qp, mrs, mem, .. } = &mut hosts[1];
+        qp.on_rx(&f, 1000, mrs, mem);
+    }
+    // B answers: ACK for PSN 1 then exactly one NAK(PSN 2), no more for the later drops.
+    let mut acks = vec![];
+    while let Some(p) = hosts[1].qp.poll_tx(2000) {
+        acks.push(p);
+    }
+    let syn: Vec<_> = acks
+        .iter()
+        .map(|p| (p.repr.bth.psn, p.repr.aeth.unwrap().syndrome))
+        .collect();
+    assert_eq!(
+        syn,
+        vec![
+            (1, AethSyndrome::ACK),
+            (2, AethSyndrome::Nak(NakCode::PsnSequenceError))
+        ]
+    );
+    assert_eq!(hosts[1].qp.counters().nak_seq_sent, 1);
+    assert_eq!(hosts[1].qp.counters().rx_out_of_sequence, 5);
+    // Deliver them to A: it goes back to PSN 2.
+    for p in &acks {
+        let n = p
+            .build_frame(&hosts[1].fb, &hosts[1].mem, &mut buf)
+            .unwrap();
+        let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| false).unwrap();
+        let Host { qp, mrs, mem, .. } = &mut hosts[0];
+        qp.on_rx(&f, 3000, mrs, mem);
+    }
+    let r = hosts[0].qp.poll_tx(3000).unwrap();
+    assert_eq!(r.repr.bth.psn, 2);
+    assert!(r.retransmit);
+    let mut link = Link::new(5, 0, 0, 0);
+    // Put the retransmitted packet back on the link and run to completion.
+    let n = r
+        .build_frame(&hosts[0].fb, &hosts[0].mem, &mut buf)
+        .unwrap();
+    link.send(3000, 1, buf[..n].to_vec());
+    run(&mut hosts, &mut link, 3000, 5_000_000, all_done(1));
+    assert_eq!(hosts[0].cq[0].status, WcStatus::Success);
+    assert_eq!(hosts[1].mem.read(B_BASE, 256 * 8), &data[..]);
+    assert_eq!(hosts[1].qp.counters().nak_seq_sent, 1);
+}
+
+#[test]
+fn peer_vanished_retry_exceeded_and_flush() {
+    let (mut a, b) = pair(1024, false, 0);
+    let ak = a.mr.lkey;
+    let bk = b.mr.rkey;
+    for i in 0..4 {
+        a.qp.post_send(
+            wr(
+                i,
+                SendOp::Write {
+                    remote_va: B_BASE,
+                    rkey: bk,
+                },
+                A_BASE,
+                3000,
+                ak,
+            ),
+            &a.mrs,
+        )
+        .unwrap();
+    }
+    let mut hosts = [a, b];
+    let mut link = Link::new(3, 0, 0, 0);
+    link.up = false;
+    run(&mut hosts, &mut link, 0, 100_000_000, |h| {
+        h[0].qp.state() == QpState::Err
+    });
+    let a = &hosts[0];
+    assert_eq!(a.qp.state(), QpState::Err);
+    let st: Vec<_> = a.cq.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        st,
+        vec![
+            (0, WcStatus::RetryExcErr),
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    // retry_cnt = 7 retries, then the 8th timeout is fatal.
+    assert_eq!(a.qp.counters().timeouts, 8);
+    let timeouts = a
+        .events
+        .iter()
+        .filter(|e| matches!(e, QpEvent::Timeout { .. }))
+        .count();
+    assert_eq!(timeouts, 8);
+    // Posting now completes immediately with a flush error.
+    let mut a = hosts.into_iter().next().unwrap();
+    a.qp.post_send(wr(9, SendOp::Send, A_BASE, 1, ak), &a.mrs)
+        .unwrap();
+    assert_eq!(
+        a.qp.poll_cq().map(|c| (c.wr_id, c.status)),
+        Some((9, WcStatus::WrFlushErr))
+    );
+}
+
+#[test]
+fn bad_rkey_range_and_permission_are_nak_0x62_and_write_nothing() {
+    for case in 0..3 {
+        let (mut a, mut b) = pair(256, false, 0);
+        fill(&mut a, A_BASE, 300, 1);
+        let ro = b
+            .mrs
+            .register(B_BASE + 0x1000, 0x1000, Access::REMOTE_READ)
+            .unwrap();
+        let (va, rkey) = match case {
+            0 => (B_BASE, b.mr.rkey ^ 0x100),
+            1 => (B_BASE + MEM_LEN as u64 - 100, b.mr.rkey),
+            _ => (B_BASE + 0x1000, ro.rkey),
+        };
+        let ak = a.mr.lkey;
+        a.qp.post_send(
+            wr(
+                1,
+                SendOp::Write {
+                    remote_va: va,
+                    rkey,
+                },
+                A_BASE,
+                300,
+                ak,
+            ),
+            &a.mrs,
+        )
+        .unwrap();
+        a.qp.post_send(wr(2, SendOp::Send, A_BASE, 1, ak), &a.mrs)
+            .unwrap();
+        let before = b.mem.bytes.clone();
+        let mut hosts = [a, b];
+        let mut link = Link::new(9, 0, 0, 0);
+        run(&mut hosts, &mut link, 0, 5_000_000, all_done(2));
+        let [a, b] = &hosts;
+        assert_eq!(a.cq[0].status, WcStatus::RemAccessErr, "case {case}");
+        assert_eq!(a.cq[1].status, WcStatus::WrFlushErr);
+        assert_eq!(a.qp.state(), QpState::Err);
+        assert!(a.events.iter().any(|e| matches!(
+            e,
+            QpEvent::Nak {
+                syndrome: AethSyndrome::Nak(NakCode::RemoteAccessError),
+                ..
+            }
+        )));
+        assert!(
+            b.mem.bytes == before,
+            "case {case}: responder memory changed"
+        );
+        assert_eq!(b.qp.state(), QpState::Err);
+    }
+}
+
+#[test]
+fn rnr_nak_then_recv_posted_completes() {
+    let (mut a, b) = pair(256, false, 0);
+    let data = fill(&mut a, A_BASE, 100, 4);
+    let ak = a.mr.lkey;
+    a.qp.post_send(wr(1, SendOp::Send, A_BASE, 100, ak), &a.mrs)
+        .unwrap();
+    let mut hosts = [a, b];
+    let mut link = Link::new(2, 0, 0, 0);
+    let t = run(&mut hosts, &mut link, 0, 200_000, |h| {
+        h[1].qp.counters().rnr_nak_sent >= 2
+    });
+    assert!(hosts[1].qp.counters().rnr_nak_sent >= 2);
+    assert!(hosts[0].cq.is_empty());
+    let lk = hosts[1].mr.lkey;
+    let Host { qp, mrs, .. } = &mut hosts[1];
+    qp.post_recv(
+        RecvWr {
+            wr_id: 77,
+            sge: Sge {
+                addr: B_BASE,
+                len: 128,
+                lkey: lk,
+            },
+        },
+        mrs,
+    )
+    .unwrap();
+    run(&mut hosts, &mut link, t, 5_000_000, all_done(1));
+    assert_eq!(hosts[0].cq[0].status, WcStatus::Success);
+    assert_eq!((hosts[1].cq[0].wr_id, hosts[1].cq[0].byte_len), (77, 100));
+    assert_eq!(hosts[1].mem.read(B_BASE, 100), &data[..]);
+}
+
+#[test]
+fn rnr_retry_exhausted_is_rnr_retry_exc_err() {
+    let mut cfg_a = QpConfig {
+        qpn: 0x11,
+        dest_qpn: 0x22,
+        pmtu: 256,
+        rnr_retry: 2,
+        ..Default::default()
+    };
+    cfg_a.timeout_ns = 1_000_000;
+    let cfg_b = QpConfig {
+        qpn: 0x22,
+        dest_qpn: 0x11,
+        pmtu: 256,
+        ..Default::default()
+    };
+    let a = Host::new(1, cfg_a, A_BASE);
+    let b = Host::new(2, cfg_b, B_BASE);
+    let ak = a.mr.lkey;
+    let mut hosts = [a, b];
+    let Host { qp, mrs, .. } = &mut hosts[0];
+    qp.post_send(wr(1, SendOp::Send, A_BASE, 10, ak), mrs)
+        .unwrap();
+    let mut link = Link::new(2, 0, 0, 0);
+    run(&mut hosts, &mut link, 0, 50_000_000, all_done(1));
+    assert_eq!(hosts[0].cq[0].status, WcStatus::RnrRetryExcErr);
+    assert_eq!(hosts[1].qp.counters().rnr_nak_sent, 3);
+}
+
+#[test]
+fn window_gates_bytes_in_flight() {
+    let (mut a, b) = pair(256, true, 0);
+    fill(&mut a, A_BASE, 256 * 10, 1);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    a.qp.post_send(
+        wr(
+            1,
+            SendOp::Write {
+                remote_va: B_BASE,
+                rkey: bk,
+            },
+            A_BASE,
+            256 * 10,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.set_window(600);
+    let mut n = 0;
+    while let Some(p) = a.qp.poll_tx(0) {
+        assert_eq!(p.repr.ccext.unwrap().lsn, 256 * n);
+        n += 1;
+    }
+    assert_eq!(n, 2, "600-byte window allows two 256-byte packets");
+    assert_eq!(a.qp.in_flight(), 512);
+    a.qp.set_window(u32::MAX);
+    assert!(a.qp.poll_tx(0).is_some());
+}
+
+#[test]
+fn ce_marks_are_reported_and_echoed_and_read_responses_acked() {
+    let (mut a, mut b) = pair(256, true, 0);
+    fill(&mut a, A_BASE, 2000, 1);
+    let src = fill(&mut b, B_BASE + 0x4000, 1000, 2);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    for i in 0..5 {
+        a.qp.post_send(
+            wr(
+                i,
+                SendOp::Write {
+                    remote_va: B_BASE,
+                    rkey: bk,
+                },
+                A_BASE,
+                2000,
+                ak,
+            ),
+            &a.mrs,
+        )
+        .unwrap();
+    }
+    a.qp.post_send(
+        wr(
+            9,
+            SendOp::Read {
+                remote_va: B_BASE + 0x4000,
+                rkey: bk,
+            },
+            A_BASE + 0x8000,
+            1000,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    let mut hosts = [a, b];
+    let mut link = Link::new(11, 0, 0, 0);
+    link.mark_ce = 500;
+    run(&mut hosts, &mut link, 0, 10_000_000, |h| {
+        h[0].cq.len() >= 6
+            && h[1]
+                .events
+                .iter()
+                .any(|e| matches!(e, QpEvent::ReadRespAck { lsn: 1000, .. }))
+    });
+    let [a, b] = &hosts;
+    assert!(a.cq.iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(a.mem.read(A_BASE + 0x8000, 1000), &src[..]);
+    let marked = b
+        .events
+        .iter()
+        .filter(|e| matches!(e, QpEvent::CeMarked { .. }))
+        .count();
+    assert!(marked > 0);
+    let echoed: u32 = a
+        .events
+        .iter()
+        .map(|e| {
+            if let QpEvent::Ack { ce_count, .. } = e {
+                u32::from(*ce_count)
+            } else {
+                0
+            }
+        })
+        .sum();
+    assert_eq!(
+        echoed as usize, marked,
+        "every CE mark on a request is echoed once"
+    );
+    // LDCP 3.1: the READ responses were acknowledged back to the responder.
+    let rr: Vec<u32> = b
+        .events
+        .iter()
+        .filter_map(|e| {
+            if let QpEvent::ReadRespAck { lsn, .. } = e {
+                Some(*lsn)
+            } else {
+                None
+            }
+        })
+        .collect();
+    // Requester ACKs of READ responses are cumulative and coalesced when several
+    // responses arrive in one burst (as the LDCP uNIC does under load).
+    assert!(!rr.is_empty() && rr.len() <= 4, "{rr:?}");
+    assert!(rr.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(*rr.last().unwrap(), 1000);
+    // The ACK LSNs advance to the total of the requester LSN space.
+    let last_acked = a.events.iter().rev().find_map(|e| {
+        if let QpEvent::Ack { acked_lsn, .. } = e {
+            Some(*acked_lsn)
+        } else {
+            None
+        }
+    });
+    assert_eq!(last_acked, Some(5 * 2000 + 64));
+}
+
+#[test]
+fn qp_state_transitions() {
+    let mut q = Qp::new(QpConfig::default()).unwrap();
+    assert!(q.modify(QpState::Rts).is_err());
+    q.modify(QpState::Init).unwrap();
+    assert!(q.modify(QpState::Rts).is_err());
+    q.modify(QpState::Rtr).unwrap();
+    q.modify(QpState::Rts).unwrap();
+    q.modify(QpState::Sqd).unwrap();
+    q.modify(QpState::Rts).unwrap();
+    q.modify(QpState::Err).unwrap();
+    assert!(q.modify(QpState::Rts).is_err());
+    q.modify(QpState::Reset).unwrap();
+    assert_eq!(q.state(), QpState::Reset);
+    assert!(Qp::new(QpConfig {
+        pmtu: 1500,
+        ..Default::default()
+    })
+    .is_err());
+    let mrs = MrTable::new();
+    q.modify(QpState::Init).unwrap();
+    let w = SendWr {
+        wr_id: 1,
+        op: SendOp::Send,
+        sge: Sge {
+            addr: 0,
+            len: 1,
+            lkey: 5,
+        },
+        signaled: true,
+        solicited: false,
+    };
+    assert_eq!(q.post_send(w, &mrs), Err(QpError::BadState(QpState::Init)));
+    q.modify(QpState::Rtr).unwrap();
+    q.modify(QpState::Rts).unwrap();
+    assert!(matches!(
+        q.post_send(w, &mrs),
+        Err(QpError::LocalProtection(_))
+    ));
+}
