@@ -86,6 +86,49 @@ fn bench(c: &mut Criterion) {
         });
     }
 
+    // Many QPs, round robin: the NIC interleaves QPs, so one QP's loop-carried
+    // dependencies (LDCP's cw += alpha/cw) overlap with the others'.
+    for (name, kind, hops) in [
+        ("ldcp_64qp", CcKind::Ldcp, 0usize),
+        ("hpcc_1hop_64qp", CcKind::Hpcc, 1),
+    ] {
+        let tel = telemetry(1);
+        let mut qps: Vec<AnyCc> = (0..64).map(|_| kind.build(path)).collect();
+        for cc in qps.iter_mut() {
+            cc.on_send(&SendEvent {
+                now_ns: 0,
+                lsn: 0,
+                bytes: PKT,
+                ..Default::default()
+            });
+            cc.on_ack(&AckEvent {
+                acked_lsn: 1 << 40,
+                ..Default::default()
+            });
+        }
+        let mut i: u64 = 0;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                i += 1;
+                let q = (i & 63) as usize;
+                let k = ((i >> 6) as usize) & (RING - 1);
+                let cc = &mut qps[q];
+                let ev = AckEvent {
+                    now_ns: i * 84,
+                    acked_lsn: (1 << 40) + (i >> 6) * PKT as u64,
+                    acked_bytes: PKT,
+                    acked_pkts: 1,
+                    rtt_ns: 8_000 + (i & 255),
+                    ecn_echo: (i >> 6) & 15 == 0,
+                    telemetry: &tel[k][..hops],
+                    rx_window: None,
+                };
+                let a = cc.on_ack(black_box(&ev));
+                black_box((a, cc.window_bytes(), cc.rate_bps()))
+            })
+        });
+    }
+
     // Receiver side of Rx-HPCC: NewINT per data packet (000 fig. 8).
     {
         let tel = telemetry(1);
