@@ -37,9 +37,12 @@ fn bytes(len: u32, seed: u64) -> Vec<u8> {
     (0..len).map(|_| r.next() as u8).collect()
 }
 
+/// Expected receive completion: (wr_id, opcode, byte_len, imm, SEND data).
+type RecvExpect = (u64, WcOpcode, u32, Option<u32>, Option<Vec<u8>>);
+
 struct Model {
     expect_wc: Vec<u64>,
-    recv_expect: Vec<(u64, WcOpcode, u32, Option<u32>, Option<Vec<u8>>)>,
+    recv_expect: Vec<RecvExpect>,
     checks_b: Vec<(u64, Vec<u8>)>,
     checks_a: Vec<(u64, Vec<u8>)>,
     atomic_orig: Vec<(u64, u64)>,
