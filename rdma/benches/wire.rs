@@ -1,1 +1,68 @@
-fn main() {}
+//! Build + ICRC + parse of a 64 B and a 4 KiB RDMA WRITE ONLY packet, next to raw
+//! `crc32fast` over the same bytes (the ICRC's speed anchor, DESIGN.md section 9).
+//!
+//! Run: `cargo bench -p rdma --bench wire -- --warm-up-time 1 --measurement-time 3`
+
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use rdma::wire::frame::{FrameBuilder, NetHeaders, RoceRepr};
+use rdma::wire::*;
+
+fn builder() -> FrameBuilder {
+    FrameBuilder {
+        net: NetHeaders {
+            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            src_ip: Ipv4Address([10, 0, 0, 1]),
+            dst_ip: Ipv4Address([10, 0, 0, 2]),
+            udp_src_port: 0xC001,
+            dscp: 26,
+            ttl: 64,
+        },
+        int: None,
+    }
+}
+
+fn write_only(len: u32) -> RoceRepr {
+    let mut r = RoceRepr::new(BthRepr::new(Opcode::WriteOnly, 0x42, 7));
+    r.reth = Some(RethRepr { va: 0x1000, rkey: 0x77, dma_len: len });
+    r
+}
+
+fn bench(c: &mut Criterion) {
+    let b = builder();
+    for size in [64usize, 4096] {
+        let payload: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        let pkt = write_only(size as u32);
+        let mut buf = vec![0u8; size + 128];
+        let n = b.emit_frame(&pkt, &payload, Ecn::Ect0, &mut buf).unwrap();
+        let frame = buf[..n].to_vec();
+        // The ICRC covers 8 + (IP total length - 4) bytes; raw CRC over as many bytes.
+        let icrc_bytes = 8 + (n - 14 - 4);
+        let raw: Vec<u8> = frame[..icrc_bytes].to_vec();
+
+        let mut g = c.benchmark_group(format!("write_{size}B"));
+        g.throughput(Throughput::Bytes(icrc_bytes as u64));
+        g.bench_function(BenchmarkId::new("crc32fast_raw", size), |bn| {
+            bn.iter(|| crc32fast::hash(black_box(&raw)))
+        });
+        g.bench_function(BenchmarkId::new("icrc", size), |bn| {
+            bn.iter(|| icrc_frame(black_box(&frame), 14, 0).unwrap())
+        });
+        g.bench_function(BenchmarkId::new("build", size), |bn| {
+            let mut out = vec![0u8; size + 128];
+            bn.iter(|| b.emit_frame(black_box(&pkt), black_box(&payload), Ecn::Ect0, &mut out).unwrap())
+        });
+        g.bench_function(BenchmarkId::new("parse_verify", size), |bn| {
+            let o = ParseOptions::default();
+            bn.iter(|| parse_frame(black_box(&frame), &o, |_| false).map(|f| f.payload.len()).unwrap())
+        });
+        g.bench_function(BenchmarkId::new("parse_noverify", size), |bn| {
+            let o = ParseOptions { verify_icrc: false, ..Default::default() };
+            bn.iter(|| parse_frame(black_box(&frame), &o, |_| false).map(|f| f.payload.len()).unwrap())
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
