@@ -24,7 +24,11 @@ fn builder() -> FrameBuilder {
 
 fn write_only(len: u32) -> RoceRepr {
     let mut r = RoceRepr::new(BthRepr::new(Opcode::WriteOnly, 0x42, 7));
-    r.reth = Some(RethRepr { va: 0x1000, rkey: 0x77, dma_len: len });
+    r.reth = Some(RethRepr {
+        va: 0x1000,
+        rkey: 0x77,
+        dma_len: len,
+    });
     r
 }
 
@@ -50,15 +54,29 @@ fn bench(c: &mut Criterion) {
         });
         g.bench_function(BenchmarkId::new("build", size), |bn| {
             let mut out = vec![0u8; size + 128];
-            bn.iter(|| b.emit_frame(black_box(&pkt), black_box(&payload), Ecn::Ect0, &mut out).unwrap())
+            bn.iter(|| {
+                b.emit_frame(black_box(&pkt), black_box(&payload), Ecn::Ect0, &mut out)
+                    .unwrap()
+            })
         });
         g.bench_function(BenchmarkId::new("parse_verify", size), |bn| {
             let o = ParseOptions::default();
-            bn.iter(|| parse_frame(black_box(&frame), &o, |_| false).map(|f| f.payload.len()).unwrap())
+            bn.iter(|| {
+                parse_frame(black_box(&frame), &o, |_| false)
+                    .map(|f| f.payload.len())
+                    .unwrap()
+            })
         });
         g.bench_function(BenchmarkId::new("parse_noverify", size), |bn| {
-            let o = ParseOptions { verify_icrc: false, ..Default::default() };
-            bn.iter(|| parse_frame(black_box(&frame), &o, |_| false).map(|f| f.payload.len()).unwrap())
+            let o = ParseOptions {
+                verify_icrc: false,
+                ..Default::default()
+            };
+            bn.iter(|| {
+                parse_frame(black_box(&frame), &o, |_| false)
+                    .map(|f| f.payload.len())
+                    .unwrap()
+            })
         });
         g.finish();
     }

@@ -590,3 +590,42 @@ fn qp_state_transitions() {
         Err(QpError::LocalProtection(_))
     ));
 }
+
+#[test]
+fn probe_roundtrip_echoes_int_hops() {
+    use rdma::wire::frame::IntInsert;
+    use rdma::wire::int::{push_hop, HopRecord, PushOutcome};
+    let (mut a, mut b) = pair(1024, true, 0);
+    a.fb.int = Some(IntInsert {
+        int_dscp: 0x18,
+        max_hops: 4,
+    });
+    a.qp.send_probe();
+    let p = a.qp.poll_tx(0).unwrap();
+    assert_eq!(p.repr.bth.opcode, rdma::wire::Opcode::Probe);
+    let mut buf = vec![0u8; 512];
+    let n = p.build_frame(&a.fb, &a.mem, &mut buf).unwrap();
+    // Two switches push records.
+    let h1 = HopRecord::from_units(1, 7, 1000, 5000, 640, 100_000_000_000);
+    let h2 = HopRecord::from_units(2, 3, 1500, 9000, 0, 25_000_000_000);
+    let PushOutcome::Pushed { len, .. } = push_hop(&mut buf, n, 14, 0x18, &h1).unwrap() else {
+        panic!()
+    };
+    let PushOutcome::Pushed { len, .. } = push_hop(&mut buf, len, 14, 0x18, &h2).unwrap() else {
+        panic!()
+    };
+    let f = rdma::wire::parse_frame(&buf[..len], &Default::default(), |_| true).unwrap();
+    b.qp.on_rx(&f, 10, &b.mrs, &mut b.mem);
+    let r = b.qp.poll_tx(20).unwrap();
+    assert_eq!(r.repr.bth.opcode, rdma::wire::Opcode::ProbeResponse);
+    let n = r.build_frame(&b.fb, &b.mem, &mut buf).unwrap();
+    let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| true).unwrap();
+    a.qp.on_rx(&f, 30, &a.mrs, &mut a.mem);
+    match a.qp.poll_event() {
+        Some(QpEvent::ProbeResponse { n_hops, hops }) => {
+            assert_eq!(n_hops, 2);
+            assert_eq!(&hops[..2], &[h2, h1], "newest first");
+        }
+        e => panic!("expected probe response, got {e:?}"),
+    }
+}

@@ -262,6 +262,13 @@ pub enum QpEvent {
         /// CE marks it echoes.
         ce_count: u8,
     },
+    /// A probe response arrived (HPCC++ probe mode) with the path's telemetry.
+    ProbeResponse {
+        /// Echoed hop records.
+        n_hops: u8,
+        /// Hop records, newest first.
+        hops: [HopRecord; MAX_ECHO_HOPS],
+    },
     /// The QP entered the error state.
     Error,
 }
@@ -393,6 +400,8 @@ pub struct Qp {
     resp_next_lsn: u32,
     resp_acked_lsn: u32,
     resp_window: u32,
+    probe_pending: bool,
+    probe_resp: Option<(u32, u8, [HopRecord; MAX_ECHO_HOPS])>,
     // ---- outputs ----
     cq: VecDeque<WorkCompletion>,
     events: VecDeque<QpEvent>,
@@ -459,6 +468,8 @@ impl Qp {
             resp_next_lsn: 0,
             resp_acked_lsn: 0,
             resp_window: u32::MAX,
+            probe_pending: false,
+            probe_resp: None,
             cq: VecDeque::with_capacity(cfg.sq_depth as usize + cfg.rq_depth as usize + 8),
             events: VecDeque::with_capacity(events_cap),
             events_cap,
@@ -531,6 +542,15 @@ impl Qp {
     /// Puts a receiver-computed window (Rx-HPCC) into the next ACK's CC extension.
     pub fn set_ack_window(&mut self, bytes: u32) {
         self.ack_window = Some(bytes);
+    }
+
+    /// Queues an HPCC++ probe (opcode 0xC0, same 5-tuple and queue as the data, PSN not
+    /// consumed); the peer answers with a probe response carrying the path telemetry,
+    /// reported as [`QpEvent::ProbeResponse`]. Needs the CC extension.
+    pub fn send_probe(&mut self) {
+        if self.cfg.cc_ext {
+            self.probe_pending = true;
+        }
     }
 
     /// Bytes in flight (LSN sent and not acknowledged).
@@ -1684,12 +1704,46 @@ impl Qp {
                 retransmit: false,
             });
         }
+        if let Some((p, n, hops)) = self.probe_resp.take() {
+            let mut r = RoceRepr::new(BthRepr::new(Opcode::ProbeResponse, self.cfg.dest_qpn, p));
+            let mut e = CcExtRepr::data(self.exp_lsn, CcExtFlags::PROBE | CcExtFlags::ACK);
+            e.n_hops = n;
+            e.hops = hops;
+            r.ccext = Some(e);
+            return Some(TxPacket {
+                repr: r,
+                payload: Payload::None,
+                ecn: Ecn::Ect0,
+                priority: true,
+                lsn: 0,
+                lsn_len: 0,
+                retransmit: false,
+            });
+        }
         if let Some(t) = self.responder_tx() {
             self.counters.tx_packets += 1;
             return Some(t);
         }
         if self.state == QpState::Err {
             return None;
+        }
+        if self.probe_pending {
+            self.probe_pending = false;
+            let mut r = RoceRepr::new(BthRepr::new(
+                Opcode::Probe,
+                self.cfg.dest_qpn,
+                self.next_psn,
+            ));
+            r.ccext = Some(CcExtRepr::data(self.next_lsn, CcExtFlags::PROBE));
+            return Some(TxPacket {
+                repr: r,
+                payload: Payload::None,
+                ecn: Ecn::Ect0,
+                priority: false,
+                lsn: self.next_lsn,
+                lsn_len: 0,
+                retransmit: false,
+            });
         }
         self.requester_tx(now_ns)
     }
@@ -1727,6 +1781,21 @@ impl Qp {
                 });
                 return;
             }
+        }
+        if op == Opcode::Probe {
+            let mut hops = [HopRecord::default(); MAX_ECHO_HOPS];
+            let n = f.int.as_ref().map_or(0, |c| c.copy_hops(&mut hops)) as u8;
+            self.probe_resp = Some((f.bth.psn, n, hops));
+            return;
+        }
+        if op == Opcode::ProbeResponse {
+            let (n_hops, hops) = f
+                .ccext
+                .map_or((0, [HopRecord::default(); MAX_ECHO_HOPS]), |e| {
+                    (e.n_hops, e.hops)
+                });
+            self.push_event(QpEvent::ProbeResponse { n_hops, hops });
+            return;
         }
         if op.is_request() {
             self.on_request(f, mrs, mem);
