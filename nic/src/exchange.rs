@@ -1,1 +1,922 @@
-//! (being written)
+//! Out-of-band connection setup over TCP, like perftest (DESIGN.md §5:
+//! "Connection setup out of band over TCP, like perftest (QPN, PSN, IP, MAC,
+//! rkey, VA, CC)"; DESIGN.md §4: extensions are used only when both ends
+//! agreed to them at connection setup).
+//!
+//! Each side sends exactly one line of ASCII text and reads the peer's; the
+//! format is documented byte by byte in `docs/connection.md` so that other
+//! tools (a Python script, `nc`) can speak it:
+//!
+//! ```text
+//! RSNIC1 qpn=0x000011 psn=0x00abcd ip=10.0.0.1 mac=02:00:00:00:00:01 rkey=0x00001234 va=0x00007f0000000000 len=1048576 mtu=4096 cc=hpcc ext=cc,int udp_sport=49152 test=write_bw\n
+//! ```
+//!
+//! Parsing is strict: the magic/version word first, then every key exactly
+//! once in any order, separated by single spaces, no unknown keys, values in
+//! the documented syntax and range. Every failure is a typed [`ParseError`]
+//! whose message names the key and the offending value; nothing panics on any
+//! input. The client connects and sends first, the server answers; then both
+//! sides run [`check_compatible`] on the same (server, client) pair, so both
+//! report the same mismatch.
+//!
+//! This module is the slow path: it allocates and blocks freely.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// The first word of every message: protocol name and version.
+pub const MAGIC: &str = "RSNIC1";
+
+/// Longest accepted line, newline included (a valid line is ~200 bytes).
+pub const MAX_LINE: usize = 1024;
+
+/// MTUs RoCE allows (IBA path MTU values), in bytes.
+pub const MTUS: [u16; 5] = [256, 512, 1024, 2048, 4096];
+
+/// Congestion control of the QP, as negotiated (DESIGN.md §7). Local to this
+/// module; the engine maps it onto `cc::CcKind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CcName {
+    /// No congestion control (plain RoCEv2 at line rate).
+    None,
+    /// DCQCN (the hardware-NIC baseline, plain RoCEv2 + CNP).
+    Dcqcn,
+    /// HPCC++, sender-based (INT echoed in ACKs).
+    Hpcc,
+    /// Rx-HPCC, receiver-computed window (HPCC++ 000 §6.2).
+    RxHpcc,
+    /// LDCP (draft-dai-tsvwg-pfc-free-congestion-control).
+    Ldcp,
+}
+
+impl CcName {
+    /// Every kind, in wire spelling order.
+    pub const ALL: [CcName; 5] = [
+        CcName::None,
+        CcName::Dcqcn,
+        CcName::Hpcc,
+        CcName::RxHpcc,
+        CcName::Ldcp,
+    ];
+
+    /// The wire spelling: `none`, `dcqcn`, `hpcc`, `rx-hpcc`, `ldcp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CcName::None => "none",
+            CcName::Dcqcn => "dcqcn",
+            CcName::Hpcc => "hpcc",
+            CcName::RxHpcc => "rx-hpcc",
+            CcName::Ldcp => "ldcp",
+        }
+    }
+
+    /// Parses the wire spelling (exact, lower case).
+    pub fn from_wire(s: &str) -> Option<CcName> {
+        CcName::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for CcName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What one side tells the other (see the module docs and
+/// `docs/connection.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// Queue pair number (24 bits).
+    pub qpn: u32,
+    /// Initial packet sequence number (24 bits).
+    pub psn: u32,
+    /// IPv4 address of the RoCE port.
+    pub ip: Ipv4Addr,
+    /// MAC address of the RoCE port.
+    pub mac: [u8; 6],
+    /// Remote key of the buffer the peer may READ/WRITE.
+    pub rkey: u32,
+    /// Virtual address of that buffer.
+    pub va: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// Path MTU in bytes, one of [`MTUS`].
+    pub mtu: u16,
+    /// Congestion control.
+    pub cc: CcName,
+    /// Extensions this side uses (DESIGN.md §4: `cc` = CC extension header,
+    /// `int` = INT container, ...): lower-case tokens, no duplicates, kept in
+    /// the order given; compared as sets.
+    pub ext: Vec<String>,
+    /// UDP source port of the QP's packets (RoCEv2 entropy), non-zero.
+    pub udp_sport: u16,
+    /// The test this side runs (`write_bw`, `read_lat`, ...; a token).
+    pub test: String,
+}
+
+/// Why a message was rejected. The `Display` text names the key and value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// The line is not UTF-8 text.
+    #[error("connection message is not UTF-8 text")]
+    NotText,
+    /// The line is longer than [`MAX_LINE`].
+    #[error("connection message longer than {MAX_LINE} bytes")]
+    TooLong,
+    /// No terminating newline.
+    #[error("connection message does not end with a newline")]
+    NoNewline,
+    /// The first word is not [`MAGIC`].
+    #[error("not an {MAGIC} connection message (starts with {0:?})")]
+    BadMagic(String),
+    /// A word is not `key=value` (or has an empty key, or extra spaces).
+    #[error("malformed field {0:?} (expected key=value separated by single spaces)")]
+    Malformed(String),
+    /// A key this version does not know.
+    #[error("unknown key {0:?}")]
+    UnknownKey(String),
+    /// A key given twice.
+    #[error("duplicate key {0:?}")]
+    DuplicateKey(&'static str),
+    /// A required key is absent.
+    #[error("missing key {0:?}")]
+    MissingKey(&'static str),
+    /// A value out of syntax or range.
+    #[error("bad value {value:?} for {key}: {why}")]
+    BadValue {
+        /// The key.
+        key: &'static str,
+        /// The value as received.
+        value: String,
+        /// What was expected.
+        why: &'static str,
+    },
+}
+
+/// Why the two sides cannot run together (see [`check_compatible`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Mismatch {
+    /// Different tests.
+    #[error("server runs {server}, client asked for {client}")]
+    Test {
+        /// The server's test.
+        server: String,
+        /// The client's test.
+        client: String,
+    },
+    /// Different MTUs.
+    #[error("MTU mismatch: server uses {server}, client uses {client}")]
+    Mtu {
+        /// Server MTU.
+        server: u16,
+        /// Client MTU.
+        client: u16,
+    },
+    /// Different congestion control.
+    #[error("congestion control mismatch: server uses {server}, client uses {client}")]
+    Cc {
+        /// Server CC.
+        server: CcName,
+        /// Client CC.
+        client: CcName,
+    },
+    /// Different extension sets.
+    #[error("extension mismatch: server uses [{server}], client uses [{client}]")]
+    Extensions {
+        /// Server extensions, comma-separated.
+        server: String,
+        /// Client extensions, comma-separated.
+        client: String,
+    },
+}
+
+/// Errors of [`serve`] / [`connect`].
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// Socket error.
+    #[error("connection exchange I/O error: {0}")]
+    Io(#[from] io::Error),
+    /// The peer did not connect / answer in time.
+    #[error("connection exchange timed out after {0:?}")]
+    Timeout(Duration),
+    /// The peer closed the connection before a full line.
+    #[error("peer closed the connection before sending its line")]
+    Closed,
+    /// The peer's line is invalid.
+    #[error("peer sent an invalid connection message: {0}")]
+    Parse(#[from] ParseError),
+}
+
+fn fmt_mac(mac: &[u8; 6]) -> String {
+    let m = mac;
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+fn valid_token(s: &str, max: usize, extra: &[u8]) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || extra.contains(&b))
+}
+
+fn ext_joined(ext: &[String]) -> String {
+    if ext.is_empty() {
+        "none".to_string()
+    } else {
+        ext.join(",")
+    }
+}
+
+impl ConnInfo {
+    /// Checks the fields that [`Self::format`] cannot express (the same rules
+    /// [`Self::parse`] enforces), so a local mistake is caught before sending.
+    pub fn validate(&self) -> Result<(), ParseError> {
+        let line = self.format_unchecked();
+        Self::parse(&line).map(|_| ())
+    }
+
+    fn format_unchecked(&self) -> String {
+        format!(
+            "{MAGIC} qpn=0x{:06x} psn=0x{:06x} ip={} mac={} rkey=0x{:08x} va=0x{:016x} len={} mtu={} cc={} ext={} udp_sport={} test={}\n",
+            self.qpn,
+            self.psn,
+            self.ip,
+            fmt_mac(&self.mac),
+            self.rkey,
+            self.va,
+            self.len,
+            self.mtu,
+            self.cc,
+            ext_joined(&self.ext),
+            self.udp_sport,
+            self.test
+        )
+    }
+
+    /// The message line, newline included. Fails if a field is out of range
+    /// (e.g. a 25-bit QPN, an MTU of 1500, an empty test name).
+    pub fn format(&self) -> Result<String, ParseError> {
+        let line = self.format_unchecked();
+        Self::parse(&line)?;
+        Ok(line)
+    }
+
+    /// Parses one message line (with its trailing `\n`; a `\r\n` is accepted
+    /// too). Strict; see the module docs and `docs/connection.md`.
+    pub fn parse(line: &str) -> Result<ConnInfo, ParseError> {
+        if line.len() > MAX_LINE {
+            return Err(ParseError::TooLong);
+        }
+        let body = line.strip_suffix('\n').ok_or(ParseError::NoNewline)?;
+        let body = body.strip_suffix('\r').unwrap_or(body);
+        let mut words = body.split(' ');
+        let magic = words.next().unwrap_or("");
+        if magic != MAGIC {
+            return Err(ParseError::BadMagic(magic.chars().take(32).collect()));
+        }
+        const KEYS: [&str; 12] = [
+            "qpn",
+            "psn",
+            "ip",
+            "mac",
+            "rkey",
+            "va",
+            "len",
+            "mtu",
+            "cc",
+            "ext",
+            "udp_sport",
+            "test",
+        ];
+        let mut vals: [Option<&str>; 12] = [None; 12];
+        for w in words {
+            let (k, v) = w
+                .split_once('=')
+                .ok_or_else(|| ParseError::Malformed(w.chars().take(64).collect()))?;
+            if k.is_empty() {
+                return Err(ParseError::Malformed(w.chars().take(64).collect()));
+            }
+            let i = KEYS
+                .iter()
+                .position(|&key| key == k)
+                .ok_or_else(|| ParseError::UnknownKey(k.chars().take(64).collect()))?;
+            if vals[i].replace(v).is_some() {
+                return Err(ParseError::DuplicateKey(KEYS[i]));
+            }
+        }
+        let get = |i: usize| vals[i].ok_or(ParseError::MissingKey(KEYS[i]));
+        for i in 0..KEYS.len() {
+            get(i)?;
+        }
+        let bad = |key: &'static str, value: &str, why: &'static str| ParseError::BadValue {
+            key,
+            value: value.chars().take(64).collect(),
+            why,
+        };
+        let hex =
+            |i: usize, digits: usize, max: u64, why: &'static str| -> Result<u64, ParseError> {
+                let v = get(i)?;
+                let h = v.strip_prefix("0x").ok_or_else(|| bad(KEYS[i], v, why))?;
+                if h.is_empty() || h.len() > digits || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(bad(KEYS[i], v, why));
+                }
+                let n = u64::from_str_radix(h, 16).map_err(|_| bad(KEYS[i], v, why))?;
+                if n > max {
+                    return Err(bad(KEYS[i], v, why));
+                }
+                Ok(n)
+            };
+        let dec = |i: usize, max: u64, why: &'static str| -> Result<u64, ParseError> {
+            let v = get(i)?;
+            if v.is_empty()
+                || v.len() > 20
+                || !v.bytes().all(|b| b.is_ascii_digit())
+                || (v.len() > 1 && v.starts_with('0'))
+            {
+                return Err(bad(KEYS[i], v, why));
+            }
+            let n: u64 = v.parse().map_err(|_| bad(KEYS[i], v, why))?;
+            if n > max {
+                return Err(bad(KEYS[i], v, why));
+            }
+            Ok(n)
+        };
+        let qpn = hex(
+            0,
+            6,
+            0xff_ffff,
+            "expected 0x and 1-6 hex digits (24-bit QPN)",
+        )? as u32;
+        let psn = hex(
+            1,
+            6,
+            0xff_ffff,
+            "expected 0x and 1-6 hex digits (24-bit PSN)",
+        )? as u32;
+        let ip_s = get(2)?;
+        // Ipv4Addr's parser is strict dotted-quad (no leading zeros, 4 parts).
+        let ip: Ipv4Addr = ip_s
+            .parse()
+            .map_err(|_| bad("ip", ip_s, "expected a dotted-quad IPv4 address"))?;
+        let mac_s = get(3)?;
+        let mut mac = [0u8; 6];
+        {
+            let why = "expected six two-digit hex bytes separated by ':'";
+            let parts: Vec<&str> = mac_s.split(':').collect();
+            if parts.len() != 6 {
+                return Err(bad("mac", mac_s, why));
+            }
+            for (m, p) in mac.iter_mut().zip(parts) {
+                if p.len() != 2 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(bad("mac", mac_s, why));
+                }
+                *m = u8::from_str_radix(p, 16).map_err(|_| bad("mac", mac_s, why))?;
+            }
+        }
+        let rkey = hex(
+            4,
+            8,
+            u32::MAX as u64,
+            "expected 0x and 1-8 hex digits (32-bit rkey)",
+        )? as u32;
+        let va = hex(
+            5,
+            16,
+            u64::MAX,
+            "expected 0x and 1-16 hex digits (64-bit address)",
+        )?;
+        let len = dec(6, u64::MAX, "expected a decimal byte count")?;
+        let mtu = dec(7, 4096, "expected one of 256, 512, 1024, 2048, 4096")?;
+        if !MTUS.contains(&(mtu as u16)) {
+            return Err(bad(
+                "mtu",
+                get(7)?,
+                "expected one of 256, 512, 1024, 2048, 4096",
+            ));
+        }
+        let cc_s = get(8)?;
+        let cc = CcName::from_wire(cc_s)
+            .ok_or_else(|| bad("cc", cc_s, "expected none, dcqcn, hpcc, rx-hpcc or ldcp"))?;
+        let ext_s = get(9)?;
+        let mut ext: Vec<String> = Vec::new();
+        if ext_s != "none" {
+            for e in ext_s.split(',') {
+                if !valid_token(e, 16, b"-_") || e == "none" {
+                    return Err(bad(
+                        "ext",
+                        ext_s,
+                        "expected 'none' or comma-separated lower-case tokens",
+                    ));
+                }
+                if ext.iter().any(|x| x == e) {
+                    return Err(bad("ext", ext_s, "duplicate extension"));
+                }
+                if ext.len() == 16 {
+                    return Err(bad("ext", ext_s, "at most 16 extensions"));
+                }
+                ext.push(e.to_string());
+            }
+        }
+        let udp_sport = dec(10, 65535, "expected a UDP port 1-65535")? as u16;
+        if udp_sport == 0 {
+            return Err(bad("udp_sport", get(10)?, "expected a UDP port 1-65535"));
+        }
+        let test_s = get(11)?;
+        if !valid_token(test_s, 32, b"_-") {
+            return Err(bad(
+                "test",
+                test_s,
+                "expected a lower-case token of at most 32 characters",
+            ));
+        }
+        Ok(ConnInfo {
+            qpn,
+            psn,
+            ip,
+            mac,
+            rkey,
+            va,
+            len,
+            mtu: mtu as u16,
+            cc,
+            ext,
+            udp_sport,
+            test: test_s.to_string(),
+        })
+    }
+}
+
+/// Whether a server and a client can run together: same test, MTU, CC and
+/// extension set (as sets). Both sides call it with the same (server, client)
+/// order, so both report the same error text, e.g.
+/// "server runs write_bw, client asked for read_bw".
+pub fn check_compatible(server: &ConnInfo, client: &ConnInfo) -> Result<(), Mismatch> {
+    if server.test != client.test {
+        return Err(Mismatch::Test {
+            server: server.test.clone(),
+            client: client.test.clone(),
+        });
+    }
+    if server.mtu != client.mtu {
+        return Err(Mismatch::Mtu {
+            server: server.mtu,
+            client: client.mtu,
+        });
+    }
+    if server.cc != client.cc {
+        return Err(Mismatch::Cc {
+            server: server.cc,
+            client: client.cc,
+        });
+    }
+    let same =
+        server.ext.len() == client.ext.len() && server.ext.iter().all(|e| client.ext.contains(e));
+    if !same {
+        return Err(Mismatch::Extensions {
+            server: server.ext.join(","),
+            client: client.ext.join(","),
+        });
+    }
+    Ok(())
+}
+
+fn remaining(deadline: Instant, timeout: Duration) -> Result<Duration, ExchangeError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(ExchangeError::Timeout(timeout))
+    } else {
+        Ok(left)
+    }
+}
+
+fn map_timeout(e: io::Error, timeout: Duration) -> ExchangeError {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ExchangeError::Timeout(timeout),
+        _ => ExchangeError::Io(e),
+    }
+}
+
+/// Reads one line (up to and including `\n`, at most [`MAX_LINE`] bytes).
+fn read_line(
+    s: &mut TcpStream,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<String, ExchangeError> {
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 256];
+    loop {
+        s.set_read_timeout(Some(remaining(deadline, timeout)?))?;
+        // Read at most what fits and never past a newline of the one line we
+        // expect: the peer sends nothing else before it has our line.
+        let want = (MAX_LINE + 1 - buf.len()).min(chunk.len());
+        let n = match s.read(&mut chunk[..want]) {
+            Ok(0) => return Err(ExchangeError::Closed),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(map_timeout(e, timeout)),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(p) = buf.iter().position(|&b| b == b'\n') {
+            if p + 1 != buf.len() {
+                return Err(ParseError::Malformed("data after the newline".into()).into());
+            }
+            return String::from_utf8(buf).map_err(|_| ParseError::NotText.into());
+        }
+        if buf.len() > MAX_LINE {
+            return Err(ParseError::TooLong.into());
+        }
+    }
+}
+
+fn write_line(
+    s: &mut TcpStream,
+    line: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<(), ExchangeError> {
+    s.set_write_timeout(Some(remaining(deadline, timeout)?))?;
+    s.write_all(line.as_bytes())
+        .map_err(|e| map_timeout(e, timeout))?;
+    s.flush()?;
+    Ok(())
+}
+
+/// Server side: waits (at most `timeout` in all) for one client on
+/// `listener`, reads its line, answers with `local`'s line, and returns the
+/// client's [`ConnInfo`] and address. The caller then runs
+/// `check_compatible(local, &remote)`.
+pub fn serve(
+    listener: &TcpListener,
+    local: &ConnInfo,
+    timeout: Duration,
+) -> Result<(ConnInfo, SocketAddr), ExchangeError> {
+    let line = local.format()?;
+    let deadline = Instant::now() + timeout;
+    listener.set_nonblocking(true)?;
+    let accepted = loop {
+        match listener.accept() {
+            Ok(x) => break Ok(x),
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    || e.kind() == io::ErrorKind::Interrupted =>
+            {
+                if let Err(e) = remaining(deadline, timeout) {
+                    break Err(e);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => break Err(e.into()),
+        }
+    };
+    listener.set_nonblocking(false)?;
+    let (mut s, peer) = accepted?;
+    s.set_nonblocking(false)?;
+    s.set_nodelay(true)?;
+    let remote = ConnInfo::parse(&read_line(&mut s, deadline, timeout)?)?;
+    write_line(&mut s, &line, deadline, timeout)?;
+    Ok((remote, peer))
+}
+
+/// Client side: connects to `addr` (retrying refused connections until
+/// `timeout`, so scripts may start both sides at once), sends `local`'s
+/// line, and returns the server's [`ConnInfo`]. The caller then runs
+/// `check_compatible(&remote, local)`.
+pub fn connect(
+    addr: impl ToSocketAddrs,
+    local: &ConnInfo,
+    timeout: Duration,
+) -> Result<ConnInfo, ExchangeError> {
+    let line = local.format()?;
+    let deadline = Instant::now() + timeout;
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    if addrs.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to").into());
+    }
+    let mut s = 'outer: loop {
+        let mut last = None;
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, remaining(deadline, timeout)?) {
+                Ok(s) => break 'outer s,
+                Err(e) => last = Some(e),
+            }
+        }
+        match last {
+            Some(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                remaining(deadline, timeout)?;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Some(e) => return Err(map_timeout(e, timeout)),
+            None => return Err(ExchangeError::Timeout(timeout)),
+        }
+    };
+    s.set_nodelay(true)?;
+    write_line(&mut s, &line, deadline, timeout)?;
+    let remote = ConnInfo::parse(&read_line(&mut s, deadline, timeout)?)?;
+    Ok(remote)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const EXAMPLE: &str = "RSNIC1 qpn=0x000011 psn=0x00abcd ip=10.0.0.1 mac=02:00:00:00:00:01 rkey=0x00001234 va=0x00007f0000000000 len=1048576 mtu=4096 cc=hpcc ext=cc,int udp_sport=49152 test=write_bw\n";
+
+    fn example() -> ConnInfo {
+        ConnInfo {
+            qpn: 0x11,
+            psn: 0xabcd,
+            ip: Ipv4Addr::new(10, 0, 0, 1),
+            mac: [2, 0, 0, 0, 0, 1],
+            rkey: 0x1234,
+            va: 0x7f00_0000_0000,
+            len: 1 << 20,
+            mtu: 4096,
+            cc: CcName::Hpcc,
+            ext: vec!["cc".into(), "int".into()],
+            udp_sport: 49152,
+            test: "write_bw".into(),
+        }
+    }
+
+    #[test]
+    fn documented_example_round_trips() {
+        assert_eq!(ConnInfo::parse(EXAMPLE), Ok(example()));
+        assert_eq!(example().format().unwrap(), EXAMPLE);
+        let mut c = example();
+        c.ext.clear();
+        c.cc = CcName::RxHpcc;
+        let line = c.format().unwrap();
+        assert!(line.contains(" cc=rx-hpcc ext=none "));
+        assert_eq!(ConnInfo::parse(&line), Ok(c));
+    }
+
+    fn with(key: &str, val: &str) -> String {
+        EXAMPLE
+            .trim_end()
+            .split(' ')
+            .map(|w| match w.split_once('=') {
+                Some((k, _)) if k == key => format!("{k}={val}"),
+                _ => w.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+            + "\n"
+    }
+
+    #[test]
+    fn strict_errors() {
+        use ParseError::*;
+        let p = |s: &str| ConnInfo::parse(s).unwrap_err();
+        assert_eq!(
+            p(&EXAMPLE.replace("RSNIC1", "RSNIC2")),
+            BadMagic("RSNIC2".into())
+        );
+        assert_eq!(p(EXAMPLE.trim_end()), NoNewline);
+        assert_eq!(
+            p(&EXAMPLE.replace(" test=write_bw", "")),
+            MissingKey("test")
+        );
+        assert_eq!(
+            p(&EXAMPLE.replace(" test=write_bw", " test=write_bw test=read_bw")),
+            DuplicateKey("test")
+        );
+        assert_eq!(
+            p(&EXAMPLE.replace(" test=", " color=red test=")),
+            UnknownKey("color".into())
+        );
+        assert_eq!(
+            p(&EXAMPLE.replace(" test=", "  test=")),
+            Malformed("".into())
+        );
+        assert!(matches!(
+            p(&with("qpn", "0x1000000")),
+            BadValue { key: "qpn", .. }
+        ));
+        assert!(matches!(p(&with("qpn", "17")), BadValue { key: "qpn", .. }));
+        assert!(matches!(p(&with("psn", "0x")), BadValue { key: "psn", .. }));
+        assert!(matches!(
+            p(&with("ip", "10.0.0.256")),
+            BadValue { key: "ip", .. }
+        ));
+        assert!(matches!(
+            p(&with("mac", "02:00:00:00:00")),
+            BadValue { key: "mac", .. }
+        ));
+        assert!(matches!(
+            p(&with("mac", "02:00:00:00:00:+1")),
+            BadValue { key: "mac", .. }
+        ));
+        assert!(matches!(
+            p(&with("rkey", "0x123456789")),
+            BadValue { key: "rkey", .. }
+        ));
+        assert!(matches!(p(&with("len", "-1")), BadValue { key: "len", .. }));
+        assert!(matches!(
+            p(&with("len", "99999999999999999999")),
+            BadValue { key: "len", .. }
+        ));
+        assert!(matches!(
+            p(&with("mtu", "1500")),
+            BadValue { key: "mtu", .. }
+        ));
+        assert!(matches!(
+            p(&with("mtu", "04096")),
+            BadValue { key: "mtu", .. }
+        ));
+        assert!(matches!(
+            p(&with("cc", "cubic")),
+            BadValue { key: "cc", .. }
+        ));
+        assert!(matches!(
+            p(&with("ext", "cc,cc")),
+            BadValue { key: "ext", .. }
+        ));
+        assert!(matches!(p(&with("ext", "")), BadValue { key: "ext", .. }));
+        assert!(matches!(
+            p(&with("udp_sport", "0")),
+            BadValue {
+                key: "udp_sport",
+                ..
+            }
+        ));
+        assert!(matches!(
+            p(&with("udp_sport", "65536")),
+            BadValue {
+                key: "udp_sport",
+                ..
+            }
+        ));
+        assert!(matches!(
+            p(&with("test", "Write_BW")),
+            BadValue { key: "test", .. }
+        ));
+        assert_eq!(p(&"x".repeat(2000)), TooLong);
+        let msg = p(&with("mtu", "1500")).to_string();
+        assert!(
+            msg.contains("mtu") && msg.contains("1500") && msg.contains("4096"),
+            "{msg}"
+        );
+        // Local validation catches out-of-range fields before sending.
+        let mut c = example();
+        c.qpn = 1 << 24;
+        assert!(c.format().is_err());
+    }
+
+    #[test]
+    fn compatibility() {
+        let s = example();
+        assert_eq!(check_compatible(&s, &s.clone()), Ok(()));
+        let mut c = s.clone();
+        c.ext = vec!["int".into(), "cc".into()];
+        assert_eq!(
+            check_compatible(&s, &c),
+            Ok(()),
+            "extensions compare as sets"
+        );
+        c.test = "read_bw".into();
+        assert_eq!(
+            check_compatible(&s, &c).unwrap_err().to_string(),
+            "server runs write_bw, client asked for read_bw"
+        );
+        let mut c = s.clone();
+        c.mtu = 1024;
+        assert!(matches!(
+            check_compatible(&s, &c),
+            Err(Mismatch::Mtu {
+                server: 4096,
+                client: 1024
+            })
+        ));
+        let mut c = s.clone();
+        c.cc = CcName::Dcqcn;
+        assert!(check_compatible(&s, &c)
+            .unwrap_err()
+            .to_string()
+            .contains("server uses hpcc, client uses dcqcn"));
+        let mut c = s.clone();
+        c.ext.pop();
+        assert!(matches!(
+            check_compatible(&s, &c),
+            Err(Mismatch::Extensions { .. })
+        ));
+    }
+
+    fn server_client(
+        server: ConnInfo,
+        client: ConnInfo,
+    ) -> (
+        Result<(ConnInfo, SocketAddr), ExchangeError>,
+        Result<ConnInfo, ExchangeError>,
+    ) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || serve(&l, &server, Duration::from_secs(5)));
+        let c = connect(addr, &client, Duration::from_secs(5));
+        (t.join().unwrap(), c)
+    }
+
+    #[test]
+    fn exchange_over_tcp() {
+        let s = example();
+        let mut c = example();
+        c.qpn = 0x22;
+        c.ip = Ipv4Addr::new(10, 0, 0, 2);
+        let (srv, cli) = server_client(s.clone(), c.clone());
+        let (got_c, _peer) = srv.unwrap();
+        let got_s = cli.unwrap();
+        assert_eq!(got_c, c);
+        assert_eq!(got_s, s);
+        assert_eq!(check_compatible(&s, &got_c), Ok(()));
+    }
+
+    #[test]
+    fn exchange_mismatch_reported_on_both_sides() {
+        let s = example();
+        let mut c = example();
+        c.test = "read_bw".into();
+        let (srv, cli) = server_client(s.clone(), c.clone());
+        let (got_c, _) = srv.unwrap();
+        let got_s = cli.unwrap();
+        let e1 = check_compatible(&s, &got_c).unwrap_err().to_string();
+        let e2 = check_compatible(&got_s, &c).unwrap_err().to_string();
+        assert_eq!(e1, "server runs write_bw, client asked for read_bw");
+        assert_eq!(e1, e2);
+    }
+
+    #[test]
+    fn garbage_from_client_is_a_typed_error() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || serve(&l, &example(), Duration::from_secs(5)));
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET / HTTP/1.0\r\n").unwrap();
+        let err = t.join().unwrap().unwrap_err();
+        assert!(
+            matches!(err, ExchangeError::Parse(ParseError::BadMagic(ref m)) if m == "GET"),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("not an RSNIC1 connection message"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn binary_garbage_and_silence() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || serve(&l, &example(), Duration::from_millis(300)));
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&[0xff, 0xfe, 0x00, b'\n']).unwrap();
+        let err = t.join().unwrap().unwrap_err();
+        assert!(
+            matches!(err, ExchangeError::Parse(ParseError::NotText)),
+            "{err}"
+        );
+        // A client that never speaks: the server times out.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || serve(&l, &example(), Duration::from_millis(200)));
+        let _s = TcpStream::connect(addr).unwrap();
+        assert!(matches!(t.join().unwrap(), Err(ExchangeError::Timeout(_))));
+        // Nobody connects: timeout too.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(matches!(
+            serve(&l, &example(), Duration::from_millis(50)),
+            Err(ExchangeError::Timeout(_))
+        ));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn parse_never_panics(s in "\\PC{0,300}") {
+            let _ = ConnInfo::parse(&s);
+            let _ = ConnInfo::parse(&(s + "\n"));
+        }
+
+        #[test]
+        fn mutated_example_never_panics(i in 0usize..200, b in any::<u8>()) {
+            let mut v = EXAMPLE.as_bytes().to_vec();
+            let i = i % v.len();
+            v[i] = b;
+            if let Ok(s) = std::str::from_utf8(&v) { let _ = ConnInfo::parse(s); }
+        }
+
+        #[test]
+        fn round_trip(qpn in 0u32..1 << 24, psn in 0u32..1 << 24, ip in any::<u32>(), mac in any::<[u8; 6]>(),
+                      rkey in any::<u32>(), va in any::<u64>(), len in any::<u64>(), m in 0usize..5, c in 0usize..5,
+                      sport in 1u16.., ext in proptest::sample::subsequence(vec!["cc", "int", "probe"], 0..=3)) {
+            let ci = ConnInfo { qpn, psn, ip: Ipv4Addr::from(ip), mac, rkey, va, len, mtu: MTUS[m], cc: CcName::ALL[c],
+                ext: ext.into_iter().map(String::from).collect(), udp_sport: sport, test: "read_lat".into() };
+            let line = ci.format().unwrap();
+            prop_assert_eq!(ConnInfo::parse(&line), Ok(ci));
+        }
+    }
+}
