@@ -4,8 +4,10 @@
 //! them on poll-mode lcores.
 
 pub mod counters;
+pub mod engine;
 pub mod exchange;
 pub mod io;
 pub mod pcapng;
 pub mod scheduler;
 pub mod timer_wheel;
+pub mod verbs;

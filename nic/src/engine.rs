@@ -1,0 +1,1004 @@
+//! The poll-mode engine: one loop that owns a port, the QPs, their
+//! congestion control and the registered memory (DESIGN.md §5; HPCC++ 000
+//! §6.3.1 fig. 7: RX pipeline, TX pipeline, flow scheduler, CC module).
+//!
+//! Each turn of the loop reads the clock once and then
+//! 1. takes doorbells (posted work requests) from the QPs that rang,
+//! 2. receives a burst: parse (INT skipped, ICRC checked), dispatch to the
+//!    QP's responder or requester, feed the CC (receiver side: CE marks,
+//!    telemetry; sender side: ACKs, NAKs, CNPs, timeouts), move completions
+//!    to the completion queues,
+//! 3. fires due timers (transport retransmit/RNR, CC timers),
+//! 4. transmits a burst: ACK/NAK/CNP first, then round robin over QPs with
+//!    something to send, each paced at its CC rate and gated by its CC
+//!    window in LSN bytes,
+//!
+//! and every 256 turns serves the slow path (registration, QP creation and
+//! connection) and publishes the counters. Nothing on the per-packet path
+//! allocates, locks or makes a system call.
+
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use cc::{
+    AckEvent, AnyCc, CcKind, CongestionControl, IntHop, NakEvent, PathConfig, RxDataEvent,
+    SendEvent, TimerKind,
+};
+use crossbeam_channel::{Receiver, Sender};
+use crossbeam_queue::ArrayQueue;
+use dpdk::{Burst, Eal, ExtBuf, Mempool, Port, RxQueue, TscClock, TxQueue};
+use rdma::transport::qp::{Payload as QpPayload, QpEvent};
+use rdma::transport::{
+    Access, MemorySpace, MrTable, Qp, QpConfig, QpError, QpState, RecvWr, SendWr, WcOpcode,
+    WcStatus, WorkCompletion,
+};
+use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders, RoceRepr};
+use rdma::wire::int::HopRecord;
+use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
+use rdma::wire::{BthRepr, Ecn, EthernetAddress, Ipv4Address, Opcode, ParseOptions, WireError};
+
+use crate::counters::{Counters, SharedCounters};
+use crate::io::{build_frame, contiguous, parse_rx, Payload, TxPools, MAX_FRAME};
+use crate::verbs::{stopping, DeviceConfig, QpOptions, RemoteQp, VerbsError};
+
+/// QP numbers start here (0 and 1 are special in the IBA).
+pub const QPN_BASE: u32 = 0x11;
+/// Most QPs one device holds.
+pub const MAX_QPS: usize = 4096;
+/// Most hop records taken from one packet's INT container.
+const MAX_HOPS: usize = 8;
+/// DSCP of RoCEv2 data and control traffic.
+const ROCE_DSCP: u8 = 26;
+
+/// A posted work request on its way to the engine.
+#[derive(Debug, Clone, Copy)]
+pub enum Doorbell {
+    /// `post_send`.
+    Send(SendWr),
+    /// `post_recv`.
+    Recv(RecvWr),
+}
+
+type Reply<T> = Sender<Result<T, String>>;
+
+/// Slow-path requests.
+pub enum Command {
+    /// Register memory.
+    RegMr {
+        /// The memory.
+        mem: Arc<ExtBuf>,
+        /// Access flags.
+        access: Access,
+        /// (lkey, rkey).
+        reply: Reply<(u32, u32)>,
+    },
+    /// Deregister memory.
+    DeregMr {
+        /// Its key.
+        lkey: u32,
+        /// Done.
+        reply: Reply<()>,
+    },
+    /// Create a completion queue around a ring.
+    CreateCq {
+        /// Producer end of its ring.
+        ring: rtrb::Producer<WorkCompletion>,
+        /// CQ id.
+        reply: Reply<u32>,
+    },
+    /// Create a QP.
+    CreateQp {
+        /// Send CQ id.
+        send_cq: u32,
+        /// Receive CQ id.
+        recv_cq: u32,
+        /// Options.
+        opts: QpOptions,
+        /// Consumer end of its doorbell ring.
+        ring: rtrb::Consumer<Doorbell>,
+        /// (QPN, initial PSN).
+        reply: Reply<(u32, u32)>,
+    },
+    /// Connect a QP to its peer (INIT -> RTR -> RTS).
+    Connect {
+        /// Local QPN.
+        qpn: u32,
+        /// The peer.
+        remote: RemoteQp,
+        /// Done.
+        reply: Reply<()>,
+    },
+    /// Query a QP's state.
+    QueryQp {
+        /// QPN.
+        qpn: u32,
+        /// Its state.
+        reply: Reply<QpState>,
+    },
+}
+
+/// What the engine shares with the API handles.
+pub struct EngineShared {
+    pub(crate) stop: AtomicBool,
+    pub(crate) counters: SharedCounters,
+    doorbells: ArrayQueue<u32>,
+    rung: Vec<AtomicBool>,
+}
+
+impl EngineShared {
+    pub(crate) fn new(max_qps: usize) -> Self {
+        EngineShared {
+            stop: AtomicBool::new(false),
+            counters: SharedCounters::default(),
+            doorbells: ArrayQueue::new(max_qps),
+            rung: (0..max_qps).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// Tells the engine that QP `qpn` has new work (each QP is queued at
+    /// most once until the engine takes it, so the queue never overflows).
+    pub(crate) fn ring_doorbell(&self, qpn: u32) {
+        let i = (qpn - QPN_BASE) as usize;
+        if let Some(flag) = self.rung.get(i) {
+            if !flag.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                let _ = self.doorbells.push(qpn);
+            }
+        }
+    }
+}
+
+/// Registered memory seen as the process's address space: a region's
+/// virtual address is its pointer. The transport only reads or writes a
+/// range after an [`MrTable`] check accepted it, and the engine keeps every
+/// registered region alive, so each access lies in live memory (the same
+/// contract a NIC's DMA engine has).
+struct RawMemory;
+
+impl MemorySpace for RawMemory {
+    fn read(&self, va: u64, len: usize) -> &[u8] {
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: see the type's docs.
+        unsafe { std::slice::from_raw_parts(va as *const u8, len) }
+    }
+
+    fn write(&mut self, va: u64, data: &[u8]) {
+        // SAFETY: see the type's docs.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), va as *mut u8, data.len()) }
+    }
+}
+
+/// One QP's engine-side state.
+struct QpSlot {
+    opts: QpOptions,
+    send_cq: u32,
+    recv_cq: u32,
+    doorbell: rtrb::Consumer<Doorbell>,
+    psn: u32,
+    qp: Option<Qp>,
+    cc: AnyCc,
+    fb: FrameBuilder,
+    int_on_data: bool,
+    cc_ext: bool,
+    in_ready: bool,
+    /// Doorbells wait because the send queue was full.
+    doorbell_blocked: bool,
+    /// Pacing: earliest time of the next data packet.
+    next_send_ns: u64,
+    /// One RTT measurement at a time: (LSN end of the timed packet, sent at).
+    rtt_probe: Option<(u32, u64)>,
+    /// Deadlines of the CC timers, by [`timer_index`] (0 = not armed).
+    cc_timers: [u64; 4],
+    /// A CNP is owed to the peer (DCQCN notification point).
+    cnp_pending: bool,
+}
+
+fn timer_index(k: TimerKind) -> usize {
+    match k {
+        TimerKind::LdcpTick => 0,
+        TimerKind::DcqcnAlpha => 1,
+        TimerKind::DcqcnRateIncrease => 2,
+        TimerKind::ProbeTimeout => 3,
+    }
+}
+
+const TIMER_KINDS: [TimerKind; 4] = [
+    TimerKind::LdcpTick,
+    TimerKind::DcqcnAlpha,
+    TimerKind::DcqcnRateIncrease,
+    TimerKind::ProbeTimeout,
+];
+
+fn to_int_hop(h: &HopRecord) -> IntHop {
+    IntHop {
+        switch_id: h.switch_id,
+        port_id: h.port_id,
+        ts_ns: h.ts_ns,
+        tx_bytes: h.tx_bytes,
+        qlen_bytes: u32::from(h.qlen_64b) * 64,
+        link_bps: u64::from(h.link_100m) * 100_000_000,
+    }
+}
+
+impl QpSlot {
+    fn apply(&mut self, a: cc::Actions) {
+        for t in a.timers() {
+            self.cc_timers[timer_index(t.kind)] = t.deadline_ns.max(1);
+        }
+        if a.send_cnp {
+            self.cnp_pending = true;
+        }
+        if let Some(qp) = self.qp.as_mut() {
+            if let Some(w) = a.feedback_window {
+                qp.set_ack_window(w.min(u64::from(u32::MAX)) as u32);
+            }
+            if a.send_probe {
+                qp.send_probe();
+            }
+        }
+    }
+
+    fn update_window(&mut self) {
+        if let Some(qp) = self.qp.as_mut() {
+            qp.set_window(self.cc.window_bytes().min(u64::from(u32::MAX)) as u32);
+        }
+    }
+}
+
+/// The engine. Built on the caller's thread, then moved to its poll-mode
+/// thread by [`Engine::run`].
+pub struct Engine {
+    _port: Port,
+    rx: RxQueue,
+    tx: TxQueue,
+    pools: TxPools,
+    _rx_pool: Arc<Mempool>,
+    clock: TscClock,
+    mac: [u8; 6],
+    ip: [u8; 4],
+    line_rate_bps: u64,
+    base_rtt_ns: u64,
+    int_dscp: u8,
+    parse: ParseOptions,
+    shared: Arc<EngineShared>,
+    cmd: Receiver<Command>,
+    mrs: MrTable,
+    mr_mem: Vec<Option<Arc<ExtBuf>>>,
+    cqs: Vec<rtrb::Producer<WorkCompletion>>,
+    qps: Vec<Option<QpSlot>>,
+    /// Indices of connected QPs (what the timer scan visits).
+    connected: Vec<usize>,
+    ready: VecDeque<usize>,
+    counters: Counters,
+    scratch: Vec<u8>,
+    rxb: Burst,
+    txb: Burst,
+    psn_seed: u64,
+    last_publish_ns: u64,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        eal: &'static Eal,
+        mut port: Port,
+        cfg: &DeviceConfig,
+        mac: [u8; 6],
+        shared: Arc<EngineShared>,
+        cmd: Receiver<Command>,
+    ) -> Result<Engine, VerbsError> {
+        static POOL_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let id = POOL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pid = std::process::id();
+        let rx_pool = Mempool::new(
+            eal,
+            &format!("nic{pid}_{id}_rx"),
+            cfg.pool_size,
+            256,
+            Mempool::DEFAULT_DATA_ROOM,
+        )?;
+        let pools = TxPools {
+            hdr: Mempool::new(
+                eal,
+                &format!("nic{pid}_{id}_hdr"),
+                cfg.pool_size,
+                256,
+                Mempool::DEFAULT_DATA_ROOM,
+            )?,
+            bare: Mempool::new(eal, &format!("nic{pid}_{id}_ext"), cfg.pool_size, 256, 0)?,
+        };
+        let (rx, tx) = port.configure_single(&rx_pool)?;
+        let clock = TscClock::new(eal);
+        Ok(Engine {
+            _port: port,
+            rx,
+            tx,
+            pools,
+            _rx_pool: rx_pool,
+            psn_seed: clock.cycles() | 1,
+            clock,
+            mac,
+            ip: cfg.ip,
+            line_rate_bps: cfg.line_rate_bps,
+            base_rtt_ns: cfg.base_rtt_ns,
+            int_dscp: cfg.int_dscp,
+            parse: ParseOptions {
+                int_dscp: Some(cfg.int_dscp),
+                verify_icrc: true,
+            },
+            shared,
+            cmd,
+            mrs: MrTable::new(),
+            mr_mem: Vec::new(),
+            cqs: Vec::new(),
+            qps: (0..MAX_QPS).map(|_| None).collect(),
+            connected: Vec::with_capacity(MAX_QPS),
+            ready: VecDeque::with_capacity(MAX_QPS),
+            counters: Counters::default(),
+            scratch: vec![0u8; MAX_FRAME],
+            rxb: Burst::new(),
+            txb: Burst::new(),
+            last_publish_ns: 0,
+        })
+    }
+
+    /// The poll loop; returns when the device is closed.
+    pub fn run(mut self) {
+        let mut turn: u64 = 0;
+        loop {
+            if turn.is_multiple_of(256) {
+                if stopping(&self.shared.stop) {
+                    break;
+                }
+                self.slow_path();
+            }
+            turn = turn.wrapping_add(1);
+            let now = self.clock.now_ns();
+            self.doorbells();
+            self.receive(now);
+            if turn.is_multiple_of(8) {
+                self.timers(now);
+            }
+            self.transmit(now);
+            if now.saturating_sub(self.last_publish_ns) > 1_000_000 {
+                self.publish();
+                self.last_publish_ns = now;
+            }
+        }
+        self.publish();
+    }
+
+    fn publish(&mut self) {
+        let mut c = self.counters;
+        for s in self.qps.iter().flatten() {
+            if let Some(qp) = &s.qp {
+                let q = qp.counters();
+                c.retransmits += q.tx_retransmits;
+                c.timeouts += q.timeouts;
+                c.rx_duplicates += q.rx_duplicates;
+                c.rx_out_of_sequence += q.rx_out_of_sequence;
+                c.tx_seq_naks += q.nak_seq_sent;
+                c.tx_rnr_naks += q.rnr_nak_sent;
+                c.tx_access_naks += q.nak_error_sent;
+                c.rx_drop_qp_state += q.rx_dropped_state;
+            }
+        }
+        self.shared.counters.publish(&c);
+    }
+
+    // ------------------------------------------------------------------ slow path
+
+    fn slow_path(&mut self) {
+        while let Ok(cmd) = self.cmd.try_recv() {
+            match cmd {
+                Command::RegMr { mem, access, reply } => {
+                    let r = match self
+                        .mrs
+                        .register(mem.base_ptr() as u64, mem.len() as u64, access)
+                    {
+                        Some(mr) => {
+                            let i = ((mr.lkey >> 8) - 1) as usize;
+                            if self.mr_mem.len() <= i {
+                                self.mr_mem.resize(i + 1, None);
+                            }
+                            self.mr_mem[i] = Some(mem);
+                            Ok((mr.lkey, mr.rkey))
+                        }
+                        None => Err("memory region table full".to_string()),
+                    };
+                    let _ = reply.send(r);
+                }
+                Command::DeregMr { lkey, reply } => {
+                    let r = match self.mrs.deregister(lkey) {
+                        Some(_) => {
+                            self.mr_mem[((lkey >> 8) - 1) as usize] = None;
+                            Ok(())
+                        }
+                        None => Err(format!("no memory region with key {lkey:#x}")),
+                    };
+                    let _ = reply.send(r);
+                }
+                Command::CreateCq { ring, reply } => {
+                    self.cqs.push(ring);
+                    let _ = reply.send(Ok(self.cqs.len() as u32 - 1));
+                }
+                Command::CreateQp {
+                    send_cq,
+                    recv_cq,
+                    opts,
+                    ring,
+                    reply,
+                } => {
+                    let _ = reply.send(self.create_qp(send_cq, recv_cq, opts, ring));
+                }
+                Command::Connect { qpn, remote, reply } => {
+                    let r = self.connect(qpn, &remote);
+                    let _ = reply.send(r);
+                }
+                Command::QueryQp { qpn, reply } => {
+                    let r = match self.slot(qpn) {
+                        Some(s) => Ok(s.qp.as_ref().map_or(QpState::Init, |q| q.state())),
+                        None => Err(format!("no QP {qpn:#x}")),
+                    };
+                    let _ = reply.send(r);
+                }
+            }
+        }
+    }
+
+    fn slot(&self, qpn: u32) -> Option<&QpSlot> {
+        let i = qpn.checked_sub(QPN_BASE)? as usize;
+        self.qps.get(i)?.as_ref()
+    }
+
+    fn next_psn(&mut self) -> u32 {
+        // xorshift64: initial PSNs are not predictable, as IBA recommends.
+        let mut x = self.psn_seed;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.psn_seed = x;
+        (x as u32) & 0xFF_FFFF
+    }
+
+    fn create_qp(
+        &mut self,
+        send_cq: u32,
+        recv_cq: u32,
+        opts: QpOptions,
+        ring: rtrb::Consumer<Doorbell>,
+    ) -> Result<(u32, u32), String> {
+        if send_cq as usize >= self.cqs.len() || recv_cq as usize >= self.cqs.len() {
+            return Err("unknown completion queue".into());
+        }
+        if !matches!(opts.mtu, 256 | 512 | 1024 | 2048 | 4096) {
+            return Err(format!(
+                "MTU {} is not one of 256, 512, 1024, 2048, 4096",
+                opts.mtu
+            ));
+        }
+        let i = self
+            .qps
+            .iter()
+            .position(Option::is_none)
+            .ok_or("too many QPs")?;
+        let psn = self.next_psn();
+        let path = PathConfig {
+            line_rate_bps: self.line_rate_bps,
+            base_rtt_ns: self.base_rtt_ns,
+            mtu_bytes: opts.mtu,
+        };
+        let cc = opts.cc.build(path);
+        let fb = FrameBuilder {
+            net: NetHeaders {
+                src_mac: EthernetAddress(self.mac),
+                dst_mac: EthernetAddress([0; 6]),
+                src_ip: Ipv4Address(self.ip),
+                dst_ip: Ipv4Address([0; 4]),
+                udp_src_port: 0xC000 | ((QPN_BASE + i as u32) & 0x3FFF) as u16,
+                dscp: ROCE_DSCP,
+                ttl: 64,
+            },
+            int: None,
+        };
+        self.qps[i] = Some(QpSlot {
+            opts,
+            send_cq,
+            recv_cq,
+            doorbell: ring,
+            psn,
+            qp: None,
+            int_on_data: cc.int_on_data(),
+            cc_ext: opts.cc.uses_extensions(),
+            cc,
+            fb,
+            in_ready: false,
+            doorbell_blocked: false,
+            next_send_ns: 0,
+            rtt_probe: None,
+            cc_timers: [0; 4],
+            cnp_pending: false,
+        });
+        Ok((QPN_BASE + i as u32, psn))
+    }
+
+    fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), String> {
+        let int_dscp = self.int_dscp;
+        let i = qpn.checked_sub(QPN_BASE).ok_or("bad QPN")? as usize;
+        let s = self
+            .qps
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .ok_or(format!("no QP {qpn:#x}"))?;
+        if s.qp.is_some() {
+            return Err(format!("QP {qpn:#x} is already connected"));
+        }
+        let cfg = QpConfig {
+            qpn,
+            dest_qpn: remote.qpn,
+            pmtu: s.opts.mtu.min(remote.mtu),
+            sq_depth: s.opts.sq_depth,
+            rq_depth: s.opts.rq_depth,
+            max_rd_atomic: s.opts.max_rd_atomic,
+            timeout_ns: s.opts.timeout_ns,
+            retry_cnt: s.opts.retry_cnt,
+            rnr_retry: s.opts.rnr_retry,
+            min_rnr_timer: 1,
+            sq_psn: s.psn,
+            rq_psn: remote.psn,
+            cc_ext: s.cc_ext,
+            ack_read_responses: s.opts.cc == CcKind::Ldcp,
+        };
+        let mut qp = Qp::new(cfg).map_err(|e| e.to_string())?;
+        for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            qp.modify(st).map_err(|e| e.to_string())?;
+        }
+        s.fb.net.dst_mac = EthernetAddress(remote.mac);
+        s.fb.net.dst_ip = Ipv4Address(remote.ip);
+        if s.int_on_data {
+            s.fb.int = Some(IntInsert {
+                int_dscp,
+                max_hops: MAX_HOPS as u8,
+            });
+        }
+        s.qp = Some(qp);
+        s.update_window();
+        self.connected.push(i);
+        // Work posted before the connection is taken now.
+        self.shared.ring_doorbell(qpn);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ doorbells
+
+    fn doorbells(&mut self) {
+        while let Some(qpn) = self.shared.doorbells.pop() {
+            let i = (qpn - QPN_BASE) as usize;
+            self.shared.rung[i].store(false, std::sync::atomic::Ordering::Release);
+            self.take_doorbells(i);
+        }
+    }
+
+    fn take_doorbells(&mut self, i: usize) {
+        let Some(s) = self.qps[i].as_mut() else {
+            return;
+        };
+        let Some(qp) = s.qp.as_mut() else { return };
+        s.doorbell_blocked = false;
+        while let Ok(d) = s.doorbell.peek() {
+            let d = *d;
+            let r = match d {
+                Doorbell::Send(wr) => qp
+                    .post_send(wr, &self.mrs)
+                    .map_err(|e| (e, wr.wr_id, wr.op.wc_opcode(), s.send_cq)),
+                Doorbell::Recv(wr) => qp
+                    .post_recv(wr, &self.mrs)
+                    .map_err(|e| (e, wr.wr_id, WcOpcode::Recv, s.recv_cq)),
+            };
+            match r {
+                Ok(()) => {}
+                Err((QpError::QueueFull, ..)) => {
+                    // Retried when completions free the queue.
+                    s.doorbell_blocked = true;
+                    break;
+                }
+                Err((e, wr_id, opcode, cq)) => {
+                    let status = match e {
+                        QpError::LocalProtection(_) => WcStatus::LocProtErr,
+                        QpError::LocalLength => WcStatus::LocLenErr,
+                        _ => WcStatus::LocQpOpErr,
+                    };
+                    self.counters.completion_errors += 1;
+                    let wc = WorkCompletion {
+                        wr_id,
+                        status,
+                        opcode,
+                        byte_len: 0,
+                        imm: None,
+                        qp_num: qp.config().qpn,
+                    };
+                    if let Some(ring) = self.cqs.get_mut(cq as usize) {
+                        if ring.push(wc).is_err() {
+                            // CQ overrun: the completion is counted, not silently lost.
+                            self.counters.completion_errors += 1;
+                        }
+                    }
+                }
+            }
+            let _ = s.doorbell.pop();
+        }
+        if !s.in_ready {
+            s.in_ready = true;
+            self.ready.push_back(i);
+        }
+    }
+
+    // ------------------------------------------------------------------ RX
+
+    fn receive(&mut self, now: u64) {
+        if self.rx.recv(&mut self.rxb) == 0 {
+            return;
+        }
+        let mut burst = std::mem::take(&mut self.rxb);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for m in burst.drain() {
+            self.counters.rx_packets += 1;
+            self.counters.rx_bytes += m.pkt_len() as u64;
+            match contiguous(&m, &mut scratch) {
+                Some(bytes) => self.dispatch(bytes, now),
+                None => self.counters.rx_drop_too_long += 1,
+            }
+        }
+        self.scratch = scratch;
+        self.rxb = burst;
+    }
+
+    fn dispatch(&mut self, bytes: &[u8], now: u64) {
+        let qps = &self.qps;
+        let f = match parse_rx(bytes, &self.parse, |bth| {
+            bth.dest_qp
+                .checked_sub(QPN_BASE)
+                .and_then(|i| qps.get(i as usize))
+                .and_then(Option::as_ref)
+                .is_some_and(|s| s.cc_ext)
+        }) {
+            Ok(f) => f,
+            Err(e) => {
+                match e {
+                    WireError::BadIcrc { .. } => self.counters.rx_drop_icrc += 1,
+                    WireError::UnsupportedEtherType(_)
+                    | WireError::NotUdp(_)
+                    | WireError::NotRoce(_)
+                    | WireError::IpFragment => self.counters.rx_drop_not_roce += 1,
+                    _ => self.counters.rx_drop_malformed += 1,
+                }
+                return;
+            }
+        };
+        let Some(i) = f
+            .bth
+            .dest_qp
+            .checked_sub(QPN_BASE)
+            .map(|i| i as usize)
+            .filter(|&i| i < MAX_QPS)
+        else {
+            self.counters.rx_drop_unknown_qp += 1;
+            return;
+        };
+        let Some(s) = self.qps[i].as_mut() else {
+            self.counters.rx_drop_unknown_qp += 1;
+            return;
+        };
+        if s.qp.is_none() {
+            self.counters.rx_drop_qp_state += 1;
+            return;
+        }
+        let op = f.bth.opcode;
+        let ce = f.ip.ecn == Ecn::Ce;
+        match op {
+            Opcode::Acknowledge => match f.aeth.map(|a| a.syndrome) {
+                Some(AethSyndrome::Ack { .. }) => self.counters.rx_acks += 1,
+                _ => self.counters.rx_naks += 1,
+            },
+            Opcode::Cnp => self.counters.rx_cnps += 1,
+            _ => {
+                self.counters.rx_data_packets += 1;
+                if ce {
+                    self.counters.rx_ce_marked += 1;
+                }
+            }
+        }
+        // Receiver side of the CC (DCQCN notification point, Rx-HPCC NewINT).
+        if op.is_request() {
+            let mut hops = [HopRecord::default(); MAX_HOPS];
+            let n = f.int.as_ref().map_or(0, |c| c.copy_hops(&mut hops));
+            let mut th = [IntHop::default(); MAX_HOPS];
+            for (d, h) in th.iter_mut().zip(&hops[..n]) {
+                *d = to_int_hop(h);
+            }
+            let a = s.cc.on_rx_data(&RxDataEvent {
+                now_ns: now,
+                lsn: f.ccext.map_or(0, |c| u64::from(c.lsn)),
+                bytes: f.payload.len() as u32,
+                ce,
+                telemetry: &th[..n],
+            });
+            s.apply(a);
+        }
+        if let Some(qp) = s.qp.as_mut() {
+            qp.on_rx(&f, now, &self.mrs, &mut RawMemory);
+        }
+        self.after_qp_work(i, now);
+    }
+
+    /// Moves a QP's events into its CC and its completions into the CQs.
+    fn after_qp_work(&mut self, i: usize, now: u64) {
+        let Some(s) = self.qps[i].as_mut() else {
+            return;
+        };
+        if s.qp.is_none() {
+            return;
+        }
+        let mut events = 0;
+        while let Some(ev) = s.qp.as_mut().and_then(Qp::poll_event) {
+            events += 1;
+            let a = match ev {
+                QpEvent::Ack {
+                    acked_lsn,
+                    newly_acked,
+                    ce_count,
+                    window,
+                    n_hops,
+                    hops,
+                    ..
+                } => {
+                    let mut rtt_ns = 0;
+                    if let Some((end, t)) = s.rtt_probe {
+                        if (acked_lsn.wrapping_sub(end) as i32) >= 0 {
+                            rtt_ns = now.saturating_sub(t);
+                            s.rtt_probe = None;
+                        }
+                    }
+                    let n = (n_hops as usize).min(MAX_HOPS);
+                    let mut th = [IntHop::default(); MAX_HOPS];
+                    for (d, h) in th.iter_mut().zip(&hops[..n]) {
+                        *d = to_int_hop(h);
+                    }
+                    s.cc.on_ack(&AckEvent {
+                        now_ns: now,
+                        acked_lsn: u64::from(acked_lsn),
+                        acked_bytes: newly_acked,
+                        acked_pkts: 1,
+                        rtt_ns,
+                        ecn_echo: ce_count > 0,
+                        telemetry: &th[..n],
+                        rx_window: window.map(u64::from),
+                    })
+                }
+                QpEvent::Nak { syndrome, .. } => {
+                    if syndrome == AethSyndrome::Nak(NakCode::PsnSequenceError) {
+                        s.rtt_probe = None;
+                        s.cc.on_nak(&NakEvent {
+                            now_ns: now,
+                            expected_lsn: 0,
+                        })
+                    } else {
+                        cc::Actions::NONE
+                    }
+                }
+                QpEvent::Timeout { .. } => {
+                    s.rtt_probe = None;
+                    s.cc.on_rto(now)
+                }
+                QpEvent::CnpReceived => s.cc.on_cnp(now),
+                QpEvent::ProbeResponse { n_hops, hops } => {
+                    let n = (n_hops as usize).min(MAX_HOPS);
+                    let mut th = [IntHop::default(); MAX_HOPS];
+                    for (d, h) in th.iter_mut().zip(&hops[..n]) {
+                        *d = to_int_hop(h);
+                    }
+                    s.cc.on_probe_response(now, &th[..n])
+                }
+                QpEvent::CeMarked { .. } | QpEvent::ReadRespAck { .. } | QpEvent::Error => {
+                    cc::Actions::NONE
+                }
+            };
+            s.apply(a);
+        }
+        if events > 0 {
+            s.update_window();
+        }
+        let Some(qp) = s.qp.as_mut() else { return };
+        // Completions, as long as both CQs have room (a full CQ holds them
+        // in the QP instead of losing them).
+        loop {
+            let room = |c: u32| self.cqs.get(c as usize).is_some_and(|r| r.slots() > 0);
+            if !(room(s.send_cq) && room(s.recv_cq)) {
+                break;
+            }
+            let Some(wc) = qp.poll_cq() else { break };
+            if wc.status != WcStatus::Success {
+                self.counters.completion_errors += 1;
+            }
+            let cq = if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+                s.recv_cq
+            } else {
+                s.send_cq
+            };
+            let _ = self.cqs[cq as usize].push(wc);
+        }
+        let blocked = s.doorbell_blocked;
+        if !s.in_ready {
+            s.in_ready = true;
+            self.ready.push_back(i);
+        }
+        if blocked {
+            self.take_doorbells(i);
+        }
+    }
+
+    // ------------------------------------------------------------------ timers
+
+    fn timers(&mut self, now: u64) {
+        for c in 0..self.connected.len() {
+            let i = self.connected[c];
+            let Some(s) = self.qps[i].as_mut() else {
+                continue;
+            };
+            let Some(qp) = s.qp.as_mut() else { continue };
+            let mut fired = false;
+            if qp.next_timer().is_some_and(|t| t <= now) {
+                qp.on_timer(now);
+                fired = true;
+            }
+            for (k, kind) in TIMER_KINDS.iter().enumerate() {
+                let d = s.cc_timers[k];
+                if d != 0 && d <= now {
+                    s.cc_timers[k] = 0;
+                    let a = s.cc.on_timer(now, *kind);
+                    s.apply(a);
+                    s.update_window();
+                    fired = true;
+                }
+            }
+            if fired {
+                self.after_qp_work(i, now);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ TX
+
+    fn transmit(&mut self, now: u64) {
+        // What the port did not take last time goes first.
+        if !self.txb.is_empty() {
+            self.tx.send(&mut self.txb);
+            if !self.txb.is_empty() {
+                return;
+            }
+        }
+        let mut tries = self.ready.len();
+        while !self.txb.is_full() && tries > 0 {
+            tries -= 1;
+            let Some(i) = self.ready.pop_front() else {
+                break;
+            };
+            let Some(s) = self.qps[i].as_mut() else {
+                continue;
+            };
+            let Some(qp) = s.qp.as_mut() else {
+                s.in_ready = false;
+                continue;
+            };
+            if s.cnp_pending {
+                s.cnp_pending = false;
+                let pkt = RoceRepr::new(BthRepr::new(Opcode::Cnp, qp.config().dest_qpn, 0));
+                let mut fb = s.fb;
+                fb.int = None;
+                match build_frame(&fb, &pkt, Ecn::NotEct, Payload::None, &self.pools) {
+                    Ok(m) => {
+                        self.counters.tx_cnps += 1;
+                        self.counters.tx_packets += 1;
+                        self.counters.tx_bytes += m.pkt_len() as u64;
+                        let _ = self.txb.push(m);
+                    }
+                    Err(_) => self.counters.tx_drop_no_mbuf += 1,
+                }
+                self.ready.push_back(i);
+                tries += 1;
+                continue;
+            }
+            if s.next_send_ns > now {
+                // Paced: stays ready, looked at again next turn.
+                self.ready.push_back(i);
+                continue;
+            }
+            let Some(mut pkt) = qp.poll_tx(now) else {
+                s.in_ready = false;
+                continue;
+            };
+            let data =
+                !pkt.priority && pkt.lsn_len > 0 && pkt.repr.bth.opcode != Opcode::Acknowledge;
+            let mut fb = s.fb;
+            if data {
+                let op = pkt.repr.bth.opcode;
+                let a = s.cc.on_send(&SendEvent {
+                    now_ns: now,
+                    lsn: u64::from(pkt.lsn),
+                    bytes: pkt.lsn_len,
+                    last_of_message: !op.is_first() && !op.is_middle(),
+                    retransmit: pkt.retransmit,
+                });
+                if a.fast_start {
+                    pkt.ecn = Ecn::NotEct;
+                }
+                s.apply(a);
+                if s.rtt_probe.is_none() && !pkt.retransmit {
+                    s.rtt_probe = Some((pkt.lsn.wrapping_add(pkt.lsn_len), now));
+                }
+            } else if pkt.repr.bth.opcode == Opcode::Probe {
+                // Probes always collect telemetry (HPCC++ 000 §6.2).
+                fb.int = Some(IntInsert {
+                    int_dscp: self.int_dscp,
+                    max_hops: MAX_HOPS as u8,
+                });
+            } else {
+                fb.int = None;
+            }
+            let payload = match pkt.payload {
+                QpPayload::None => Payload::None,
+                QpPayload::Local { lkey: key, va, len }
+                | QpPayload::Remote { rkey: key, va, len } => {
+                    match key
+                        .checked_shr(8)
+                        .and_then(|k| k.checked_sub(1))
+                        .and_then(|k| self.mr_mem.get(k as usize))
+                        .and_then(Option::as_ref)
+                    {
+                        Some(mem) => Payload::Ext {
+                            mem,
+                            offset: (va - mem.base_ptr() as u64) as usize,
+                            len: len as usize,
+                        },
+                        None => {
+                            // Deregistered while in flight: not sendable.
+                            self.counters.tx_drop_no_mbuf += 1;
+                            self.ready.push_back(i);
+                            continue;
+                        }
+                    }
+                }
+            };
+            match build_frame(&fb, &pkt.repr, pkt.ecn, payload, &self.pools) {
+                Ok(m) => {
+                    let bytes = m.pkt_len() as u64;
+                    self.counters.tx_packets += 1;
+                    self.counters.tx_bytes += bytes;
+                    if pkt.repr.bth.opcode == Opcode::Acknowledge {
+                        match pkt.repr.aeth.map(|a| a.syndrome) {
+                            Some(AethSyndrome::Ack { .. }) => self.counters.tx_acks += 1,
+                            _ => self.counters.tx_naks += 1,
+                        }
+                    } else {
+                        self.counters.tx_data_packets += 1;
+                    }
+                    if data {
+                        // Pacing at the CC rate, wire bytes (+ 24 B of Ethernet
+                        // preamble, IFG and FCS).
+                        let rate = s.cc.rate_bps().max(1);
+                        let t = ((bytes + 24) * 8 * 1_000_000_000 / rate).max(1);
+                        s.next_send_ns = s.next_send_ns.max(now.saturating_sub(t)) + t;
+                    }
+                    let _ = self.txb.push(m);
+                }
+                Err(_) => self.counters.tx_drop_no_mbuf += 1,
+            }
+            self.ready.push_back(i);
+            tries += 1;
+        }
+        if !self.txb.is_empty() {
+            self.tx.send(&mut self.txb);
+        }
+    }
+}

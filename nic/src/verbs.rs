@@ -1,0 +1,522 @@
+//! A verbs-like API for programs (DESIGN.md §5): a [`Device`] on a DPDK
+//! port, memory regions, completion queues and RC queue pairs with
+//! `post_send` / `post_recv` / `poll`.
+//!
+//! The device runs its engine ([`crate::engine`]) on a poll-mode thread.
+//! The slow path (register, create, connect, destroy) is a request/reply over
+//! `crossbeam-channel`; the fast path is lock-free: each QP handle owns the
+//! producer end of an SPSC doorbell ring (and rings the engine through a
+//! lock-free queue of QP numbers), each CQ handle the consumer end of an SPSC
+//! completion ring.
+//!
+//! ```no_run
+//! use nic::verbs::{Device, DeviceConfig, RemoteQp, QpOptions};
+//! use rdma::transport::{Access, SendOp, SendWr, Sge};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let eal = dpdk::Eal::for_tests();
+//! let (a, b) = dpdk::Port::ring_pair(eal, "doc", 4096)?;
+//! let dev_a = Device::open(eal, a, DeviceConfig::new([10, 0, 0, 1]))?;
+//! let dev_b = Device::open(eal, b, DeviceConfig::new([10, 0, 0, 2]))?;
+//! let src = dev_a.reg_mr(1 << 20, Access::LOCAL_WRITE)?;
+//! let dst = dev_b.reg_mr(1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! let mut cq = dev_a.create_cq(256)?;
+//! let cq_b = dev_b.create_cq(256)?;
+//! let mut qa = dev_a.create_qp(&cq, &cq, QpOptions::default())?;
+//! let mut qb = dev_b.create_qp(&cq_b, &cq_b, QpOptions::default())?;
+//! qa.connect(&qb.remote_info())?;
+//! qb.connect(&qa.remote_info())?;
+//! src.write(0, b"hello, RDMA");
+//! qa.post_send(SendWr {
+//!     wr_id: 1,
+//!     op: SendOp::Write { remote_va: dst.va(), rkey: dst.rkey() },
+//!     sge: Sge { addr: src.va(), len: 11, lkey: src.lkey() },
+//!     signaled: true,
+//!     solicited: false,
+//! })?;
+//! let wc = cq.wait(std::time::Duration::from_secs(5)).expect("completion");
+//! assert_eq!(wc.status, rdma::transport::WcStatus::Success);
+//! # Ok(()) }
+//! ```
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cc::CcKind;
+use crossbeam_channel::{bounded, Sender};
+use dpdk::{Eal, ExtBuf, Port};
+use rdma::transport::{Access, QpState, RecvWr, SendWr, WorkCompletion};
+
+use crate::counters::Counters;
+use crate::engine::{Command, Doorbell, Engine, EngineShared};
+
+/// Errors of the verbs API.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbsError {
+    /// A DPDK call failed.
+    #[error(transparent)]
+    Dpdk(#[from] dpdk::Error),
+    /// The engine thread is gone.
+    #[error("the device's engine has stopped")]
+    EngineGone,
+    /// A request the engine refused, with its reason.
+    #[error("{0}")]
+    Refused(String),
+    /// The ring towards the engine is full: wait for completions.
+    #[error("send queue full")]
+    QueueFull,
+    /// The QP has not been connected yet.
+    #[error("QP {0:#x} is not connected (call connect first)")]
+    NotConnected(u32),
+}
+
+/// Device settings.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Local IPv4 address.
+    pub ip: [u8; 4],
+    /// Local MAC (None: the port's).
+    pub mac: Option<[u8; 6]>,
+    /// Line rate the CC and the pacer assume, bits/s.
+    pub line_rate_bps: u64,
+    /// Base RTT the CC assumes, ns.
+    pub base_rtt_ns: u64,
+    /// DSCP that announces an INT container.
+    pub int_dscp: u8,
+    /// CPU to pin the engine to (None: not pinned).
+    pub core: Option<usize>,
+    /// Mbufs in the RX/header pool.
+    pub pool_size: u32,
+    /// Capture every frame sent and received into this pcapng file.
+    pub pcap: Option<std::path::PathBuf>,
+}
+
+impl DeviceConfig {
+    /// Defaults for a device with address `ip`: 100 Gbit/s, 10 us base RTT.
+    pub fn new(ip: [u8; 4]) -> Self {
+        DeviceConfig {
+            ip,
+            mac: None,
+            line_rate_bps: 100_000_000_000,
+            base_rtt_ns: 10_000,
+            int_dscp: rdma::wire::int::DEFAULT_INT_DSCP,
+            core: None,
+            pool_size: 16383,
+            pcap: None,
+        }
+    }
+}
+
+/// A RoCEv2 NIC on one DPDK port, with its engine running.
+pub struct Device {
+    shared: Arc<EngineShared>,
+    cmd: Sender<Command>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    mac: [u8; 6],
+    ip: [u8; 4],
+}
+
+impl Device {
+    /// Starts a device on `port` (configured here with one RX and one TX
+    /// queue) and its engine thread.
+    pub fn open(eal: &'static Eal, port: Port, cfg: DeviceConfig) -> Result<Device, VerbsError> {
+        let mac = match cfg.mac {
+            Some(m) => m,
+            None => port.mac()?,
+        };
+        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+        let shared = Arc::new(EngineShared::new(4096));
+        let engine = Engine::new(eal, port, &cfg, mac, shared.clone(), cmd_rx)?;
+        let core = cfg.core;
+        let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || engine.run())
+            .map_err(|e| VerbsError::Refused(format!("cannot start the engine thread: {e}")))?;
+        Ok(Device {
+            shared,
+            cmd: cmd_tx,
+            thread: Some(thread),
+            mac,
+            ip: cfg.ip,
+        })
+    }
+
+    /// The device's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// The device's IPv4 address.
+    pub fn ip(&self) -> [u8; 4] {
+        self.ip
+    }
+
+    /// The device's counters (as last published by the engine, at most
+    /// about a millisecond old).
+    pub fn counters(&self) -> Counters {
+        self.shared.counters.snapshot()
+    }
+
+    fn call<T>(
+        &self,
+        make: impl FnOnce(Sender<Result<T, String>>) -> Command,
+    ) -> Result<T, VerbsError> {
+        let (tx, rx) = bounded(1);
+        self.cmd
+            .send(make(tx))
+            .map_err(|_| VerbsError::EngineGone)?;
+        rx.recv()
+            .map_err(|_| VerbsError::EngineGone)?
+            .map_err(VerbsError::Refused)
+    }
+
+    /// Registers `len` zeroed bytes with `access`; the region's address is
+    /// its virtual address on the wire (as with ibverbs, the buffer's
+    /// pointer).
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
+        let mem = Arc::new(ExtBuf::new(vec![0u8; len.max(1)].into_boxed_slice()));
+        let m2 = mem.clone();
+        let (lkey, rkey) = self.call(|reply| Command::RegMr {
+            mem: m2,
+            access,
+            reply,
+        })?;
+        Ok(MemoryRegion {
+            mem,
+            lkey,
+            rkey,
+            len,
+        })
+    }
+
+    /// Deregisters a region (it stays alive while packets still use it).
+    pub fn dereg_mr(&self, mr: MemoryRegion) -> Result<(), VerbsError> {
+        self.call(|reply| Command::DeregMr {
+            lkey: mr.lkey,
+            reply,
+        })
+    }
+
+    /// Creates a completion queue of `depth` entries.
+    pub fn create_cq(&self, depth: usize) -> Result<CompletionQueue, VerbsError> {
+        let (prod, cons) = rtrb::RingBuffer::new(depth.max(1));
+        let id = self.call(|reply| Command::CreateCq { ring: prod, reply })?;
+        Ok(CompletionQueue { id, ring: cons })
+    }
+
+    /// Creates an RC queue pair completing into `send_cq` and `recv_cq`. It
+    /// stays in INIT until [`QueuePair::connect`].
+    pub fn create_qp(
+        &self,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        opts: QpOptions,
+    ) -> Result<QueuePair, VerbsError> {
+        let depth = opts.sq_depth as usize + opts.rq_depth as usize;
+        let (prod, cons) = rtrb::RingBuffer::new(depth.max(2));
+        let (send_cq, recv_cq) = (send_cq.id, recv_cq.id);
+        let (qpn, psn) = self.call(|reply| Command::CreateQp {
+            send_cq,
+            recv_cq,
+            opts,
+            ring: cons,
+            reply,
+        })?;
+        Ok(QueuePair {
+            qpn,
+            psn,
+            opts,
+            ring: prod,
+            shared: self.shared.clone(),
+            cmd: self.cmd.clone(),
+            mac: self.mac,
+            ip: self.ip,
+            connected: false,
+        })
+    }
+
+    /// Stops the engine and releases the port.
+    pub fn close(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Per-QP options chosen at creation.
+#[derive(Debug, Clone, Copy)]
+pub struct QpOptions {
+    /// Send queue depth.
+    pub sq_depth: u16,
+    /// Receive queue depth.
+    pub rq_depth: u16,
+    /// Path MTU (256..4096).
+    pub mtu: u32,
+    /// Congestion control.
+    pub cc: CcKind,
+    /// Retransmit timeout, ns. The default is IBA timeout code 14
+    /// (4.096 us x 2^14 = 67 ms), perftest's default: software engines on a
+    /// shared host can be descheduled for milliseconds, and a NAK, not the
+    /// timer, recovers ordinary loss quickly.
+    pub timeout_ns: u64,
+    /// Retries on timeout (0..7).
+    pub retry_cnt: u8,
+    /// RNR retries (0..7, 7 = infinite).
+    pub rnr_retry: u8,
+    /// Outstanding READ/ATOMIC requests.
+    pub max_rd_atomic: u8,
+}
+
+impl Default for QpOptions {
+    fn default() -> Self {
+        QpOptions {
+            sq_depth: 256,
+            rq_depth: 256,
+            mtu: 4096,
+            cc: CcKind::None,
+            timeout_ns: 4_096 << 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+        }
+    }
+}
+
+/// What the peer needs to know to talk to a QP (exchanged out of band).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteQp {
+    /// QP number.
+    pub qpn: u32,
+    /// First PSN it sends.
+    pub psn: u32,
+    /// IPv4 address.
+    pub ip: [u8; 4],
+    /// MAC address (next hop).
+    pub mac: [u8; 6],
+    /// Path MTU.
+    pub mtu: u32,
+    /// Congestion control (must match).
+    pub cc: CcKind,
+}
+
+/// A registered memory region. Its bytes are shared with the engine, like a
+/// real NIC's DMA memory: do not change bytes an operation in flight uses.
+#[derive(Clone)]
+pub struct MemoryRegion {
+    mem: Arc<ExtBuf>,
+    lkey: u32,
+    rkey: u32,
+    len: usize,
+}
+
+impl MemoryRegion {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// Virtual address of byte 0 (what goes into a RETH).
+    pub fn va(&self) -> u64 {
+        self.mem.base_ptr() as u64
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `data` into the region at `offset`. Panics if out of range.
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        assert!(
+            offset
+                .checked_add(data.len())
+                .is_some_and(|e| e <= self.len),
+            "write outside the region"
+        );
+        // SAFETY: in range of memory we keep alive; concurrent engine access
+        // to the same bytes is the caller's race, as with hardware DMA.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.mem.base_ptr().add(offset),
+                data.len(),
+            )
+        }
+    }
+
+    /// Copies bytes at `offset` out of the region. Panics if out of range.
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(
+            offset.checked_add(out.len()).is_some_and(|e| e <= self.len),
+            "read outside the region"
+        );
+        // SAFETY: as in `write`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.mem.base_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        }
+    }
+}
+
+/// A completion queue: the consumer end of the engine's completion ring.
+pub struct CompletionQueue {
+    id: u32,
+    ring: rtrb::Consumer<WorkCompletion>,
+}
+
+impl CompletionQueue {
+    /// Takes up to `out.len()` completions; returns how many.
+    pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.ring.pop() {
+                Ok(wc) => {
+                    out[n] = wc;
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        n
+    }
+
+    /// Takes one completion, if any.
+    pub fn poll_one(&mut self) -> Option<WorkCompletion> {
+        self.ring.pop().ok()
+    }
+
+    /// Busy-polls for one completion for at most `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(wc) = self.poll_one() {
+                return Some(wc);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// An RC queue pair handle: posts work requests to the engine.
+pub struct QueuePair {
+    qpn: u32,
+    psn: u32,
+    opts: QpOptions,
+    ring: rtrb::Producer<Doorbell>,
+    shared: Arc<EngineShared>,
+    cmd: Sender<Command>,
+    mac: [u8; 6],
+    ip: [u8; 4],
+    connected: bool,
+}
+
+impl QueuePair {
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// What the peer needs to connect to this QP.
+    pub fn remote_info(&self) -> RemoteQp {
+        RemoteQp {
+            qpn: self.qpn,
+            psn: self.psn,
+            ip: self.ip,
+            mac: self.mac,
+            mtu: self.opts.mtu,
+            cc: self.opts.cc,
+        }
+    }
+
+    /// Moves the QP to RTR and RTS towards `remote` (IBA 10.3: INIT -> RTR
+    /// needs the peer's QPN, PSN and path; RTR -> RTS our send PSN). The MTU
+    /// used is the smaller of the two; the CC kinds must match.
+    pub fn connect(&mut self, remote: &RemoteQp) -> Result<(), VerbsError> {
+        if remote.cc != self.opts.cc {
+            return Err(VerbsError::Refused(format!(
+                "congestion control mismatch: local {}, remote {}",
+                self.opts.cc, remote.cc
+            )));
+        }
+        let (tx, rx) = bounded(1);
+        self.cmd
+            .send(Command::Connect {
+                qpn: self.qpn,
+                remote: *remote,
+                reply: tx,
+            })
+            .map_err(|_| VerbsError::EngineGone)?;
+        rx.recv()
+            .map_err(|_| VerbsError::EngineGone)?
+            .map_err(VerbsError::Refused)?;
+        self.connected = true;
+        Ok(())
+    }
+
+    /// The QP's state as the engine sees it.
+    pub fn state(&self) -> Result<QpState, VerbsError> {
+        let (tx, rx) = bounded(1);
+        self.cmd
+            .send(Command::QueryQp {
+                qpn: self.qpn,
+                reply: tx,
+            })
+            .map_err(|_| VerbsError::EngineGone)?;
+        rx.recv()
+            .map_err(|_| VerbsError::EngineGone)?
+            .map_err(VerbsError::Refused)
+    }
+
+    fn ring(&mut self, d: Doorbell) -> Result<(), VerbsError> {
+        self.ring.push(d).map_err(|_| VerbsError::QueueFull)?;
+        self.shared.ring_doorbell(self.qpn);
+        Ok(())
+    }
+
+    /// Posts a send work request (SEND, WRITE, READ, ATOMIC; see
+    /// [`rdma::transport::SendOp`]). Errors found by the engine (a bad lkey,
+    /// a full send queue) come back as error completions.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), VerbsError> {
+        if !self.connected {
+            return Err(VerbsError::NotConnected(self.qpn));
+        }
+        self.ring(Doorbell::Send(wr))
+    }
+
+    /// Posts a receive buffer for an incoming SEND (also before `connect`,
+    /// as in verbs, where receives may be posted in INIT).
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), VerbsError> {
+        self.ring(Doorbell::Recv(wr))
+    }
+
+    /// Free slots in the doorbell ring.
+    pub fn free_slots(&self) -> usize {
+        self.ring.slots()
+    }
+}
+
+/// Whether the engine was asked to stop.
+pub(crate) fn stopping(flag: &AtomicBool) -> bool {
+    flag.load(Ordering::Relaxed)
+}

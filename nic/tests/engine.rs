@@ -1,0 +1,221 @@
+//! Two NIC engines back to back on a ring pair move data by RDMA WRITE and
+//! READ, contents verified, for every congestion control.
+//!
+//! The volume per (CC, operation) is `RSNIC_TEST_BYTES` (default 1 GiB in a
+//! release build, 64 MiB in a debug build, where everything is ~20x slower).
+
+use std::time::{Duration, Instant};
+
+use cc::CcKind;
+use dpdk::{Eal, Port};
+use nic::verbs::{CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QueuePair};
+use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
+
+const BUF: usize = 16 << 20;
+const MSG: usize = 64 << 10;
+
+fn total_bytes() -> usize {
+    std::env::var("RSNIC_TEST_BYTES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if cfg!(debug_assertions) {
+            64 << 20
+        } else {
+            1 << 30
+        })
+}
+
+struct Pair {
+    a: Device,
+    b: Device,
+    cq_a: CompletionQueue,
+    _cq_b: CompletionQueue,
+    qa: QueuePair,
+    _qb: QueuePair,
+}
+
+fn pair(name: &str, cc: CcKind) -> Pair {
+    let eal = Eal::for_tests();
+    let (pa, pb) = Port::ring_pair(eal, name, 4096).unwrap();
+    let a = Device::open(eal, pa, DeviceConfig::new([10, 0, 0, 1])).unwrap();
+    let b = Device::open(eal, pb, DeviceConfig::new([10, 0, 0, 2])).unwrap();
+    let cq_a = a.create_cq(1024).unwrap();
+    let cq_b = b.create_cq(1024).unwrap();
+    let opts = QpOptions {
+        cc,
+        ..QpOptions::default()
+    };
+    let mut qa = a.create_qp(&cq_a, &cq_a, opts).unwrap();
+    let mut qb = b.create_qp(&cq_b, &cq_b, opts).unwrap();
+    qa.connect(&qb.remote_info()).unwrap();
+    qb.connect(&qa.remote_info()).unwrap();
+    Pair {
+        a,
+        b,
+        cq_a,
+        _cq_b: cq_b,
+        qa,
+        _qb: qb,
+    }
+}
+
+fn fill(mr: &MemoryRegion, pass: u64) {
+    let mut chunk = vec![0u8; 1 << 20];
+    for c in 0..mr.len() / chunk.len() {
+        for (i, w) in chunk.chunks_mut(8).enumerate() {
+            let v = pass
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add((c * (1 << 17) + i) as u64);
+            w.copy_from_slice(&v.to_le_bytes());
+        }
+        mr.write(c * chunk.len(), &chunk);
+    }
+}
+
+fn same(x: &MemoryRegion, y: &MemoryRegion) -> bool {
+    let (mut bx, mut by) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    (0..x.len() / bx.len()).all(|c| {
+        x.read(c * bx.len(), &mut bx);
+        y.read(c * by.len(), &mut by);
+        bx == by
+    })
+}
+
+/// Moves `total` bytes from `src` to `dst` in 64 KiB messages with up to
+/// `depth` outstanding, `pass` by `pass` over the 16 MiB buffers, checking
+/// the destination after each pass.
+fn run(p: &mut Pair, read: bool, total: usize) -> f64 {
+    let access_src = Access::LOCAL_WRITE | Access::REMOTE_READ;
+    let access_dst = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    // WRITE: A's memory -> B's. READ: A reads B's memory into its own.
+    let (local, remote) = if read {
+        (
+            p.a.reg_mr(BUF, Access::LOCAL_WRITE).unwrap(),
+            p.b.reg_mr(BUF, access_src).unwrap(),
+        )
+    } else {
+        (
+            p.a.reg_mr(BUF, Access::LOCAL_WRITE).unwrap(),
+            p.b.reg_mr(BUF, access_dst).unwrap(),
+        )
+    };
+    let (src, dst) = if read {
+        (&remote, &local)
+    } else {
+        (&local, &remote)
+    };
+    let depth = 64;
+    let start = Instant::now();
+    for pass in 0..(total / BUF).max(1) as u64 {
+        fill(src, pass + 1);
+        let msgs = BUF / MSG;
+        let (mut posted, mut done) = (0usize, 0usize);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while done < msgs {
+            while posted < msgs && posted - done < depth {
+                let off = (posted * MSG) as u64;
+                let op = if read {
+                    SendOp::Read {
+                        remote_va: remote.va() + off,
+                        rkey: remote.rkey(),
+                    }
+                } else {
+                    SendOp::Write {
+                        remote_va: remote.va() + off,
+                        rkey: remote.rkey(),
+                    }
+                };
+                p.qa.post_send(SendWr {
+                    wr_id: posted as u64,
+                    op,
+                    sge: Sge {
+                        addr: local.va() + off,
+                        len: MSG as u32,
+                        lkey: local.lkey(),
+                    },
+                    signaled: true,
+                    solicited: false,
+                })
+                .unwrap();
+                posted += 1;
+            }
+            if let Some(wc) = p.cq_a.poll_one() {
+                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+                assert_eq!(wc.wr_id, done as u64, "completions in order");
+                done += 1;
+            } else {
+                assert!(
+                    Instant::now() < deadline,
+                    "stalled at {done}/{msgs} in pass {pass}"
+                );
+                // Leave the CPU to the two engines.
+                std::thread::yield_now();
+            }
+        }
+        assert!(
+            same(src, dst),
+            "pass {pass}: destination differs from source"
+        );
+    }
+    let secs = start.elapsed().as_secs_f64();
+    (total.max(BUF) as f64 * 8.0) / secs / 1e9
+}
+
+/// One pair of spinning engines at a time: this machine has two cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn write_and_read(cc: CcKind) {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut p = pair(&format!("e_{}", cc.as_str().replace('-', "")), cc);
+    let total = total_bytes();
+    let only = std::env::var("RSNIC_TEST_ONLY").unwrap_or_default();
+    let w = if only != "read" {
+        run(&mut p, false, total)
+    } else {
+        0.0
+    };
+    let r = if only != "write" {
+        run(&mut p, true, total)
+    } else {
+        0.0
+    };
+    let (ca, cb) = (p.a.counters(), p.b.counters());
+    eprintln!(
+        "{cc}: {} MiB WRITE at {w:.2} Gbit/s, READ at {r:.2} Gbit/s; A: {} tx {} rx, {} retransmits; B: {} acks sent",
+        total >> 20,
+        ca.tx_packets,
+        ca.rx_packets,
+        ca.retransmits,
+        cb.tx_acks
+    );
+    if std::env::var("RSNIC_TEST_VERBOSE").is_ok() {
+        eprintln!("A:\n{ca}B:\n{cb}");
+    }
+    assert_eq!(ca.rx_drop_icrc + cb.rx_drop_icrc, 0);
+    assert_eq!(ca.rx_drop_malformed + cb.rx_drop_malformed, 0);
+}
+
+#[test]
+fn write_and_read_cc_none() {
+    write_and_read(CcKind::None);
+}
+
+#[test]
+fn write_and_read_cc_dcqcn() {
+    write_and_read(CcKind::Dcqcn);
+}
+
+#[test]
+fn write_and_read_cc_hpcc() {
+    write_and_read(CcKind::Hpcc);
+}
+
+#[test]
+fn write_and_read_cc_rx_hpcc() {
+    write_and_read(CcKind::RxHpcc);
+}
+
+#[test]
+fn write_and_read_cc_ldcp() {
+    write_and_read(CcKind::Ldcp);
+}
