@@ -111,11 +111,11 @@ fn main() {
         queues = q;
         println!(
             "  round {round}: dpdk-testpmd io {:7.2} Mpps | ours {:7.2} Mpps ({dropped} tx drops) | ratio {:.3}",
-            tp.rx_mpps,
+            tp.mpps,
             mpps,
-            mpps / tp.rx_mpps
+            mpps / tp.mpps
         );
-        theirs.push(tp.rx_mpps);
+        theirs.push(tp.mpps);
         ours.push(mpps);
     }
     let (t, o) = (median(theirs), median(ours));

@@ -7,8 +7,8 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct TestpmdRate {
     /// Median over the stats periods of the packets per second summed over
-    /// all ports (receive side), in Mpps.
-    pub rx_mpps: f64,
+    /// all ports (receive side, or transmit side for [`run_tx`]), in Mpps.
+    pub mpps: f64,
     /// Number of stats periods the median is over.
     pub samples: usize,
 }
@@ -30,6 +30,24 @@ pub enum TestpmdError {
 /// and returns the median total receive rate over the periods after the
 /// first one that moved packets (warm-up).
 pub fn run(eal_args: &[&str], app_args: &[&str], secs: u64) -> Result<TestpmdRate, TestpmdError> {
+    run_counting(eal_args, app_args, secs, "Rx-pps:")
+}
+
+/// As [`run`], but sums the transmit rates (`Tx-pps:`), for `txonly`.
+pub fn run_tx(
+    eal_args: &[&str],
+    app_args: &[&str],
+    secs: u64,
+) -> Result<TestpmdRate, TestpmdError> {
+    run_counting(eal_args, app_args, secs, "Tx-pps:")
+}
+
+fn run_counting(
+    eal_args: &[&str],
+    app_args: &[&str],
+    secs: u64,
+    key: &str,
+) -> Result<TestpmdRate, TestpmdError> {
     let out = Command::new("timeout")
         .args(["-s", "INT", &format!("{}", secs + 8)])
         .arg("dpdk-testpmd")
@@ -41,7 +59,7 @@ pub fn run(eal_args: &[&str], app_args: &[&str], secs: u64) -> Result<TestpmdRat
         .output()
         .map_err(TestpmdError::Spawn)?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let rate = parse_rates(&text).ok_or_else(|| TestpmdError::NoRate(text.clone()))?;
+    let rate = parse_rates_of(&text, key).ok_or_else(|| TestpmdError::NoRate(text.clone()))?;
     std::thread::sleep(Duration::from_millis(100));
     Ok(rate)
 }
@@ -49,6 +67,11 @@ pub fn run(eal_args: &[&str], app_args: &[&str], secs: u64) -> Result<TestpmdRat
 /// Parses testpmd's periodic stats: each period prints one `Rx-pps:` line
 /// per port, ports in order; the first port's id starts a new period.
 pub fn parse_rates(text: &str) -> Option<TestpmdRate> {
+    parse_rates_of(text, "Rx-pps:")
+}
+
+/// As [`parse_rates`] for the per-port lines starting with `key`.
+pub fn parse_rates_of(text: &str, key: &str) -> Option<TestpmdRate> {
     let mut periods: Vec<f64> = Vec::new();
     let mut port_in_period = 0usize;
     let mut ports = 0usize;
@@ -66,7 +89,7 @@ pub fn parse_rates(text: &str) -> Option<TestpmdRate> {
                 port_in_period = 0;
             }
             port_in_period += 1;
-        } else if let Some(rest) = line.trim().strip_prefix("Rx-pps:") {
+        } else if let Some(rest) = line.trim().strip_prefix(key) {
             current += rest.split_whitespace().next()?.parse::<f64>().ok()?;
         }
     }
@@ -85,7 +108,7 @@ pub fn parse_rates(text: &str) -> Option<TestpmdRate> {
     }
     v.sort_by(|a, b| a.total_cmp(b));
     Some(TestpmdRate {
-        rx_mpps: v[v.len() / 2] / 1e6,
+        mpps: v[v.len() / 2] / 1e6,
         samples: v.len(),
     })
 }
@@ -107,7 +130,7 @@ mod tests {
         // periods (sum of 2 ports): 0,0,10,20,60,40,80 -> from the first
         // non-zero, skip one -> 20,60,40,80 -> median (upper) 60
         assert_eq!(r.samples, 4);
-        assert_eq!(r.rx_mpps, 60.0);
+        assert_eq!(r.mpps, 60.0);
         assert!(parse_rates("nothing here").is_none());
     }
 }
