@@ -6,6 +6,7 @@
 pub mod counters;
 pub mod engine;
 pub mod exchange;
+pub mod impair;
 pub mod io;
 pub mod pcapng;
 pub mod scheduler;
