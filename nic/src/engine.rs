@@ -40,6 +40,7 @@ use rdma::wire::{BthRepr, Ecn, EthernetAddress, Ipv4Address, Opcode, ParseOption
 
 use crate::counters::{Counters, SharedCounters};
 use crate::io::{build_frame, contiguous, parse_rx, Payload, TxPools, MAX_FRAME};
+use crate::pcapng::CaptureProducer;
 use crate::verbs::{stopping, DeviceConfig, QpOptions, RemoteQp, VerbsError};
 
 /// QP numbers start here (0 and 1 are special in the IBA).
@@ -50,6 +51,12 @@ pub const MAX_QPS: usize = 4096;
 const MAX_HOPS: usize = 8;
 /// DSCP of RoCEv2 data and control traffic.
 const ROCE_DSCP: u8 = 26;
+/// Bytes of each frame kept by the optional capture (every header, the
+/// start of the payload).
+pub const CAPTURE_SNAP: usize = 512;
+/// Capture interface ids: received and sent frames.
+const CAPTURE_RX: u32 = 0;
+const CAPTURE_TX: u32 = 1;
 
 /// A posted work request on its way to the engine.
 #[derive(Debug, Clone, Copy)]
@@ -277,6 +284,7 @@ pub struct Engine {
     txb: Burst,
     psn_seed: u64,
     last_publish_ns: u64,
+    capture: Option<CaptureProducer<CAPTURE_SNAP>>,
 }
 
 impl Engine {
@@ -287,6 +295,7 @@ impl Engine {
         mac: [u8; 6],
         shared: Arc<EngineShared>,
         cmd: Receiver<Command>,
+        capture: Option<CaptureProducer<CAPTURE_SNAP>>,
     ) -> Result<Engine, VerbsError> {
         static POOL_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let id = POOL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -340,6 +349,7 @@ impl Engine {
             rxb: Burst::new(),
             txb: Burst::new(),
             last_publish_ns: 0,
+            capture,
         })
     }
 
@@ -371,6 +381,7 @@ impl Engine {
 
     fn publish(&mut self) {
         let mut c = self.counters;
+        c.capture_drops = self.capture.as_ref().map_or(0, |p| p.drops());
         for s in self.qps.iter().flatten() {
             if let Some(qp) = &s.qp {
                 let q = qp.counters();
@@ -646,7 +657,12 @@ impl Engine {
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += m.pkt_len() as u64;
             match contiguous(&m, &mut scratch) {
-                Some(bytes) => self.dispatch(bytes, now),
+                Some(bytes) => {
+                    if let Some(cap) = self.capture.as_mut() {
+                        cap.capture(CAPTURE_RX, now, bytes);
+                    }
+                    self.dispatch(bytes, now)
+                }
                 None => self.counters.rx_drop_too_long += 1,
             }
         }
@@ -996,6 +1012,15 @@ impl Engine {
             }
             self.ready.push_back(i);
             tries += 1;
+        }
+        if let Some(cap) = self.capture.as_mut() {
+            let mut head = [0u8; CAPTURE_SNAP];
+            for m in self.txb.as_slice() {
+                let n = m.pkt_len().min(CAPTURE_SNAP);
+                if m.read(0, &mut head[..n]).is_ok() {
+                    cap.capture(CAPTURE_TX, now, &head[..n]);
+                }
+            }
         }
         if !self.txb.is_empty() {
             self.tx.send(&mut self.txb);

@@ -112,6 +112,12 @@ pub struct Device {
     shared: Arc<EngineShared>,
     cmd: Sender<Command>,
     thread: Option<std::thread::JoinHandle<()>>,
+    #[allow(clippy::type_complexity)]
+    capture: Option<
+        std::thread::JoinHandle<
+            std::io::Result<crate::pcapng::PcapngWriter<std::io::BufWriter<std::fs::File>>>,
+        >,
+    >,
     mac: [u8; 6],
     ip: [u8; 4],
 }
@@ -125,8 +131,36 @@ impl Device {
             None => port.mac()?,
         };
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
-        let shared = Arc::new(EngineShared::new(4096));
-        let engine = Engine::new(eal, port, &cfg, mac, shared.clone(), cmd_rx)?;
+        let shared = Arc::new(EngineShared::new(crate::engine::MAX_QPS));
+        let (producer, capture) = match &cfg.pcap {
+            Some(path) => {
+                let file = std::fs::File::create(path).map_err(|e| {
+                    VerbsError::Refused(format!("cannot create {}: {e}", path.display()))
+                })?;
+                let ifaces = [
+                    crate::pcapng::Interface {
+                        name: format!("{}-rx", port.name()),
+                        snaplen: crate::engine::CAPTURE_SNAP as u32,
+                    },
+                    crate::pcapng::Interface {
+                        name: format!("{}-tx", port.name()),
+                        snaplen: crate::engine::CAPTURE_SNAP as u32,
+                    },
+                ];
+                let writer =
+                    crate::pcapng::PcapngWriter::new(std::io::BufWriter::new(file), &ifaces)
+                        .map_err(|e| {
+                            VerbsError::Refused(format!("cannot write {}: {e}", path.display()))
+                        })?;
+                let (p, c) = crate::pcapng::capture_ring(8192);
+                let t = crate::pcapng::spawn_writer(c, writer).map_err(|e| {
+                    VerbsError::Refused(format!("cannot start the capture writer: {e}"))
+                })?;
+                (Some(p), Some(t))
+            }
+            None => (None, None),
+        };
+        let engine = Engine::new(eal, port, &cfg, mac, shared.clone(), cmd_rx, producer)?;
         let core = cfg.core;
         let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || engine.run())
             .map_err(|e| VerbsError::Refused(format!("cannot start the engine thread: {e}")))?;
@@ -134,6 +168,7 @@ impl Device {
             shared,
             cmd: cmd_tx,
             thread: Some(thread),
+            capture,
             mac,
             ip: cfg.ip,
         })
@@ -242,6 +277,15 @@ impl Device {
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        // The engine dropped its end of the capture ring: the writer drains
+        // what is left, flushes and ends.
+        if let Some(t) = self.capture.take() {
+            match t.join() {
+                Ok(Err(e)) => tracing::warn!(error = %e, "capture file incomplete"),
+                Err(_) => tracing::warn!("capture writer panicked"),
+                Ok(Ok(_)) => {}
+            }
         }
     }
 }

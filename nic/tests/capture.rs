@@ -1,0 +1,109 @@
+//! The optional pcapng capture of a port: tshark opens the file and decodes
+//! the RoCEv2 headers of what the NIC sent and received.
+
+use std::process::Command;
+use std::time::Duration;
+
+use dpdk::{Eal, Port};
+use nic::verbs::{Device, DeviceConfig, QpOptions};
+use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
+
+#[test]
+fn capture_file_decodes_as_rocev2_in_tshark() {
+    let eal = Eal::for_tests();
+    let path = std::env::temp_dir().join(format!("rsnic-capture-{}.pcapng", std::process::id()));
+    let (pa, pb) = Port::ring_pair(eal, "cap", 1024).unwrap();
+    let mut cfg = DeviceConfig::new([10, 0, 0, 1]);
+    cfg.pcap = Some(path.clone());
+    let a = Device::open(eal, pa, cfg).unwrap();
+    let b = Device::open(eal, pb, DeviceConfig::new([10, 0, 0, 2])).unwrap();
+    let mut cqa = a.create_cq(64).unwrap();
+    let cqb = b.create_cq(64).unwrap();
+    let mut qa = a.create_qp(&cqa, &cqa, QpOptions::default()).unwrap();
+    let mut qb = b.create_qp(&cqb, &cqb, QpOptions::default()).unwrap();
+    qa.connect(&qb.remote_info()).unwrap();
+    qb.connect(&qa.remote_info()).unwrap();
+    let src = a.reg_mr(16384, Access::LOCAL_WRITE).unwrap();
+    let dst = b
+        .reg_mr(
+            16384,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    for (i, op) in [
+        SendOp::Write {
+            remote_va: dst.va(),
+            rkey: dst.rkey(),
+        },
+        SendOp::Read {
+            remote_va: dst.va(),
+            rkey: dst.rkey(),
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        qa.post_send(SendWr {
+            wr_id: i as u64,
+            op,
+            sge: Sge {
+                addr: src.va(),
+                len: 10000,
+                lkey: src.lkey(),
+            },
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
+        let wc = cqa.wait(Duration::from_secs(10)).expect("completion");
+        assert_eq!(wc.status, WcStatus::Success);
+    }
+    let sent = a.counters().tx_packets;
+    let received = a.counters().rx_packets;
+    a.close();
+    b.close();
+
+    let out = Command::new("tshark")
+        .args(["-r"])
+        .arg(&path)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "frame.interface_name",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.destqp",
+        ])
+        .output()
+        .expect("tshark is needed (scripts/setup.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len() as u64,
+        sent + received,
+        "every frame captured:\n{text}"
+    );
+    let opcodes: Vec<u32> = lines
+        .iter()
+        .filter_map(|l| l.split('\t').nth(1)?.parse().ok())
+        .collect();
+    assert_eq!(
+        opcodes.len(),
+        lines.len(),
+        "every frame decoded as RoCEv2:\n{text}"
+    );
+    // 10000 B at MTU 4096: WRITE First (6), Middle (7), Last (8); ACK (17);
+    // READ Request (12); READ Response First (13), Middle (14), Last (15).
+    for op in [6, 7, 8, 17, 12, 13, 14, 15] {
+        assert!(opcodes.contains(&op), "opcode {op} missing:\n{text}");
+    }
+    assert!(lines.iter().any(|l| l.contains("-tx")) && lines.iter().any(|l| l.contains("-rx")));
+    let _ = std::fs::remove_file(&path);
+}
