@@ -1,1 +1,33 @@
-//! placeholder
+//! The pure core of the DPDK software switch (DESIGN.md section 6): a static LPM
+//! forwarding table, per-port egress shaping at the link speed B, byte-bounded queues
+//! with a strict high-priority class for ACK/NAK/CNP, WRED/ECN on the instantaneous queue
+//! as in the LDCP draft (004 section 2.1, Not-ECT drop at K per section 2.3), and INT-MD
+//! v2.0 hop records at dequeue carrying what HPCC++ needs (000 section 3: ts, qlen,
+//! txBytes, B, switch_ID, port_ID).
+//!
+//! Functional core, imperative shell (DESIGN.md section 2): time is an argument in ns,
+//! nothing reads a clock, nothing allocates per packet, nothing depends on DPDK. The
+//! DPDK poll loop feeds [`Switch::receive`] and drains [`Switch::dequeue`]; the core is
+//! generic over the packet handle through [`PacketBuf`].
+//!
+//! Wire formats come from `rdma::wire` (Ethernet/IPv4/UDP views, the INT container and
+//! its push). See `docs/switch.md`.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod counters;
+pub mod fib;
+pub mod packet;
+pub mod queue;
+pub mod shaper;
+pub mod switch;
+pub mod wred;
+
+pub use config::{Config, ConfigError, PortSettings, Quantity, Route, SwitchSettings};
+pub use counters::{PortCounters, StatsLine};
+pub use packet::{FrameBuf, PacketBuf};
+pub use queue::PktQueue;
+pub use shaper::{wire_bytes, Shaper};
+pub use switch::{Class, DropReason, Enqueued, Rejected, Switch, CTRL_OPCODES};
+pub use wred::{Rng, Wred, WredAction};

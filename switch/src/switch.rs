@@ -1,0 +1,531 @@
+//! The switch: classify, route, WRED/ECN, enqueue on receive; shape, push INT and
+//! transmit on dequeue (DESIGN.md section 6).
+//!
+//! Time is an argument (ns); nothing reads a clock. All queues are allocated when the
+//! switch is built; `receive` and `dequeue` allocate nothing (for packet types whose
+//! `prepend` does not, e.g. an mbuf or [`crate::FrameBuf`]).
+
+use crate::config::{Config, ConfigError, PortSettings, SwitchSettings};
+use crate::counters::{PortCounters, StatsLine};
+use crate::fib::Fib;
+use crate::packet::PacketBuf;
+use crate::queue::PktQueue;
+use crate::shaper::{wire_bytes, Shaper};
+use crate::wred::{Rng, Wred, WredAction};
+use rdma::wire::int::{self, HopRecord, PushOutcome};
+use rdma::wire::{EthernetPacket, Ipv4Packet, UdpPacket, ROCEV2_UDP_PORT};
+
+/// Ethernet header length (no VLAN tag: tagged frames are not IPv4 to this core).
+const L3_OFF: usize = 14;
+/// EtherType IPv4.
+const ETHERTYPE_IPV4: u16 = 0x0800;
+/// BTH length.
+const BTH_LEN: usize = 12;
+/// Queue tag bit: the frame carries an INT container (push at dequeue).
+const TAG_INT: u8 = 1;
+
+/// BTH opcodes that go to the strict high-priority class: RC ACKNOWLEDGE (ACK and
+/// every NAK), ATOMIC ACKNOWLEDGE, and the RoCEv2 CNP (DESIGN.md sections 4 and 6).
+pub const CTRL_OPCODES: [u8; 3] = [0x11, 0x12, 0x81];
+
+/// The traffic class a frame was queued in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Everything else: WRED/ECN applies.
+    Data,
+    /// ACK/NAK/CNP: strict priority, no WRED, own buffer.
+    Control,
+}
+
+/// A frame accepted by [`Switch::receive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enqueued {
+    /// Egress port id.
+    pub port: u16,
+    /// Class it was queued in.
+    pub class: Class,
+    /// WRED set CE on it.
+    pub ce_marked: bool,
+    /// It carries an INT container (a hop record is pushed at dequeue).
+    pub int: bool,
+}
+
+/// Why a frame was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// `port_in` is not a configured port.
+    UnknownPort,
+    /// Truncated or inconsistent Ethernet/IPv4/UDP/INT/BTH, bad IPv4 checksum.
+    Malformed,
+    /// Not an IPv4 frame.
+    NotIpv4,
+    /// TTL 0 or 1 on arrival.
+    TtlExpired,
+    /// No route.
+    Unroutable,
+    /// Not-ECT at queue >= K (LDCP 004 section 2.3).
+    WredNotEct,
+    /// Data queue would exceed `buf_max`.
+    TailDrop,
+    /// Control queue would exceed `ctrl_buf_max`.
+    CtrlTailDrop,
+}
+
+/// A dropped frame, handed back so the shell can free it in bulk.
+#[derive(Debug)]
+pub struct Rejected<P> {
+    /// The frame.
+    pub pkt: P,
+    /// Why.
+    pub reason: DropReason,
+}
+
+#[derive(Debug)]
+struct Port<P> {
+    id: u16,
+    mac: [u8; 6],
+    speed_bps: u64,
+    wred: Wred,
+    rng: Rng,
+    shaper: Shaper,
+    data: PktQueue<P>,
+    ctrl: PktQueue<P>,
+    counters: PortCounters,
+}
+
+impl<P> Port<P> {
+    fn new(s: &PortSettings, seed: u64, idx: usize) -> Self {
+        Self {
+            id: s.id,
+            mac: s.mac,
+            speed_bps: s.speed_bps,
+            wred: Wred::new(s.k_min, s.k_max, s.p_max, s.k_drop),
+            // One stream per port so a port's decisions do not depend on the others'.
+            rng: Rng::new(seed ^ (idx as u64).wrapping_mul(0xA24B_AED4_963E_E407)),
+            shaper: Shaper::new(s.speed_bps, s.burst),
+            data: PktQueue::new(s.buf_max),
+            ctrl: PktQueue::new(s.ctrl_buf_max),
+            counters: PortCounters::default(),
+        }
+    }
+
+    #[inline]
+    fn note_queue(&mut self) {
+        let c = &mut self.counters;
+        c.queue_bytes = self.data.bytes() + self.ctrl.bytes();
+        c.queue_packets = (self.data.len() + self.ctrl.len()) as u64;
+        c.queue_max_bytes = c.queue_max_bytes.max(c.queue_bytes);
+    }
+}
+
+/// What the classifier learned about a frame.
+#[derive(Debug, Clone, Copy)]
+struct Classified {
+    dst: u32,
+    ecn: u8,
+    ttl: u8,
+    ctrl: bool,
+    int: bool,
+}
+
+/// Parses just enough of the frame to forward and classify it. Uses the `rdma::wire`
+/// views (they validate lengths), never indexes past what they checked.
+fn classify(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
+    let eth = EthernetPacket::new_checked(b).map_err(|_| DropReason::Malformed)?;
+    if eth.header().ethertype.get() != ETHERTYPE_IPV4 {
+        return Err(DropReason::NotIpv4);
+    }
+    let ip = Ipv4Packet::new_checked(&b[L3_OFF..]).map_err(|_| DropReason::Malformed)?;
+    if !ip.verify_checksum() {
+        return Err(DropReason::Malformed);
+    }
+    let h = ip.header();
+    let mut c = Classified {
+        dst: u32::from_be_bytes(h.dst),
+        ecn: h.tos & 3,
+        ttl: h.ttl,
+        ctrl: false,
+        int: false,
+    };
+    // Only unfragmented UDP can be RoCEv2 (RoCEv2 never fragments); other IPv4 is
+    // forwarded without looking further.
+    let ff = h.flags_frag.get();
+    if h.protocol != rdma::wire::ipv4::PROTO_UDP || ff & 0x3FFF != 0 {
+        return Ok(c);
+    }
+    let udp_off = L3_OFF + ip.header_len();
+    let ip_end = L3_OFF + ip.total_len() as usize;
+    let udp = UdpPacket::new_checked(&b[udp_off..ip_end]).map_err(|_| DropReason::Malformed)?;
+    if udp.dst_port() != ROCEV2_UDP_PORT {
+        return Ok(c);
+    }
+    let udp_end = udp_off + udp.len_field() as usize;
+    let mut bth_off = udp_off + rdma::wire::udp::HEADER_LEN;
+    if ip.dscp() == int_dscp {
+        // INT-MD over UDP (INT v2.0 section 5.6): shim + MD header + hop stack before BTH.
+        let loc = int::locate(b, L3_OFF, int_dscp).map_err(|_| DropReason::Malformed)?;
+        bth_off = loc.int_off + loc.int_len;
+        c.int = true;
+    }
+    if bth_off + BTH_LEN > udp_end {
+        return Err(DropReason::Malformed);
+    }
+    c.ctrl = CTRL_OPCODES.contains(&b[bth_off]);
+    Ok(c)
+}
+
+/// RFC 1624 eq. 3 incremental checksum update for one 16-bit word.
+#[inline]
+fn csum_adjust(hc: u16, old: u16, new: u16) -> u16 {
+    let mut s = u32::from(!hc) + u32::from(!old) + u32::from(new);
+    s = (s & 0xFFFF) + (s >> 16);
+    s = (s & 0xFFFF) + (s >> 16);
+    !(s as u16)
+}
+
+/// Next-hop MAC rewrite, TTL decrement and optional CE mark, with the IPv4 checksum
+/// updated incrementally. TTL and ECN are masked in the ICRC (IBA A17.2.3 / rxe), so
+/// the frame's ICRC stays valid. `b` was validated by [`classify`].
+#[inline]
+fn rewrite(b: &mut [u8], dst_mac: &[u8; 6], src_mac: &[u8; 6], set_ce: bool) {
+    b[0..6].copy_from_slice(dst_mac);
+    b[6..12].copy_from_slice(src_mac);
+    let ip = &mut b[L3_OFF..];
+    let mut hc = u16::from_be_bytes([ip[10], ip[11]]);
+    let w0 = u16::from_be_bytes([ip[0], ip[1]]);
+    if set_ce {
+        ip[1] |= 3;
+        hc = csum_adjust(hc, w0, u16::from_be_bytes([ip[0], ip[1]]));
+    }
+    let w4 = u16::from_be_bytes([ip[8], ip[9]]);
+    ip[8] = ip[8].wrapping_sub(1);
+    hc = csum_adjust(hc, w4, u16::from_be_bytes([ip[8], ip[9]]));
+    ip[10..12].copy_from_slice(&hc.to_be_bytes());
+}
+
+/// Outcome of this hop's INT push.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IntPush {
+    Pushed,
+    Full,
+    Error,
+}
+
+/// Pushes `hop` after the MD header: prepend 16 bytes of headroom, then
+/// `rdma::wire::int::push_hop_front` moves the headers forward into it and fixes the
+/// shim length, RemainingHopCnt, IPv4 total length, UDP length and IPv4 checksum. When
+/// RemainingHopCnt is 0 it sets E instead (INT v2.0 section 5.7). The ICRC is computed
+/// as if the container were absent, so it is untouched.
+fn push_int<P: PacketBuf>(pkt: &mut P, int_dscp: u8, hop: &HopRecord) -> IntPush {
+    let len = pkt.len();
+    if pkt.prepend(int::HOP_LEN) {
+        match int::push_hop_front(pkt.bytes_mut(), int::HOP_LEN, len, L3_OFF, int_dscp, hop) {
+            Ok(PushOutcome::Pushed { start: 0, .. }) => IntPush::Pushed,
+            Ok(PushOutcome::Full) => {
+                pkt.trim_front(int::HOP_LEN);
+                IntPush::Full
+            }
+            Ok(PushOutcome::Pushed { .. }) | Err(_) => {
+                pkt.trim_front(int::HOP_LEN);
+                IntPush::Error
+            }
+        }
+    } else {
+        // No headroom: still set E when the container is full, else give up on this hop.
+        match int::push_hop_front(pkt.bytes_mut(), 0, len, L3_OFF, int_dscp, hop) {
+            Ok(PushOutcome::Full) => IntPush::Full,
+            _ => IntPush::Error,
+        }
+    }
+}
+
+/// The switch core over packets of type `P`.
+#[derive(Debug)]
+pub struct Switch<P> {
+    switch_id: u16,
+    int_dscp: u8,
+    fcs_in_frame: bool,
+    /// Port id -> index into `ports` (`u32::MAX`: none).
+    id_to_idx: Box<[u32]>,
+    ports: Box<[Port<P>]>,
+    fib: Fib,
+    unknown_port_rx: u64,
+}
+
+impl<P: PacketBuf> Switch<P> {
+    /// Builds a switch from validated settings; all queues are allocated here.
+    pub fn new(s: &SwitchSettings) -> Self {
+        let max_id = s.ports.iter().map(|p| p.id).max().unwrap_or(0);
+        let mut id_to_idx = vec![u32::MAX; usize::from(max_id) + 1].into_boxed_slice();
+        let mut ports = Vec::with_capacity(s.ports.len());
+        for (i, p) in s.ports.iter().enumerate() {
+            if id_to_idx[usize::from(p.id)] == u32::MAX {
+                id_to_idx[usize::from(p.id)] = i as u32;
+            }
+            ports.push(Port::new(p, s.seed, i));
+        }
+        let fib = Fib::new(&s.routes, |id| {
+            id_to_idx
+                .get(usize::from(id))
+                .filter(|&&i| i != u32::MAX)
+                .map(|&i| i as usize)
+        });
+        Self {
+            switch_id: s.switch_id,
+            int_dscp: s.int_dscp,
+            fcs_in_frame: s.fcs_in_frame,
+            id_to_idx,
+            ports: ports.into_boxed_slice(),
+            fib,
+            unknown_port_rx: 0,
+        }
+    }
+
+    /// Validates `cfg` and builds the switch.
+    pub fn from_config(cfg: &Config) -> Result<Self, ConfigError> {
+        Ok(Self::new(&cfg.validate()?))
+    }
+
+    #[inline]
+    fn idx(&self, port: u16) -> Option<usize> {
+        match self.id_to_idx.get(usize::from(port)) {
+            Some(&i) if i != u32::MAX => Some(i as usize),
+            _ => None,
+        }
+    }
+
+    /// Takes a frame that arrived on `port_in` at `now` (ns): parses it, looks up the
+    /// route, applies WRED/ECN (LDCP 004 section 2.1; Not-ECT drop at K, section 2.3) or
+    /// the control class, rewrites MACs/TTL (and CE), and queues it on the egress port.
+    /// Every drop is counted and the frame handed back.
+    ///
+    /// `now` is not needed by the current policies (the queue law is instantaneous);
+    /// it is part of the contract so the shell's loop does not change if a policy
+    /// needs it.
+    pub fn receive(
+        &mut self,
+        port_in: u16,
+        mut pkt: P,
+        _now: u64,
+    ) -> Result<Enqueued, Rejected<P>> {
+        let Some(ii) = self.idx(port_in) else {
+            self.unknown_port_rx += 1;
+            return Err(Rejected {
+                pkt,
+                reason: DropReason::UnknownPort,
+            });
+        };
+        let len = pkt.len();
+        let ic = &mut self.ports[ii].counters;
+        ic.rx_packets += 1;
+        ic.rx_bytes += len as u64;
+        let reject = |ic: &mut PortCounters, pkt: P, reason: DropReason| {
+            match reason {
+                DropReason::Malformed => ic.rx_malformed += 1,
+                DropReason::NotIpv4 => ic.rx_not_ipv4 += 1,
+                DropReason::TtlExpired => ic.rx_ttl_expired += 1,
+                _ => ic.rx_unroutable += 1,
+            }
+            Err(Rejected { pkt, reason })
+        };
+        let c = match classify(pkt.bytes(), self.int_dscp) {
+            Ok(c) => c,
+            Err(r) => return reject(ic, pkt, r),
+        };
+        let Ok(len32) = u32::try_from(len) else {
+            return reject(ic, pkt, DropReason::Malformed);
+        };
+        let Some(nh) = self.fib.lookup(c.dst) else {
+            return reject(ic, pkt, DropReason::Unroutable);
+        };
+        if c.ttl <= 1 {
+            return reject(ic, pkt, DropReason::TtlExpired);
+        }
+        let out = &mut self.ports[nh.port_idx];
+        let tag = if c.int { TAG_INT } else { 0 };
+        let (class, mark) = if c.ctrl {
+            if !out.ctrl.fits(u64::from(len32)) {
+                out.counters.ctrl_tail_drops += 1;
+                return Err(Rejected {
+                    pkt,
+                    reason: DropReason::CtrlTailDrop,
+                });
+            }
+            (Class::Control, false)
+        } else {
+            let q = out.data.bytes();
+            let act = out.wred.decide(q, c.ecn != 0, &mut out.rng);
+            if act == WredAction::Drop {
+                out.counters.wred_drops += 1;
+                return Err(Rejected {
+                    pkt,
+                    reason: DropReason::WredNotEct,
+                });
+            }
+            if !out.data.fits(u64::from(len32)) {
+                out.counters.tail_drops += 1;
+                return Err(Rejected {
+                    pkt,
+                    reason: DropReason::TailDrop,
+                });
+            }
+            // Already-CE frames stay CE and are not counted as marked here.
+            (Class::Data, act == WredAction::Mark && c.ecn != 3)
+        };
+        rewrite(pkt.bytes_mut(), &nh.mac, &out.mac, mark);
+        let q = if class == Class::Control {
+            &mut out.ctrl
+        } else {
+            &mut out.data
+        };
+        if let Err(pkt) = q.push(pkt, len32, tag) {
+            // `fits` said yes just above; keep the accounting honest anyway.
+            out.counters.tail_drops += 1;
+            return Err(Rejected {
+                pkt,
+                reason: DropReason::TailDrop,
+            });
+        }
+        let oc = &mut out.counters;
+        oc.enqueued += 1;
+        if class == Class::Control {
+            oc.enqueued_ctrl += 1;
+        }
+        if mark {
+            oc.ce_marked += 1;
+        }
+        out.note_queue();
+        Ok(Enqueued {
+            port: out.id,
+            class,
+            ce_marked: mark,
+            int: c.int,
+        })
+    }
+
+    /// The next frame to send on `port_out` at `now`, if the shaper lets one start by
+    /// `now`: control class first (strict priority), then data. A frame carrying an INT
+    /// container gets this hop's record (HPCC++ 000 section 3: ts = `now`, qlen after
+    /// this dequeue, txBytes before this frame, B, switch_ID, port_ID).
+    pub fn dequeue(&mut self, port_out: u16, now: u64) -> Option<P> {
+        let idx = self.idx(port_out)?;
+        let (switch_id, int_dscp, fcs) = (self.switch_id, self.int_dscp, self.fcs_in_frame);
+        let port = &mut self.ports[idx];
+        if !port.shaper.ready(now) {
+            return None;
+        }
+        let (mut pkt, _len, tag) = match port.ctrl.pop() {
+            Some(x) => x,
+            None => port.data.pop()?,
+        };
+        port.note_queue();
+        if tag & TAG_INT != 0 {
+            let hop = HopRecord::from_units(
+                switch_id,
+                port.id,
+                now,
+                port.counters.tx_wire_bytes,
+                port.counters.queue_bytes,
+                port.speed_bps,
+            );
+            match push_int(&mut pkt, int_dscp, &hop) {
+                IntPush::Pushed => port.counters.int_pushed += 1,
+                IntPush::Full => port.counters.int_e_set += 1,
+                IntPush::Error => port.counters.int_errors += 1,
+            }
+        }
+        let wire = wire_bytes(pkt.len(), fcs);
+        port.shaper.send(now, wire);
+        let c = &mut port.counters;
+        c.tx_packets += 1;
+        c.tx_bytes += pkt.len() as u64;
+        c.tx_wire_bytes += wire;
+        Some(pkt)
+    }
+
+    /// When a frame could next leave `port_out`: `None` if its queues are empty (or the
+    /// port is unknown), else the shaper's next free time (possibly already past).
+    pub fn next_departure(&self, port_out: u16) -> Option<u64> {
+        let p = &self.ports[self.idx(port_out)?];
+        if p.data.is_empty() && p.ctrl.is_empty() {
+            None
+        } else {
+            Some(p.shaper.next_free())
+        }
+    }
+
+    /// Counters of a port.
+    pub fn counters(&self, port: u16) -> Option<&PortCounters> {
+        self.idx(port).map(|i| &self.ports[i].counters)
+    }
+
+    /// Frames received on ports that are not configured.
+    pub fn unknown_port_rx(&self) -> u64 {
+        self.unknown_port_rx
+    }
+
+    /// Configured port ids, in configuration order.
+    pub fn port_ids(&self) -> impl Iterator<Item = u16> + '_ {
+        self.ports.iter().map(|p| p.id)
+    }
+
+    /// Bytes queued on a port (data + control).
+    pub fn queue_bytes(&self, port: u16) -> Option<u64> {
+        self.idx(port)
+            .map(|i| self.ports[i].data.bytes() + self.ports[i].ctrl.bytes())
+    }
+
+    /// The WRED marking probability a port applies at queue `q` bytes.
+    pub fn mark_probability(&self, port: u16, q: u64) -> Option<f64> {
+        self.idx(port)
+            .map(|i| self.ports[i].wred.mark_probability(q))
+    }
+
+    /// A stats line for `port` against an earlier snapshot `prev` taken `interval_ns`
+    /// ago (`None` for an unknown port).
+    pub fn stats_line<'a>(
+        &'a self,
+        port: u16,
+        prev: &'a PortCounters,
+        interval_ns: u64,
+    ) -> Option<StatsLine<'a>> {
+        let cur = self.counters(port)?;
+        Some(StatsLine {
+            port_id: port,
+            cur,
+            prev,
+            interval_ns,
+        })
+    }
+
+    /// The INT DSCP in use.
+    pub fn int_dscp(&self) -> u8 {
+        self.int_dscp
+    }
+
+    /// The INT switch_ID.
+    pub fn switch_id(&self) -> u16 {
+        self.switch_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incremental_checksum_matches_recompute() {
+        let mut h = [
+            0x45u8, 0x62, 0, 60, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 1, 2,
+        ];
+        let c = rdma::wire::internet_checksum(&h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut f = vec![0u8; 14];
+        f[12] = 8;
+        f.extend_from_slice(&h);
+        rewrite(&mut f, &[1; 6], &[2; 6], true);
+        assert_eq!(f[14 + 1] & 3, 3);
+        assert_eq!(f[14 + 8], 63);
+        assert_eq!(rdma::wire::internet_checksum(&f[14..34]), 0);
+    }
+}
