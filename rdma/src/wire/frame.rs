@@ -418,7 +418,9 @@ impl FrameBuilder {
         let n = layout.pad + 4;
         need_out("pad + ICRC", n, trailer.len())?;
         trailer[..layout.pad].fill(0);
-        h.update(&trailer[..layout.pad]);
+        if layout.pad > 0 {
+            h.update(&trailer[..layout.pad]);
+        }
         trailer[layout.pad..n].copy_from_slice(&h.finalize().to_le_bytes());
         Ok(n)
     }

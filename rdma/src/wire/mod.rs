@@ -29,7 +29,9 @@ pub use bth::{BthFlags, BthPacket, BthRepr, Opcode};
 pub use ccext::{CcExtFlags, CcExtPacket, CcExtRepr};
 pub use ethernet::{EtherType, EthernetAddress, EthernetPacket, EthernetRepr};
 pub use frame::{parse_frame, FrameBuilder, ParseOptions, RoceFrame};
-pub use icrc::{icrc_frame, verify_icrc, IcrcHasher};
+pub use icrc::{
+    fill_icrc, icrc_frame, icrc_frame_in_place, verify_icrc, verify_icrc_in_place, IcrcHasher,
+};
 pub use int::{HopRecord, IntPacket, IntRepr};
 pub use ipv4::{Ecn, Ipv4Address, Ipv4Packet, Ipv4Repr};
 pub use transport_hdrs::{
