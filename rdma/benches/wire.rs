@@ -54,6 +54,10 @@ fn bench(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("icrc", size), |bn| {
             bn.iter(|| icrc_frame(black_box(&frame), 14, 0).unwrap())
         });
+        g.bench_function(BenchmarkId::new("icrc_in_place", size), |bn| {
+            let mut fm = frame.clone();
+            bn.iter(|| icrc_frame_in_place(black_box(&mut fm), 14, 0).unwrap())
+        });
         g.bench_function(BenchmarkId::new("icrc_incremental", size), |bn| {
             // Header segment + payload segment, as the zero-copy TX path does it.
             let mut hdr = [0u8; 128];

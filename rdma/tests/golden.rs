@@ -330,3 +330,50 @@ fn scapy_agrees_on_big_and_ecn_marked_packets() {
     verify_icrc(&ce, 14, 0).unwrap();
     scapy_check("golden_big.pcap", &[buf, ce]);
 }
+
+#[test]
+fn scapy_recomputes_icrc_of_cc_extension_and_probe_packets() {
+    use rdma::wire::ccext::CcExtFlags;
+    use rdma::wire::int::HopRecord;
+    let b = builder();
+    let mut frames = Vec::new();
+    // WRITE FIRST with a data CC extension (LSN, fast start).
+    let mut w = RoceRepr::new(BthRepr::new(Opcode::WriteFirst, 0x33, 100));
+    w.ccext = Some(CcExtRepr::data(0xFFFF_FF00, CcExtFlags::FAST_START));
+    w.reth = Some(RethRepr {
+        va: 0x2000,
+        rkey: 5,
+        dma_len: 1024,
+    });
+    // ACK with window and two echoed hops.
+    let mut ack = RoceRepr::new(BthRepr::new(Opcode::Acknowledge, 0x33, 100));
+    let mut e = CcExtRepr::data(256, CcExtFlags::ACK);
+    e.ce_count = 2;
+    e.window = Some(65536);
+    e.n_hops = 2;
+    e.hops[0] = HopRecord::from_units(1, 2, 3, 4, 5, 100_000_000_000);
+    e.hops[1] = HopRecord::from_units(6, 7, 8, 9, 10, 25_000_000_000);
+    ack.ccext = Some(e);
+    ack.aeth = Some(AethRepr {
+        syndrome: AethSyndrome::ACK,
+        msn: 1,
+    });
+    // Probe and probe response.
+    let mut probe = RoceRepr::new(BthRepr::new(Opcode::Probe, 0x33, 101));
+    probe.ccext = Some(CcExtRepr::data(1024, CcExtFlags::PROBE));
+    let mut presp = RoceRepr::new(BthRepr::new(Opcode::ProbeResponse, 0x33, 101));
+    presp.ccext = Some(CcExtRepr {
+        flags: CcExtFlags::PROBE | CcExtFlags::ACK,
+        ..e
+    });
+    for (r, len) in [(w, 256usize), (ack, 0), (probe, 0), (presp, 0)] {
+        let payload = vec![0x5Au8; len];
+        let mut buf = vec![0u8; 1024];
+        let n = b.emit_frame(&r, &payload, Ecn::Ect0, &mut buf).unwrap();
+        buf.truncate(n);
+        let f = parse_frame(&buf, &ParseOptions::default(), |_| true).unwrap();
+        assert_eq!(f.ccext, r.ccext);
+        frames.push(buf);
+    }
+    scapy_check("golden_ccext.pcap", &frames);
+}

@@ -450,6 +450,30 @@ fn window_gates_bytes_in_flight() {
     assert_eq!(a.qp.in_flight(), 512);
     a.qp.set_window(u32::MAX);
     assert!(a.qp.poll_tx(0).is_some());
+    // A window below one packet (LDCP cw < 1): one packet at a time, never zero.
+    let (mut a, b) = pair(256, true, 0);
+    fill(&mut a, A_BASE, 256 * 4, 1);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    a.qp.post_send(
+        wr(
+            1,
+            SendOp::Write {
+                remote_va: B_BASE,
+                rkey: bk,
+            },
+            A_BASE,
+            256 * 4,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.set_window(100);
+    assert!(a.qp.poll_tx(0).is_some());
+    assert!(
+        a.qp.poll_tx(0).is_none(),
+        "only one packet while one is in flight"
+    );
 }
 
 #[test]

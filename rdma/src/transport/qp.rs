@@ -528,7 +528,10 @@ impl Qp {
     }
 
     /// Sets the congestion window in LSN bytes (from the CC module). Sending stops while
-    /// `lsn_end - acked_lsn` of the next packet would exceed it.
+    /// `lsn_end - acked_lsn` of the next packet would exceed it, except that one packet may
+    /// always go when nothing is in flight (so a window below one packet, LDCP section
+    /// 2.2 "cw < 1 is ticked out by a timer", sends one packet at a time instead of
+    /// deadlocking; the NIC's timer spaces them).
     pub fn set_window(&mut self, bytes: u32) {
         self.window = bytes;
     }
@@ -909,6 +912,7 @@ impl Qp {
                 .wrapping_add(charge)
                 .wrapping_sub(self.acked_lsn)
                 > self.window
+                && self.in_flight() > 0
             {
                 return None;
             }
