@@ -377,3 +377,189 @@ fn scapy_recomputes_icrc_of_cc_extension_and_probe_packets() {
     }
     scapy_check("golden_ccext.pcap", &frames);
 }
+
+#[path = "common/mod.rs"]
+mod common;
+
+#[test]
+fn tshark_decodes_what_the_transport_emits() {
+    use common::*;
+    use rdma::transport::*;
+    // A plain RoCEv2 QP pair (no CC extension) doing every operation, with one RNR and
+    // one lost packet so that RNR NAK and NAK go over the link too.
+    let (mut a, b) = pair(256, false, 0xFF_FFFE);
+    let (ak, bk, blk) = (a.mr.lkey, b.mr.rkey, b.mr.lkey);
+    let s = |addr, len| Sge {
+        addr,
+        len,
+        lkey: ak,
+    };
+    let w = |id, op, sge| SendWr {
+        wr_id: id,
+        op,
+        sge,
+        signaled: true,
+        solicited: false,
+    };
+    a.qp.post_send(w(1, SendOp::Send, s(A_BASE, 600)), &a.mrs)
+        .unwrap();
+    a.qp.post_send(
+        w(
+            2,
+            SendOp::WriteImm {
+                remote_va: B_BASE,
+                rkey: bk,
+                imm: 9,
+            },
+            s(A_BASE, 700),
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(
+        w(
+            3,
+            SendOp::Read {
+                remote_va: B_BASE,
+                rkey: bk,
+            },
+            s(A_BASE + 0x1000, 600),
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(
+        w(
+            4,
+            SendOp::CompareSwap {
+                remote_va: B_BASE + 0x800,
+                rkey: bk,
+                compare: 0,
+                swap: 1,
+            },
+            s(A_BASE + 0x2000, 8),
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(
+        w(
+            5,
+            SendOp::FetchAdd {
+                remote_va: B_BASE + 0x800,
+                rkey: bk,
+                add: 1,
+            },
+            s(A_BASE + 0x2008, 8),
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(w(6, SendOp::SendImm(3), s(A_BASE, 10)), &a.mrs)
+        .unwrap();
+    a.qp.post_send(
+        w(
+            7,
+            SendOp::Write {
+                remote_va: B_BASE + 0x1000,
+                rkey: bk,
+            },
+            s(A_BASE, 100),
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    let mut hosts = [a, b];
+    let mut link = Link::new(7, 0, 0, 0);
+    link.capture = Some(vec![]);
+    link.drop_nth = Some(2); // the SEND MIDDLE: the responder NAKs the gap
+                             // No receive posted yet: RNR NAK; then post receives and finish.
+    let t = run(&mut hosts, &mut link, 0, 100_000, |h| {
+        h[1].qp.counters().rnr_nak_sent > 0
+    });
+    for i in 0..3u64 {
+        let Host { qp, mrs, .. } = &mut hosts[1];
+        qp.post_recv(
+            RecvWr {
+                wr_id: i,
+                sge: Sge {
+                    addr: B_BASE + 0x4000 + i * 0x1000,
+                    len: 0x1000,
+                    lkey: blk,
+                },
+            },
+            mrs,
+        )
+        .unwrap();
+    }
+    run(&mut hosts, &mut link, t, 20_000_000, |h| h[0].cq.len() >= 7);
+    assert!(
+        hosts[0].cq.iter().all(|c| c.status == WcStatus::Success),
+        "{:?}",
+        hosts[0].cq
+    );
+    let frames = link.capture.take().unwrap();
+    let path = out_dir().join("transport_tshark.pcap");
+    write_pcap(&path, &frames);
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&path)
+        .args([
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.psn",
+            "-e",
+            "infiniband.bth.destqp",
+            "-e",
+            "infiniband.aeth.syndrome",
+        ])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("tshark not runnable ({e}); run scripts/setup.sh to install it")
+        });
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), frames.len());
+    let mut seen = std::collections::BTreeSet::new();
+    for (line, f) in lines.iter().zip(&frames) {
+        let ours = parse_frame(f, &ParseOptions::default(), |_| false).unwrap();
+        let c: Vec<&str> = line.split('|').collect();
+        assert_eq!(num(c[0]), ours.bth.opcode as u64, "{line}");
+        assert_eq!(num(c[1]), u64::from(ours.bth.psn), "{line}");
+        assert_eq!(num(c[2]), u64::from(ours.bth.dest_qp), "{line}");
+        if let Some(a) = ours.aeth {
+            assert_eq!(num(c[3]), u64::from(a.syndrome.to_u8()), "{line}");
+            seen.insert(format!("aeth:{:#04x}", a.syndrome.to_u8() & 0xE0));
+        }
+        seen.insert(format!("{:?}", ours.bth.opcode));
+    }
+    for must in [
+        "SendFirst",
+        "SendMiddle",
+        "SendLast",
+        "SendOnlyImm",
+        "WriteFirst",
+        "WriteMiddle",
+        "WriteLastImm",
+        "WriteOnly",
+        "ReadRequest",
+        "ReadResponseFirst",
+        "ReadResponseMiddle",
+        "ReadResponseLast",
+        "Acknowledge",
+        "AtomicAcknowledge",
+        "CompareSwap",
+        "FetchAdd",
+        "aeth:0x20",
+        "aeth:0x60",
+    ] {
+        assert!(seen.contains(must), "{must} not seen in {seen:?}");
+    }
+    scapy_check("transport_scapy.pcap", &frames);
+}

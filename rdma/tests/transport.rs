@@ -653,3 +653,61 @@ fn probe_roundtrip_echoes_int_hops() {
         e => panic!("expected probe response, got {e:?}"),
     }
 }
+
+#[test]
+fn ack_echoes_int_hops_of_the_data_packet() {
+    use rdma::wire::ccext::CcExtFlags;
+    use rdma::wire::frame::IntInsert;
+    use rdma::wire::int::{push_hop, HopRecord, PushOutcome};
+    let (mut a, mut b) = pair(1024, true, 0);
+    a.fb.int = Some(IntInsert {
+        int_dscp: 0x18,
+        max_hops: 4,
+    });
+    fill(&mut a, A_BASE, 100, 1);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    a.qp.post_send(
+        wr(
+            1,
+            SendOp::Write {
+                remote_va: B_BASE,
+                rkey: bk,
+            },
+            A_BASE,
+            100,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    let p = a.qp.poll_tx(0).unwrap();
+    assert_eq!(p.repr.ccext.unwrap().lsn, 0);
+    let mut buf = vec![0u8; 512];
+    let n = p.build_frame(&a.fb, &a.mem, &mut buf).unwrap();
+    let h = HopRecord::from_units(4, 9, 123_456, 7_000_000, 64 * 50, 100_000_000_000);
+    let PushOutcome::Pushed { len, .. } = push_hop(&mut buf, n, 14, 0x18, &h).unwrap() else {
+        panic!()
+    };
+    let f = rdma::wire::parse_frame(&buf[..len], &Default::default(), |_| true).unwrap();
+    b.qp.on_rx(&f, 100, &b.mrs, &mut b.mem);
+    assert_eq!(b.mem.read(B_BASE, 100), a.mem.read(A_BASE, 100));
+    let ack = b.qp.poll_tx(200).unwrap();
+    let e = ack.repr.ccext.unwrap();
+    assert!(e.flags.contains(CcExtFlags::ACK));
+    assert_eq!((e.n_hops, e.hops[0]), (1, h));
+    assert_eq!(e.lsn, 100, "ACK carries the next expected LSN");
+    let n = ack.build_frame(&b.fb, &b.mem, &mut buf).unwrap();
+    let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| true).unwrap();
+    a.qp.on_rx(&f, 300, &a.mrs, &mut a.mem);
+    match a.qp.poll_event() {
+        Some(QpEvent::Ack {
+            n_hops: 1,
+            hops,
+            newly_acked: 100,
+            acked_lsn: 100,
+            ..
+        }) => assert_eq!(hops[0], h),
+        e => panic!("unexpected {e:?}"),
+    }
+    assert_eq!(a.qp.poll_cq().map(|c| c.status), Some(WcStatus::Success));
+}

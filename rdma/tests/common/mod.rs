@@ -128,6 +128,10 @@ pub struct Link {
     seq: u64,
     pub mark_ce: u64,
     pub sent: u64,
+    /// Every frame offered to the link, if capturing (for pcap golden tests).
+    pub capture: Option<Vec<Vec<u8>>>,
+    /// Drop exactly the n-th frame offered (1-based), if set.
+    pub drop_nth: Option<u64>,
 }
 
 impl Link {
@@ -143,6 +147,8 @@ impl Link {
             seq: 0,
             mark_ce: 0,
             sent: 0,
+            capture: None,
+            drop_nth: None,
         }
     }
 
@@ -158,7 +164,10 @@ impl Link {
 
     pub fn send(&mut self, now: u64, to: usize, mut f: Vec<u8>) {
         self.sent += 1;
-        if !self.up || self.rng.chance(self.loss) {
+        if let Some(c) = &mut self.capture {
+            c.push(f.clone());
+        }
+        if !self.up || self.rng.chance(self.loss) || self.drop_nth == Some(self.sent) {
             return;
         }
         if self.mark_ce > 0 && self.rng.chance(self.mark_ce) {
