@@ -191,7 +191,11 @@ fn setup(ops: &[Op], a: &mut Host, b: &mut Host) -> Model {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, max_shrink_iters: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64),
+        max_shrink_iters: 200,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn lossy_link_delivers_exactly_once_in_order(
@@ -239,6 +243,9 @@ proptest! {
         prop_assert_eq!(b.mem.read_u64(CAS), m.cas_final);
         prop_assert_eq!(a.qp.state(), QpState::Rts);
         prop_assert_eq!(b.qp.state(), QpState::Rts);
+        if std::env::var_os("RDMA_STATS").is_some() {
+            eprintln!("loss {loss} dup {dup} jitter {jitter} sent {} A {:?} B {:?}", link.sent, a.qp.counters(), b.qp.counters());
+        }
     }
 
     #[test]
