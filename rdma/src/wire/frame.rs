@@ -67,7 +67,7 @@ pub struct RoceFrame<'a> {
     pub payload_offset: usize,
 }
 
-/// Parses a whole Ethernet/IPv4/UDP/[INT]/BTH/... frame. `has_ccext` is asked, once the
+/// Parses a whole Ethernet/IPv4/UDP/(INT)/BTH/... frame. `has_ccext` is asked, once the
 /// BTH is known, whether this QP carries the CC extension (it is negotiated per QP, so
 /// only the caller's QP table knows); probe opcodes always carry it.
 pub fn parse_frame<'a>(

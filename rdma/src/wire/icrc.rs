@@ -169,7 +169,25 @@ impl IcrcHasher {
     /// the payload segments. This is the TX path of a header mbuf + payload segments.
     pub fn start_headers(headers: &[u8], l3_off: usize, int_len: usize) -> Result<Self> {
         let (udp_off, bth_off, o) = layout(headers, l3_off, int_len)?;
-        let mut m = [0u8; MAX_MASKED + 256];
+        let ext = &headers[o..];
+        let mut s = Self::new();
+        s.started = true;
+        if udp_off - l3_off == ipv4::HEADER_LEN && ext.len() <= 80 {
+            // Common case: option-less IPv4 and short extension headers (RETH, ImmDt,
+            // AtomicETH, a data CC ext): one fixed-size stack buffer, one call.
+            let mut m = [0u8; 128];
+            let n = write_masked(
+                &mut m[..MAX_MASKED],
+                &headers[l3_off..udp_off],
+                &headers[udp_off..udp_off + udp::HEADER_LEN],
+                &headers[bth_off..bth_off + bth::HEADER_LEN],
+                int_len,
+            )?;
+            m[n..n + ext.len()].copy_from_slice(ext);
+            s.h.update(&m[..n + ext.len()]);
+            return Ok(s);
+        }
+        let mut m = [0u8; MAX_MASKED];
         let n = write_masked(
             &mut m,
             &headers[l3_off..udp_off],
@@ -177,16 +195,8 @@ impl IcrcHasher {
             &headers[bth_off..bth_off + bth::HEADER_LEN],
             int_len,
         )?;
-        let ext = &headers[o..];
-        let mut s = Self::new();
-        s.started = true;
-        if n + ext.len() <= m.len() {
-            m[n..n + ext.len()].copy_from_slice(ext);
-            s.h.update(&m[..n + ext.len()]);
-        } else {
-            s.h.update(&m[..n]);
-            s.h.update(ext);
-        }
+        s.h.update(&m[..n]);
+        s.h.update(ext);
         Ok(s)
     }
 
