@@ -711,3 +711,120 @@ fn ack_echoes_int_hops_of_the_data_packet() {
     }
     assert_eq!(a.qp.poll_cq().map(|c| c.status), Some(WcStatus::Success));
 }
+
+/// Feeds a request built by hand to `h` and returns what it answers.
+fn feed(h: &mut Host, r: rdma::wire::frame::RoceRepr, payload: &[u8]) -> Vec<TxPacket> {
+    let mut buf = vec![0u8; 2048];
+    let fb = rdma::wire::frame::FrameBuilder {
+        net: h.fb.net,
+        int: None,
+    };
+    let n = fb
+        .emit_frame(&r, payload, rdma::wire::Ecn::Ect0, &mut buf)
+        .unwrap();
+    let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| false).unwrap();
+    let Host { qp, mrs, mem, .. } = h;
+    qp.on_rx(&f, 0, mrs, mem);
+    let mut out = vec![];
+    while let Some(p) = h.qp.poll_tx(0) {
+        out.push(p);
+    }
+    out
+}
+
+#[test]
+fn responder_replays_duplicate_read_from_requested_psn_and_atomic_from_cache() {
+    use rdma::wire::frame::RoceRepr;
+    use rdma::wire::transport_hdrs::{AtomicEthRepr, RethRepr};
+    use rdma::wire::{BthRepr, Opcode};
+    let (_a, mut b) = pair(256, false, 0);
+    let src = fill(&mut b, B_BASE, 700, 3);
+    b.mem.write_u64(B_BASE + 0x1000, 10);
+    let rkey = b.mr.rkey;
+    let read = |psn, off: u32| {
+        let mut r = RoceRepr::new(BthRepr::new(Opcode::ReadRequest, 0x22, psn));
+        r.reth = Some(RethRepr {
+            va: B_BASE + u64::from(off),
+            rkey,
+            dma_len: 700 - off,
+        });
+        r
+    };
+    let out = feed(&mut b, read(0, 0), &[]);
+    let ops: Vec<_> = out
+        .iter()
+        .map(|p| (p.repr.bth.opcode, p.repr.bth.psn, p.payload.len()))
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            (Opcode::ReadResponseFirst, 0, 256),
+            (Opcode::ReadResponseMiddle, 1, 256),
+            (Opcode::ReadResponseLast, 2, 188)
+        ]
+    );
+    // Duplicate READ re-issued from PSN 1 (VA + 256): replayed from PSN 1 with that range.
+    let out = feed(&mut b, read(1, 256), &[]);
+    let ops: Vec<_> = out
+        .iter()
+        .map(|p| (p.repr.bth.opcode, p.repr.bth.psn, p.payload.len()))
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            (Opcode::ReadResponseFirst, 1, 256),
+            (Opcode::ReadResponseLast, 2, 188)
+        ]
+    );
+    let Payload::Remote { va, .. } = out[0].payload else {
+        panic!()
+    };
+    assert_eq!(b.mem.read(va, 256), &src[256..512]);
+    // ATOMIC at PSN 3, then its duplicate: same original value, executed once.
+    let mut fa = RoceRepr::new(BthRepr::new(Opcode::FetchAdd, 0x22, 3));
+    fa.atomic = Some(AtomicEthRepr {
+        va: B_BASE + 0x1000,
+        rkey,
+        swap_add: 5,
+        compare: 0,
+    });
+    let o1 = feed(&mut b, fa, &[]);
+    let o2 = feed(&mut b, fa, &[]);
+    assert_eq!(o1[0].repr.atomic_ack.unwrap().orig, 10);
+    assert_eq!(o2[0].repr.atomic_ack.unwrap().orig, 10);
+    assert_eq!(
+        b.mem.read_u64(B_BASE + 0x1000),
+        15,
+        "duplicate atomic not re-executed"
+    );
+    // Duplicate WRITE: re-ACKed with the newest in-order PSN, nothing NAK-ed.
+    let mut w = RoceRepr::new(BthRepr::new(Opcode::WriteOnly, 0x22, 4));
+    w.reth = Some(RethRepr {
+        va: B_BASE + 0x2000,
+        rkey,
+        dma_len: 4,
+    });
+    let o1 = feed(&mut b, w, b"abcd");
+    let o2 = feed(&mut b, w, b"abcd");
+    assert_eq!((o1[0].repr.bth.psn, o2[0].repr.bth.psn), (4, 4));
+    assert_eq!(o2[0].repr.aeth.unwrap().syndrome, AethSyndrome::ACK);
+    assert_eq!(b.qp.counters().rx_duplicates, 3);
+    assert_eq!(b.qp.counters().nak_seq_sent, 0);
+    // A READ to a region without REMOTE_READ is NAK 0x62.
+    let ro = b
+        .mrs
+        .register(B_BASE + 0x3000, 64, Access::REMOTE_WRITE)
+        .unwrap();
+    let mut r = RoceRepr::new(BthRepr::new(Opcode::ReadRequest, 0x22, 5));
+    r.reth = Some(RethRepr {
+        va: B_BASE + 0x3000,
+        rkey: ro.rkey,
+        dma_len: 8,
+    });
+    let o = feed(&mut b, r, &[]);
+    assert_eq!(
+        o[0].repr.aeth.unwrap().syndrome,
+        AethSyndrome::Nak(NakCode::RemoteAccessError)
+    );
+    assert_eq!(b.qp.state(), QpState::Err);
+}
