@@ -447,9 +447,12 @@ impl CompletionQueue {
         self.ring.pop().ok()
     }
 
-    /// Busy-polls for one completion for at most `timeout`.
+    /// Polls for one completion for at most `timeout`: busy for a short
+    /// while, then yielding the CPU between polls (on a host with fewer cores
+    /// than spinning threads, the engine needs it to make progress).
     pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
         let end = Instant::now() + timeout;
+        let mut spins = 0u32;
         loop {
             if let Some(wc) = self.poll_one() {
                 return Some(wc);
@@ -457,7 +460,12 @@ impl CompletionQueue {
             if Instant::now() >= end {
                 return None;
             }
-            std::hint::spin_loop();
+            spins = spins.saturating_add(1);
+            if spins < 2000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
 }
