@@ -40,7 +40,7 @@ impl Fib {
                 None => levels.push((r.len, vec![(net, nh)])),
             }
         }
-        levels.sort_by(|a, b| b.0.cmp(&a.0));
+        levels.sort_by_key(|l| std::cmp::Reverse(l.0));
         for (_, v) in &mut levels {
             v.sort_by_key(|e| e.0);
             v.dedup_by_key(|e| e.0);

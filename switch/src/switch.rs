@@ -475,6 +475,12 @@ impl<P: PacketBuf> Switch<P> {
             .map(|i| self.ports[i].data.bytes() + self.ports[i].ctrl.bytes())
     }
 
+    /// Bytes queued on a port per class: `(data, control)`.
+    pub fn class_bytes(&self, port: u16) -> Option<(u64, u64)> {
+        self.idx(port)
+            .map(|i| (self.ports[i].data.bytes(), self.ports[i].ctrl.bytes()))
+    }
+
     /// The WRED marking probability a port applies at queue `q` bytes.
     pub fn mark_probability(&self, port: u16, q: u64) -> Option<f64> {
         self.idx(port)
