@@ -504,9 +504,7 @@ fn bw(test: &Test, s: &mut Session, size: u32, iters: u64, server: bool) -> Res<
         if deadline.is_some_and(|d| Instant::now() >= d) && posted == done {
             break;
         }
-        while posted < total
-            && posted - done < depth
-            && deadline.is_none_or(|d| Instant::now() < d)
+        while posted < total && posted - done < depth && deadline.is_none_or(|d| Instant::now() < d)
         {
             let off = (posted % slots) * u64::from(size);
             let op = match test {
