@@ -6,13 +6,11 @@
 //! # How the NIC uses it
 //!
 //! RX, per frame (an mbuf it owns):
-//! 1. If the IPv4 DSCP is the INT DSCP: copy the hop records out
-//!    ([`wire::int::IntPacket::copy_hops`]) and strip the container
-//!    ([`wire::int::strip_in_place`]).
-//! 2. [`wire::verify_icrc_in_place`], then [`wire::parse_frame`] with
-//!    `verify_icrc: false` (or `parse_frame` with verification on a read-only buffer);
-//!    the `has_ccext` closure answers from the QP table whether that QP negotiated the
-//!    CC extension.
+//! 1. [`wire::prepare_rx`]: if the IPv4 DSCP is the INT DSCP, copies the hop records out
+//!    and strips the container in place; then verifies the ICRC in place.
+//! 2. [`wire::parse_frame`] on the prepared bytes with `verify_icrc: false` (or with
+//!    verification, on a read-only buffer); the `has_ccext` closure answers from the QP
+//!    table whether that QP negotiated the CC extension.
 //! 3. CNP (opcode 0x81) goes to the DCQCN reaction point; everything else to
 //!    [`transport::Qp::on_rx`] with the protection domain's [`transport::MrTable`] and a
 //!    [`transport::MemorySpace`] over registered memory.

@@ -24,6 +24,11 @@ fuzz_target!(|data: &[u8]| {
     let mut f = vec![0u8; 16];
     f.extend_from_slice(frame);
     let _ = int::push_hop_front(&mut f, 16, frame.len(), 14, dscp, &hop);
+    let mut p = frame.to_vec();
+    let n = p.len();
+    if let Ok(r) = rdma::wire::prepare_rx(&mut p, n, Some(dscp)) {
+        assert!(r.start + r.len <= n);
+    }
     let mut g = frame.to_vec();
     if let Ok(s) = int::strip_in_place(&mut g, 0, frame.len(), 14, dscp) {
         assert!(Ipv4Packet::new_checked(&g[s.start + 14..s.start + s.len]).unwrap().verify_checksum());

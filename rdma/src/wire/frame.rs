@@ -187,6 +187,56 @@ pub fn parse_frame<'a>(
     })
 }
 
+/// What [`prepare_rx`] did to a received frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxPrepared {
+    /// Offset of the (possibly moved) frame in the buffer.
+    pub start: usize,
+    /// Frame length after stripping.
+    pub len: usize,
+    /// Bytes of INT container removed (0 if none).
+    pub int_len: usize,
+    /// Hop records the container carried (newest first, at most
+    /// [`crate::wire::ccext::MAX_ECHO_HOPS`]).
+    pub hops: [int::HopRecord; crate::wire::ccext::MAX_ECHO_HOPS],
+    /// Valid entries in `hops`.
+    pub n_hops: u8,
+    /// The container's E bit (some hop could not push its record).
+    pub int_exceeded: bool,
+}
+
+/// The NIC's RX preparation of a frame in a buffer it owns (`buf[..len]`, IPv4 at 14):
+/// if the IPv4 DSCP equals `int_dscp`, copies the INT hop records out and strips the
+/// container in place (DESIGN.md section 4); then verifies the ICRC in place at raw CRC
+/// speed. Afterwards call [`parse_frame`] on `buf[start..start+len]` with
+/// `verify_icrc: false`.
+pub fn prepare_rx(buf: &mut [u8], len: usize, int_dscp: Option<u8>) -> Result<RxPrepared> {
+    need("frame", len, buf.len())?;
+    let l3 = ethernet::HEADER_LEN;
+    need("Ethernet + IPv4", l3 + ipv4::HEADER_LEN, len)?;
+    let mut out = RxPrepared {
+        start: 0,
+        len,
+        int_len: 0,
+        hops: [int::HopRecord::default(); crate::wire::ccext::MAX_ECHO_HOPS],
+        n_hops: 0,
+        int_exceeded: false,
+    };
+    let dscp = buf[l3 + 1] >> 2;
+    if int_dscp == Some(dscp) {
+        let loc = int::locate(&buf[..len], l3, dscp)?;
+        let c = IntPacket::new_checked(&buf[loc.int_off..loc.int_off + loc.int_len])?;
+        out.n_hops = c.copy_hops(&mut out.hops) as u8;
+        out.int_exceeded = c.flags().contains(int::MdFlags::E);
+        let s = int::strip_in_place(buf, 0, len, l3, dscp)?;
+        out.start = s.start;
+        out.len = s.len;
+        out.int_len = s.int_len;
+    }
+    icrc::verify_icrc_in_place(&mut buf[out.start..out.start + out.len], l3, 0)?;
+    Ok(out)
+}
+
 /// The transport part of a packet: BTH and the headers its opcode needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RoceRepr {
@@ -564,6 +614,54 @@ mod tests {
         let k = FrameBuilder::finish_icrc(h, &l, &mut t).unwrap();
         assert_eq!(&one[n - 4..n], &t[k - 4..k]);
         assert_eq!(&one[..l.len], &hdr[..l.len]);
+    }
+
+    #[test]
+    fn prepare_rx_strips_int_keeps_hops_and_checks_icrc() {
+        let b = builder(Some(IntInsert {
+            int_dscp: 0x18,
+            max_hops: 4,
+        }));
+        let payload = [7u8; 33];
+        let r = write_pkt(33);
+        let mut buf = [0u8; 512];
+        let n = b.emit_frame(&r, &payload, Ecn::Ect0, &mut buf).unwrap();
+        let h = HopRecord::from_units(3, 4, 5, 6, 7, 8);
+        let int::PushOutcome::Pushed { len, .. } =
+            int::push_hop(&mut buf, n, 14, 0x18, &h).unwrap()
+        else {
+            panic!()
+        };
+        let mut bad = buf;
+        let p = prepare_rx(&mut buf, len, Some(0x18)).unwrap();
+        assert_eq!(
+            (p.n_hops, p.hops[0], p.int_len, p.int_exceeded),
+            (1, h, 32, false)
+        );
+        let f = parse_frame(
+            &buf[p.start..p.start + p.len],
+            &ParseOptions {
+                int_dscp: Some(0x18),
+                verify_icrc: true,
+            },
+            |_| false,
+        )
+        .unwrap();
+        assert_eq!(f.payload, &payload[..]);
+        assert_eq!(f.ip.dscp, 26);
+        // A corrupted payload byte fails the ICRC after stripping.
+        bad[len - 6] ^= 1;
+        assert!(matches!(
+            prepare_rx(&mut bad, len, Some(0x18)),
+            Err(WireError::BadIcrc { .. })
+        ));
+        // Plain frame: nothing stripped.
+        let mut plain = [0u8; 512];
+        let m = builder(None)
+            .emit_frame(&r, &payload, Ecn::Ect0, &mut plain)
+            .unwrap();
+        let p = prepare_rx(&mut plain, m, Some(0x18)).unwrap();
+        assert_eq!((p.start, p.len, p.n_hops), (0, m, 0));
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub mod udp;
 pub use bth::{BthFlags, BthPacket, BthRepr, Opcode};
 pub use ccext::{CcExtFlags, CcExtPacket, CcExtRepr};
 pub use ethernet::{EtherType, EthernetAddress, EthernetPacket, EthernetRepr};
-pub use frame::{parse_frame, FrameBuilder, ParseOptions, RoceFrame};
+pub use frame::{parse_frame, prepare_rx, FrameBuilder, ParseOptions, RoceFrame, RxPrepared};
 pub use icrc::{
     fill_icrc, icrc_frame, icrc_frame_in_place, verify_icrc, verify_icrc_in_place, IcrcHasher,
 };
