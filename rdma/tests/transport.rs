@@ -448,6 +448,15 @@ fn window_gates_bytes_in_flight() {
     }
     assert_eq!(n, 2, "600-byte window allows two 256-byte packets");
     assert_eq!(a.qp.in_flight(), 512);
+    assert_eq!(
+        (a.qp.next_lsn(), a.qp.acked_lsn()),
+        (2560, 0),
+        "the whole WQE's LSN range is assigned"
+    );
+    assert_eq!(
+        (a.qp.next_psn(), a.qp.una_psn(), a.qp.sq_outstanding()),
+        (10, 0, 1)
+    );
     a.qp.set_window(u32::MAX);
     assert!(a.qp.poll_tx(0).is_some());
     // A window below one packet (LDCP cw < 1): one packet at a time, never zero.

@@ -556,6 +556,36 @@ impl Qp {
         }
     }
 
+    /// Next LSN the requester will assign (HPCC++ `snd_nxt`, for `lastUpdateSeq`).
+    pub fn next_lsn(&self) -> u32 {
+        self.next_lsn
+    }
+
+    /// Cumulatively acknowledged requester LSN.
+    pub fn acked_lsn(&self) -> u32 {
+        self.acked_lsn
+    }
+
+    /// Next PSN the requester will assign to a new work request.
+    pub fn next_psn(&self) -> u32 {
+        self.next_psn
+    }
+
+    /// Oldest unacknowledged PSN.
+    pub fn una_psn(&self) -> u32 {
+        self.una
+    }
+
+    /// PSN the responder expects next.
+    pub fn expected_psn(&self) -> u32 {
+        self.epsn
+    }
+
+    /// Work requests posted and not completed.
+    pub fn sq_outstanding(&self) -> usize {
+        self.sq.len()
+    }
+
     /// Bytes in flight (LSN sent and not acknowledged).
     pub fn in_flight(&self) -> u32 {
         self.lsn_sent_hi().wrapping_sub(self.acked_lsn)
