@@ -163,8 +163,10 @@ fn classify(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
     let mut bth_off = udp_off + rdma::wire::udp::HEADER_LEN;
     if ip.dscp() == int_dscp {
         // INT-MD over UDP (INT v2.0 section 5.6): shim + MD header + hop stack before BTH.
-        let loc = int::locate(b, L3_OFF, int_dscp).map_err(|_| DropReason::Malformed)?;
-        bth_off = loc.int_off + loc.int_len;
+        // (The same checks as `int::locate`, without parsing IPv4 and UDP again.)
+        let c_int =
+            int::IntPacket::new_checked(&b[bth_off..udp_end]).map_err(|_| DropReason::Malformed)?;
+        bth_off += c_int.len();
         c.int = true;
     }
     if bth_off + BTH_LEN > udp_end {
