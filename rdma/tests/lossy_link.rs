@@ -207,9 +207,10 @@ proptest! {
         cc in any::<bool>(),
         wrap in any::<bool>(),
         window in prop_oneof![Just(u32::MAX), 300u32..3000],
+        coalesce in prop_oneof![Just(1u16), 2u16..5],
     ) {
         let sq_psn = if wrap { 0xFF_FFFA } else { 17 };
-        let (mut a, mut b) = pair(256, cc, sq_psn);
+        let (mut a, mut b) = pair_with(256, cc, sq_psn, coalesce);
         a.qp.set_window(window);
         let m = setup(&ops, &mut a, &mut b);
         let mut hosts = [a, b];

@@ -837,3 +837,116 @@ fn responder_replays_duplicate_read_from_requested_psn_and_atomic_from_cache() {
     );
     assert_eq!(b.qp.state(), QpState::Err);
 }
+
+#[test]
+fn delayed_ack_every_n_packets_and_at_message_end() {
+    let (mut a, mut b) = pair_with(256, false, 0, 4);
+    fill(&mut a, A_BASE, 256 * 10, 1);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    a.qp.post_send(
+        wr(
+            1,
+            SendOp::Write {
+                remote_va: B_BASE,
+                rkey: bk,
+            },
+            A_BASE,
+            256 * 10 - 6,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(
+        wr(
+            2,
+            SendOp::Write {
+                remote_va: B_BASE,
+                rkey: bk,
+            },
+            A_BASE,
+            256 * 2,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    a.qp.post_send(
+        wr(
+            3,
+            SendOp::Read {
+                remote_va: B_BASE,
+                rkey: bk,
+            },
+            A_BASE + 0x8000,
+            10,
+            ak,
+        ),
+        &a.mrs,
+    )
+    .unwrap();
+    // Deliver one packet at a time and let B answer after each.
+    let mut buf = vec![0u8; 4096];
+    let mut answers = vec![];
+    while let Some(p) = a.qp.poll_tx(0) {
+        let n = p.build_frame(&a.fb, &a.mem, &mut buf).unwrap();
+        let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| false).unwrap();
+        b.qp.on_rx(&f, 0, &b.mrs, &mut b.mem);
+        while let Some(r) = b.qp.poll_tx(0) {
+            answers.push((r.repr.bth.opcode, r.repr.bth.psn));
+        }
+    }
+    use rdma::wire::Opcode::*;
+    // WRITE 1: PSNs 0..=9 -> ACK after 4 and 8 packets and at the last (AckReq).
+    // WRITE 2: PSNs 10, 11 -> ACK at its last packet only.
+    // READ (PSN 12): its response.
+    assert_eq!(
+        answers,
+        vec![
+            (Acknowledge, 3),
+            (Acknowledge, 7),
+            (Acknowledge, 9),
+            (Acknowledge, 11),
+            (ReadResponseOnly, 12)
+        ]
+    );
+}
+
+#[test]
+fn delayed_ack_is_flushed_before_a_read_response() {
+    use rdma::wire::frame::RoceRepr;
+    use rdma::wire::transport_hdrs::RethRepr;
+    use rdma::wire::{BthRepr, Opcode};
+    let (_a, mut b) = pair_with(256, false, 0, 8);
+    let (lk, rk) = (b.mr.lkey, b.mr.rkey);
+    let Host { qp, mrs, .. } = &mut b;
+    qp.post_recv(
+        RecvWr {
+            wr_id: 1,
+            sge: Sge {
+                addr: B_BASE,
+                len: 64,
+                lkey: lk,
+            },
+        },
+        mrs,
+    )
+    .unwrap();
+    // A SEND ONLY without AckReq (a hardware requester may do that): no ACK yet.
+    let s = RoceRepr::new(BthRepr::new(Opcode::SendOnly, 0x22, 0));
+    assert!(feed(&mut b, s, b"hi").is_empty());
+    let mut r = RoceRepr::new(BthRepr::new(Opcode::ReadRequest, 0x22, 1));
+    r.reth = Some(RethRepr {
+        va: B_BASE,
+        rkey: rk,
+        dma_len: 2,
+    });
+    let out: Vec<_> = feed(&mut b, r, &[])
+        .iter()
+        .map(|p| (p.repr.bth.opcode, p.repr.bth.psn))
+        .collect();
+    assert_eq!(
+        out,
+        vec![(Opcode::Acknowledge, 0), (Opcode::ReadResponseOnly, 1)]
+    );
+}

@@ -104,6 +104,11 @@ pub struct QpConfig {
     pub cc_ext: bool,
     /// The requester acknowledges READ responses (LDCP section 3.1; needs `cc_ext`).
     pub ack_read_responses: bool,
+    /// Responder ACK coalescing (delayed ACK, DESIGN.md section 5): acknowledge every
+    /// `ack_coalesce` in-order SEND/WRITE packets, and always a packet with AckReq (the
+    /// last of each message), a duplicate, or before a READ/ATOMIC response. 1 = ACK
+    /// every packet (the default, what LDCP's PAWA wants).
+    pub ack_coalesce: u16,
 }
 
 impl Default for QpConfig {
@@ -123,6 +128,7 @@ impl Default for QpConfig {
             rq_psn: 0,
             cc_ext: false,
             ack_read_responses: false,
+            ack_coalesce: 1,
         }
     }
 }
@@ -388,6 +394,7 @@ pub struct Qp {
     epsn: u32,
     msn: u32,
     nak_sent: bool,
+    unacked: u16,
     cur: Option<InMsg>,
     rq: VecDeque<RecvWr>,
     out: VecDeque<RespItem>,
@@ -456,6 +463,7 @@ impl Qp {
             epsn: cfg.rq_psn,
             msn: 0,
             nak_sent: false,
+            unacked: 0,
             cur: None,
             rq: VecDeque::with_capacity(cfg.rq_depth as usize),
             out: VecDeque::with_capacity(2 * rd + 8),
@@ -723,6 +731,10 @@ impl Qp {
     }
 
     fn push_out(&mut self, item: RespItem) -> bool {
+        if let RespItem::Ack { .. } = item {
+            // Every ACK/NAK the responder queues covers all packets received in order.
+            self.unacked = 0;
+        }
         if let (
             RespItem::Ack {
                 syndrome: AethSyndrome::Ack { .. },
@@ -1474,6 +1486,8 @@ impl Qp {
                 return;
             }
             let npkts = r.dma_len.div_ceil(self.cfg.pmtu).max(1);
+            // Responses carry PSNs after the delayed ACK's: acknowledge first.
+            self.flush_ack();
             self.msn = psn::add(self.msn, 1);
             let job = ReadJob {
                 psn: p,
@@ -1503,6 +1517,7 @@ impl Qp {
                 self.nak(p, NakCode::RemoteAccessError, true);
                 return;
             }
+            self.flush_ack();
             if self.out.len() >= self.out.capacity() {
                 self.counters.resp_queue_full += 1;
                 return;
@@ -1534,9 +1549,23 @@ impl Qp {
         }
         self.epsn = psn::add(self.epsn, 1);
         self.nak_sent = false;
+        self.unacked += 1;
+        if self.unacked >= self.cfg.ack_coalesce.max(1) || f.bth.ack_req {
+            self.flush_ack();
+        }
+    }
+
+    /// Queues the cumulative ACK for everything received in order so far, if any packet
+    /// is still unacknowledged (delayed ACK).
+    fn flush_ack(&mut self) {
+        if self.unacked == 0 {
+            return;
+        }
+        self.unacked = 0;
         let msn = self.msn;
+        let last = psn::sub(self.epsn, 1);
         self.push_out(RespItem::Ack {
-            psn: p,
+            psn: last,
             msn,
             syndrome: AethSyndrome::ACK,
         });

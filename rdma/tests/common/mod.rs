@@ -76,11 +76,17 @@ impl Host {
 
 /// Two connected QPs (A: qpn 0x11, B: qpn 0x22).
 pub fn pair(pmtu: u32, cc_ext: bool, sq_psn: u32) -> (Host, Host) {
+    pair_with(pmtu, cc_ext, sq_psn, 1)
+}
+
+/// Two connected QPs with responder ACK coalescing `ack_coalesce`.
+pub fn pair_with(pmtu: u32, cc_ext: bool, sq_psn: u32, ack_coalesce: u16) -> (Host, Host) {
     let base = QpConfig {
         pmtu,
         cc_ext,
         ack_read_responses: cc_ext,
         timeout_ns: 40_000,
+        ack_coalesce,
         ..Default::default()
     };
     let a = QpConfig {
