@@ -104,11 +104,6 @@ pub struct QpConfig {
     pub cc_ext: bool,
     /// The requester acknowledges READ responses (LDCP section 3.1; needs `cc_ext`).
     pub ack_read_responses: bool,
-    /// Responder ACK coalescing (delayed ACK, DESIGN.md section 5): acknowledge every
-    /// `ack_coalesce` in-order SEND/WRITE packets, and always a packet with AckReq (the
-    /// last of each message), a duplicate, or before a READ/ATOMIC response. 1 = ACK
-    /// every packet (the default, what LDCP's PAWA wants).
-    pub ack_coalesce: u16,
 }
 
 impl Default for QpConfig {
@@ -128,7 +123,6 @@ impl Default for QpConfig {
             rq_psn: 0,
             cc_ext: false,
             ack_read_responses: false,
-            ack_coalesce: 1,
         }
     }
 }
@@ -395,6 +389,7 @@ pub struct Qp {
     msn: u32,
     nak_sent: bool,
     unacked: u16,
+    ack_coalesce: u16,
     cur: Option<InMsg>,
     rq: VecDeque<RecvWr>,
     out: VecDeque<RespItem>,
@@ -464,6 +459,7 @@ impl Qp {
             msn: 0,
             nak_sent: false,
             unacked: 0,
+            ack_coalesce: 1,
             cur: None,
             rq: VecDeque::with_capacity(cfg.rq_depth as usize),
             out: VecDeque::with_capacity(2 * rd + 8),
@@ -548,6 +544,14 @@ impl Qp {
     /// space, LDCP section 3.1).
     pub fn set_resp_window(&mut self, bytes: u32) {
         self.resp_window = bytes;
+    }
+
+    /// Responder ACK coalescing (delayed ACK, DESIGN.md section 5): acknowledge every
+    /// `n` in-order SEND/WRITE packets, and always a packet with AckReq (the last of each
+    /// message), a duplicate, or before a READ/ATOMIC response. 1 (the default) ACKs
+    /// every packet, which LDCP's per-ACK window adjustment wants. 0 is taken as 1.
+    pub fn set_ack_coalesce(&mut self, n: u16) {
+        self.ack_coalesce = n.max(1);
     }
 
     /// Puts a receiver-computed window (Rx-HPCC) into the next ACK's CC extension.
@@ -1550,7 +1554,7 @@ impl Qp {
         self.epsn = psn::add(self.epsn, 1);
         self.nak_sent = false;
         self.unacked += 1;
-        if self.unacked >= self.cfg.ack_coalesce.max(1) || f.bth.ack_req {
+        if self.unacked >= self.ack_coalesce || f.bth.ack_req {
             self.flush_ack();
         }
     }

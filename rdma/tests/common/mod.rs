@@ -86,7 +86,6 @@ pub fn pair_with(pmtu: u32, cc_ext: bool, sq_psn: u32, ack_coalesce: u16) -> (Ho
         cc_ext,
         ack_read_responses: cc_ext,
         timeout_ns: 40_000,
-        ack_coalesce,
         ..Default::default()
     };
     let a = QpConfig {
@@ -103,7 +102,9 @@ pub fn pair_with(pmtu: u32, cc_ext: bool, sq_psn: u32, ack_coalesce: u16) -> (Ho
         rq_psn: sq_psn,
         ..base
     };
-    (Host::new(1, a, A_BASE), Host::new(2, b, B_BASE))
+    let (ha, mut hb) = (Host::new(1, a, A_BASE), Host::new(2, b, B_BASE));
+    hb.qp.set_ack_coalesce(ack_coalesce);
+    (ha, hb)
 }
 
 /// Deterministic xorshift for link faults.
