@@ -10,10 +10,15 @@
 /// `cap_bytes / MIN_CHARGE + 1`.
 pub const MIN_CHARGE: u64 = 60;
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Meta {
-    len: u32,
-    tag: u8,
+/// What the queue keeps beside each packet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// Frame length at enqueue (the byte accounting uses this).
+    pub len: u32,
+    /// Caller's tag (the switch marks INT frames).
+    pub tag: u8,
+    /// Arrival time, ns.
+    pub arrival: u64,
 }
 
 /// Fixed-capacity FIFO of packets, bounded in bytes and slots.
@@ -79,10 +84,10 @@ impl<P> PktQueue<P> {
         self.count < self.slots.len() && self.bytes + len <= self.cap_bytes
     }
 
-    /// Appends `p` of `len` bytes with `tag`; gives `p` back if it does not fit.
+    /// Appends `p` with its metadata; gives `p` back if `m.len` bytes do not fit.
     #[inline]
-    pub fn push(&mut self, p: P, len: u32, tag: u8) -> Result<(), P> {
-        if !self.fits(u64::from(len)) {
+    pub fn push(&mut self, p: P, m: Meta) -> Result<(), P> {
+        if !self.fits(u64::from(m.len)) {
             return Err(p);
         }
         let mut i = self.head + self.count;
@@ -90,15 +95,21 @@ impl<P> PktQueue<P> {
             i -= self.slots.len();
         }
         self.slots[i] = Some(p);
-        self.meta[i] = Meta { len, tag };
+        self.meta[i] = m;
         self.count += 1;
-        self.bytes += u64::from(len);
+        self.bytes += u64::from(m.len);
         Ok(())
     }
 
-    /// Removes the oldest packet: `(packet, len at enqueue, tag)`.
+    /// Arrival time of the oldest packet.
     #[inline]
-    pub fn pop(&mut self) -> Option<(P, u32, u8)> {
+    pub fn head_arrival(&self) -> Option<u64> {
+        (self.count > 0).then(|| self.meta[self.head].arrival)
+    }
+
+    /// Removes the oldest packet with its metadata.
+    #[inline]
+    pub fn pop(&mut self) -> Option<(P, Meta)> {
         if self.count == 0 {
             return None;
         }
@@ -108,7 +119,7 @@ impl<P> PktQueue<P> {
         self.head = if i + 1 == self.slots.len() { 0 } else { i + 1 };
         self.count -= 1;
         self.bytes -= u64::from(m.len);
-        Some((p, m.len, m.tag))
+        Some((p, m))
     }
 }
 
@@ -118,22 +129,31 @@ mod tests {
 
     #[test]
     fn bounded_in_bytes_and_wraps() {
+        let m = |len: u32, tag: u8| Meta {
+            len,
+            tag,
+            arrival: u64::from(len),
+        };
         let mut q: PktQueue<u32> = PktQueue::new(300);
         assert_eq!(q.cap_slots(), 6);
-        assert!(q.push(1, 100, 0).is_ok());
-        assert!(q.push(2, 200, 1).is_ok());
-        assert_eq!(q.push(3, 1, 0), Err(3));
-        assert_eq!(q.pop(), Some((1, 100, 0)));
+        assert!(q.push(1, m(100, 0)).is_ok());
+        assert!(q.push(2, m(200, 1)).is_ok());
+        assert_eq!(q.push(3, m(1, 0)), Err(3));
+        assert_eq!(q.head_arrival(), Some(100));
+        assert_eq!(q.pop(), Some((1, m(100, 0))));
         for i in 0..20u32 {
-            assert!(q.push(i, 10, 0).is_ok());
-            assert_eq!(q.pop().map(|x| x.1), Some(if i == 0 { 200 } else { 10 }));
+            assert!(q.push(i, m(10, 0)).is_ok());
+            assert_eq!(
+                q.pop().map(|x| x.1.len),
+                Some(if i == 0 { 200 } else { 10 })
+            );
         }
         assert_eq!(q.len(), 1);
         assert_eq!(q.bytes(), 10);
         // Slot bound: 6 tiny frames.
         for i in 0..5 {
-            assert!(q.push(i, 1, 0).is_ok());
+            assert!(q.push(i, m(1, 0)).is_ok());
         }
-        assert_eq!(q.push(9, 1, 0), Err(9));
+        assert_eq!(q.push(9, m(1, 0)), Err(9));
     }
 }

@@ -12,9 +12,9 @@
 //! it (DPDK strips it by default), with frames padded to the 64-byte minimum. See
 //! [`wire_bytes`].
 //!
-//! Idle credit is bounded: after an idle period the link may "catch up" by at most
-//! `burst` bytes (a token bucket of that depth), so a poll loop that runs a little late
-//! still reaches B, but an idle link does not bank unbounded credit.
+//! A frame starts at `max(next_free, arrival)`, as on an ideal link, so a poll loop that
+//! runs late loses no link time; but never more than `burst` bytes' worth of time
+//! before `now`, so a stalled loop does not release an unbounded burst.
 
 /// Preamble (7) + SFD (1).
 pub const PREAMBLE_SFD: u64 = 8;
@@ -80,24 +80,39 @@ impl Shaper {
         now >= self.next_free
     }
 
-    /// Books `wire` bytes starting no earlier than `next_free` and no earlier than
-    /// `now - burst`; returns the time the frame's last bit leaves.
+    /// When the frame at the head of the queue starts on the wire, as an ideal link
+    /// would send it: when the link is free and the frame has arrived
+    /// (`max(next_free, arrival)`), but no earlier than `now - burst` so a stalled
+    /// poll loop does not release an unbounded burst. Never later than `now` when
+    /// [`Shaper::ready`] holds. This is the frame's departure timestamp (INT `ts`),
+    /// independent of poll jitter.
     #[inline]
-    pub fn send(&mut self, now: u64, wire: u64) -> u64 {
-        let floor = now.saturating_sub(self.burst_ns);
-        let start = if self.next_free < floor {
-            // The link went idle: restart from the bucket floor, forget the fraction.
+    pub fn start_time(&self, now: u64, arrival: u64) -> u64 {
+        self.next_free
+            .max(arrival.min(now))
+            .max(now.saturating_sub(self.burst_ns))
+    }
+
+    /// Books `wire` bytes starting at `start` (from [`Shaper::start_time`]); returns
+    /// the time the frame's last bit leaves, which is the next free time.
+    #[inline]
+    pub fn commit(&mut self, start: u64, wire: u64) -> u64 {
+        if start != self.next_free {
+            // The link went idle: the schedule restarts, the fraction is forgotten.
             self.carry = 0;
-            floor
-        } else {
-            self.next_free
-        };
+        }
         // wire <= 2^20, so bits * 10^9 < 2^23 * 2^30 = 2^53, plus carry < rate <= 2^44.
         let num = wire.min(MAX_CHARGE) * 8 * NS_PER_S + self.carry;
         let ns = num / self.rate_bps;
         self.carry = num % self.rate_bps;
         self.next_free = start.saturating_add(ns);
         self.next_free
+    }
+
+    /// [`Shaper::commit`] of a frame that arrived at `now`.
+    #[inline]
+    pub fn send(&mut self, now: u64, wire: u64) -> u64 {
+        self.commit(self.start_time(now, now), wire)
     }
 }
 
@@ -133,7 +148,14 @@ mod tests {
     fn burst_credit_is_bounded() {
         // 1 Gbit/s, burst 1000 B = 8 us of credit.
         let mut s = Shaper::new(1_000_000_000, 1000);
-        let t = s.send(1_000_000, 100); // idle: start at now - 8000
-        assert_eq!(t, 1_000_000 - 8_000 + 800);
+        // Arrived 10 us before a late poll: starts 8 us back, not 10.
+        assert_eq!(s.start_time(1_000_000, 990_000), 992_000);
+        // Arrived 5 us before: starts at its arrival.
+        assert_eq!(s.start_time(1_000_000, 995_000), 995_000);
+        // A future arrival (misused clock) is clamped to now.
+        assert_eq!(s.start_time(1_000_000, 2_000_000), 1_000_000);
+        assert_eq!(s.commit(992_000, 100), 992_800);
+        // Busy link: next frame starts at next_free even if polled late.
+        assert_eq!(s.start_time(999_000, 0), 992_800);
     }
 }

@@ -9,8 +9,9 @@ use crate::config::{Config, ConfigError, PortSettings, SwitchSettings};
 use crate::counters::{PortCounters, StatsLine};
 use crate::fib::Fib;
 use crate::packet::PacketBuf;
-use crate::queue::PktQueue;
+use crate::queue::{Meta, PktQueue};
 use crate::shaper::{wire_bytes, Shaper};
+
 use crate::wred::{Rng, Wred, WredAction};
 use rdma::wire::int::{self, HopRecord, PushOutcome};
 use rdma::wire::{EthernetPacket, Ipv4Packet, UdpPacket, ROCEV2_UDP_PORT};
@@ -301,15 +302,10 @@ impl<P: PacketBuf> Switch<P> {
     /// the control class, rewrites MACs/TTL (and CE), and queues it on the egress port.
     /// Every drop is counted and the frame handed back.
     ///
-    /// `now` is not needed by the current policies (the queue law is instantaneous);
-    /// it is part of the contract so the shell's loop does not change if a policy
-    /// needs it.
-    pub fn receive(
-        &mut self,
-        port_in: u16,
-        mut pkt: P,
-        _now: u64,
-    ) -> Result<Enqueued, Rejected<P>> {
+    /// `now` is the frame's arrival time: on an idle link it starts from then (see
+    /// [`Shaper::start_time`]), so a late poll loses no link time and the INT `ts` is
+    /// the departure time an ideal port would stamp.
+    pub fn receive(&mut self, port_in: u16, mut pkt: P, now: u64) -> Result<Enqueued, Rejected<P>> {
         let Some(ii) = self.idx(port_in) else {
             self.unknown_port_rx += 1;
             return Err(Rejected {
@@ -380,7 +376,12 @@ impl<P: PacketBuf> Switch<P> {
         } else {
             &mut out.data
         };
-        if let Err(pkt) = q.push(pkt, len32, tag) {
+        let meta = Meta {
+            len: len32,
+            tag,
+            arrival: now,
+        };
+        if let Err(pkt) = q.push(pkt, meta) {
             // `fits` said yes just above; keep the accounting honest anyway.
             out.counters.tail_drops += 1;
             return Err(Rejected {
@@ -407,7 +408,8 @@ impl<P: PacketBuf> Switch<P> {
 
     /// The next frame to send on `port_out` at `now`, if the shaper lets one start by
     /// `now`: control class first (strict priority), then data. A frame carrying an INT
-    /// container gets this hop's record (HPCC++ 000 section 3: ts = `now`, qlen after
+    /// container gets this hop's record (HPCC++ 000 section 3: ts = departure time in
+    /// the shaper's schedule, i.e. `now` unless the poll is late, qlen after
     /// this dequeue, txBytes before this frame, B, switch_ID, port_ID).
     pub fn dequeue(&mut self, port_out: u16, now: u64) -> Option<P> {
         let idx = self.idx(port_out)?;
@@ -416,16 +418,21 @@ impl<P: PacketBuf> Switch<P> {
         if !port.shaper.ready(now) {
             return None;
         }
-        let (mut pkt, _len, tag) = match port.ctrl.pop() {
+        let (mut pkt, meta) = match port.ctrl.pop() {
             Some(x) => x,
             None => port.data.pop()?,
         };
         port.note_queue();
-        if tag & TAG_INT != 0 {
+        let start = port.shaper.start_time(now, meta.arrival);
+        if meta.tag & TAG_INT != 0 {
+            // ts: the frame's departure time on the shaped link (== `now` when the poll
+            // loop is on time), so consecutive records of a saturated port differ by
+            // exactly their wire time and txRate / B is 1 however late or bursty the
+            // shell polls.
             let hop = HopRecord::from_units(
                 switch_id,
                 port.id,
-                now,
+                start,
                 port.counters.tx_wire_bytes,
                 port.counters.queue_bytes,
                 port.speed_bps,
@@ -437,7 +444,7 @@ impl<P: PacketBuf> Switch<P> {
             }
         }
         let wire = wire_bytes(pkt.len(), fcs);
-        port.shaper.send(now, wire);
+        port.shaper.commit(start, wire);
         let c = &mut port.counters;
         c.tx_packets += 1;
         c.tx_bytes += pkt.len() as u64;

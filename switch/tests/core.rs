@@ -558,3 +558,40 @@ fn stats_line_prints() {
     assert!(sw.stats_line(5, &zero, 1).is_none());
     let _unused: Option<SwitchSettings> = None;
 }
+
+/// With a late, bursty poll loop the INT timestamps still follow the shaped link:
+/// a frame arriving at an idle port is stamped with its arrival time, and back-to-back
+/// frames differ by exactly their wire time, so txBytes / ts gives B.
+#[test]
+fn int_timestamps_follow_the_link_not_the_poll() {
+    let mut sw: Switch<Vec<u8>> = Switch::new(&settings(10_000_000_000, 1 << 20));
+    // Idle link, frame arrives at 10_000, poll at 12_000 (within the 16 KiB burst).
+    sw.receive(0, write_frame(1000, Ecn::Ect0, Some(4)), 10_000)
+        .unwrap();
+    for _ in 0..4 {
+        sw.receive(0, write_frame(1000, Ecn::Ect0, Some(4)), 10_500)
+            .unwrap();
+    }
+    let mut hops = Vec::new();
+    while let Some(f) = sw.dequeue(1, 12_000) {
+        hops.push(int_of(&f).hop(0).unwrap());
+    }
+    // 1090 + 16 + 4 + 20 = 1130 wire bytes = 904 ns each at 10 Gbit/s; the link is
+    // booked from 10_000, so frames starting at or before 12_000 left in this poll.
+    assert_eq!(
+        hops.iter().map(|h| h.ts_ns).collect::<Vec<_>>(),
+        vec![10_000, 10_904, 11_808]
+    );
+    let t = sw.next_departure(1).unwrap();
+    assert_eq!(t, 12_712);
+    // Polled much later: the remaining frames keep the link's pace.
+    while let Some(f) = sw.dequeue(1, 14_000) {
+        hops.push(int_of(&f).hop(0).unwrap());
+    }
+    assert_eq!(hops.len(), 5);
+    for w in hops.windows(2) {
+        let dt = w[1].ts_ns.wrapping_sub(w[0].ts_ns);
+        let db = w[1].tx_bytes.wrapping_sub(w[0].tx_bytes);
+        assert_eq!((dt, db), (904, 1130));
+    }
+}
