@@ -29,6 +29,9 @@ pub const DEFAULT_BURST: u64 = 16 * 1024;
 pub const MIN_SPEED_BPS: u64 = 1_000;
 /// Largest configurable link speed (bit/s): 10 Tbit/s.
 pub const MAX_SPEED_BPS: u64 = 10_000_000_000_000;
+/// Largest configurable buffer (bytes): 256 MiB; the rings are allocated up front
+/// (one slot per 60 bytes).
+pub const MAX_BUF: u64 = 256 << 20;
 /// Largest frame the core expects (jumbo 9216 B + slack); `buf_max` must hold one.
 pub const MAX_FRAME: u64 = 9_216;
 
@@ -243,6 +246,16 @@ pub enum ConfigError {
     /// A buffer smaller than one maximum frame.
     #[error("port {port}: {key} = {value} cannot hold one {MAX_FRAME}-byte frame")]
     BufferTooSmall {
+        /// Port id.
+        port: u16,
+        /// Key name.
+        key: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// A buffer above [`MAX_BUF`].
+    #[error("port {port}: {key} = {value} above the {MAX_BUF}-byte limit")]
+    BufferTooLarge {
         /// Port id.
         port: u16,
         /// Key name.
@@ -466,6 +479,9 @@ impl Config {
         for (key, value) in [("buf_max", buf_max), ("ctrl_buf_max", ctrl_buf_max)] {
             if value < MAX_FRAME {
                 return Err(ConfigError::BufferTooSmall { port, key, value });
+            }
+            if value > MAX_BUF {
+                return Err(ConfigError::BufferTooLarge { port, key, value });
             }
         }
         for (key, value) in [("k_max", k_max), ("k_drop", k_drop)] {

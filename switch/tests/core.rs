@@ -88,6 +88,13 @@ fn config_errors_are_typed() {
         ConfigError::BufferTooSmall { .. }
     ));
     assert!(matches!(
+        e("ctrl_buf_max = \"1GiB\"", ""),
+        ConfigError::BufferTooLarge {
+            key: "ctrl_buf_max",
+            ..
+        }
+    ));
+    assert!(matches!(
         e("buf_max = 100000\nk_max = 200000", ""),
         ConfigError::AboveBufMax { key: "k_max", .. }
     ));
