@@ -1,5 +1,5 @@
 //! Cost of one flow-scheduler decision (DESIGN.md §5: "O(1) per decision at
-//! 16k QPs") and of timer-wheel operations. Figures: docs/bench-nic-pure.md.
+//! 16k QPs") and of timer-wheel operations. Figures: docs/benchmarks.md.
 //!
 //! `cargo bench -p nic --bench pure_scheduler`
 

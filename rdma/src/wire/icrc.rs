@@ -234,7 +234,7 @@ fn ip_end(frame: &[u8], l3_off: usize) -> Result<usize> {
 /// Two `crc32fast` calls: the 48-byte masked prefix, then everything after the BTH in one
 /// piece. (Gathering the prefix and the start of the payload into one larger first call
 /// measured slower: `crc32fast`'s 256-bit path has a per-call cost, see
-/// docs/bench-rdma.md.)
+/// docs/benchmarks.md.)
 pub fn icrc_frame(frame: &[u8], l3_off: usize, int_len: usize) -> Result<u32> {
     // Fast path: option-less IPv4 whose stated length fits the buffer.
     if let Some(hdr) = frame.get(l3_off..l3_off + 48) {
