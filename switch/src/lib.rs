@@ -17,6 +17,7 @@
 
 pub mod config;
 pub mod counters;
+pub mod dataplane;
 pub mod fib;
 pub mod packet;
 pub mod queue;

@@ -75,7 +75,7 @@ impl PacketBuf for Vec<u8> {
 /// A fixed buffer with headroom, laid out like an mbuf data room: the frame is
 /// `buf[start..start + len]`. Used by benches and tests to exercise the headroom path
 /// of the INT push with no allocation per packet.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct FrameBuf {
     buf: Box<[u8]>,
     start: usize,
@@ -128,6 +128,17 @@ impl FrameBuf {
     /// Bytes free in front of the frame.
     pub fn headroom(&self) -> usize {
         self.start
+    }
+}
+
+impl std::fmt::Debug for FrameBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The frame only (a capacity-sized dump of zeros helps nobody).
+        f.debug_struct("FrameBuf")
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .field("frame", &self.bytes())
+            .finish()
     }
 }
 

@@ -602,3 +602,71 @@ fn int_timestamps_follow_the_link_not_the_poll() {
         assert_eq!((dt, db), (904, 1130));
     }
 }
+
+/// Incast through two switches in a chain: ports 0 of switch 1 and 2 are 100 Gbit/s
+/// (feeding), switch 1's egress is a 10 Gbit/s bottleneck. Two senders offer 2 x 10 Gbit/s
+/// of 1 KiB WRITEs: the queue builds at switch 1 only, CE marks appear once it passes
+/// K_min, and every frame arriving at the receiver carries two hop records, newest
+/// (switch 2) first, with switch 1's qlen equal to its queue after each dequeue.
+#[test]
+fn incast_through_two_switches() {
+    let mut s1 = settings(10_000_000_000, 1 << 20);
+    s1.switch_id = 1;
+    s1.ports[1].k_min = 20_000;
+    s1.ports[1].k_max = 200_000;
+    s1.ports[1].p_max = 0.2;
+    let mut s2 = settings(100_000_000_000, 1 << 20);
+    s2.switch_id = 2;
+    let mut sw1: Switch<FrameBuf> = Switch::new(&s1);
+    let mut sw2: Switch<FrameBuf> = Switch::new(&s2);
+    let frame = write_frame(1024, Ecn::Ect0, Some(4));
+    let wire_in = switch::wire_bytes(frame.len(), false);
+    // Each sender at 10 Gbit/s: one frame every wire_in * 0.8 ns.
+    let gap = wire_in * 8 / 10;
+    let (mut t, mut sent) = (0u64, 0u32);
+    let mut got = Vec::new();
+    let mut max_q = 0;
+    while sent < 1_200 || sw1.next_departure(1).is_some() || sw2.next_departure(1).is_some() {
+        if sent < 1_200 {
+            for _ in 0..2 {
+                sw1.receive(0, FrameBuf::from_frame(&frame).unwrap(), t)
+                    .unwrap();
+                sent += 1;
+            }
+        }
+        while let Some(p) = sw1.dequeue(1, t) {
+            let q = sw1.queue_bytes(1).unwrap();
+            let h = int_of(p.bytes()).hop(0).unwrap();
+            assert_eq!(h.switch_id, 1);
+            assert_eq!(u64::from(h.qlen_64b), q / 64);
+            max_q = max_q.max(q);
+            sw2.receive(0, p, t).unwrap();
+        }
+        while let Some(p) = sw2.dequeue(1, t) {
+            got.push(p);
+        }
+        t += gap;
+    }
+    assert_eq!(got.len(), 1_200);
+    let c1 = *sw1.counters(1).unwrap();
+    let c2 = *sw2.counters(1).unwrap();
+    assert_eq!(c1.tail_drops, 0);
+    assert!(max_q > 200_000, "queue built at the bottleneck: {max_q}");
+    assert!(c1.ce_marked > 100, "{c1:?}");
+    assert_eq!(c2.ce_marked, 0, "no queue at the 100 Gbit/s hop");
+    assert!(c2.queue_max_bytes < 10_000);
+    let mut ce = 0;
+    for p in &got {
+        let c = int_of(p.bytes());
+        assert_eq!(c.hop_count(), 2);
+        let (h2, h1) = (c.hop(0).unwrap(), c.hop(1).unwrap());
+        assert_eq!((h2.switch_id, h1.switch_id), (2, 1));
+        assert_eq!((h2.link_100m, h1.link_100m), (1000, 100));
+        assert!(h2.ts_ns >= h1.ts_ns);
+        verify_icrc(p.bytes(), 14, c.len()).unwrap();
+        let ip = Ipv4Packet::new_checked(&p.bytes()[14..]).unwrap();
+        assert_eq!(ip.header().ttl, 62);
+        ce += u64::from(ip.ecn() == Ecn::Ce);
+    }
+    assert_eq!(ce, c1.ce_marked);
+}

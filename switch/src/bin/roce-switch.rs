@@ -1,0 +1,237 @@
+//! `roce-switch`: the DPDK software switch (DESIGN.md section 6).
+//!
+//! ```text
+//! roce-switch --config FILE [--port DEVARGS]... [--speed PORT=RATE]...
+//!             [--stats-interval SECS] [--core N] [--duration SECS] [-- EAL args]
+//! ```
+//!
+//! The ports are DPDK devargs (`net_tap0,iface=sw0`, `net_af_packet0,iface=veth0`, a
+//! PCI address, ...) given in port-id order: the i-th `--port` must become the DPDK
+//! port whose id is the i-th smallest `id` of the configuration (a fresh process with
+//! `--no-pci` numbers run-time vdevs 0, 1, ...). Flags override the TOML. One lcore
+//! runs the poll loop of [`switch::dataplane`]; the main thread waits for Ctrl-C
+//! (SIGINT/SIGTERM) or `--duration` and prints the final counters. Every error (bad
+//! configuration, a port that does not open, a port count that does not match) is a
+//! one-line message and exit status 1, never a panic.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use dpdk::{lcore, Eal, Mempool, Port, TscClock};
+use switch::dataplane::{pending_total, Dataplane, PortIo, PrintStats};
+use switch::{Config, Quantity, Switch};
+
+/// Command line (clap derive).
+#[derive(Debug, Parser)]
+#[command(name = "roce-switch", about = "RoCEv2 software switch on DPDK")]
+struct Args {
+    /// Switch configuration (TOML, see switch/examples/two-port.toml).
+    #[arg(long)]
+    config: PathBuf,
+    /// A port as DPDK devargs, in port-id order (repeat for each port).
+    #[arg(long = "port", value_name = "DEVARGS")]
+    ports: Vec<String>,
+    /// Link speed override, e.g. `1=10Gbps` (repeatable).
+    #[arg(long = "speed", value_name = "PORT=RATE")]
+    speeds: Vec<String>,
+    /// Seconds between stats lines (0: none).
+    #[arg(long, default_value_t = 1.0)]
+    stats_interval: f64,
+    /// CPU to pin the switching lcore to (default: the last available one).
+    #[arg(long)]
+    core: Option<usize>,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// EAL arguments (after `--`).
+    #[arg(last = true)]
+    eal: Vec<String>,
+}
+
+/// Set by SIGINT/SIGTERM.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signals() {
+    let handler: extern "C" fn(libc::c_int) = on_signal;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installing a handler that only stores to an atomic.
+        unsafe {
+            libc::signal(sig, handler as libc::sighandler_t);
+        }
+    }
+}
+
+/// Applies `--speed PORT=RATE` overrides to the parsed TOML (validated afterwards).
+fn apply_speeds(cfg: &mut Config, speeds: &[String]) -> Result<(), String> {
+    for s in speeds {
+        let (port, rate) = s
+            .split_once('=')
+            .ok_or_else(|| format!("--speed {s:?}: expected PORT=RATE"))?;
+        let id: u16 = port
+            .trim()
+            .parse()
+            .map_err(|_| format!("--speed {s:?}: bad port id {port:?}"))?;
+        let p = cfg
+            .ports
+            .iter_mut()
+            .find(|p| p.id == id)
+            .ok_or_else(|| format!("--speed {s:?}: no port {id} in the configuration"))?;
+        p.speed = Some(Quantity::from(rate.trim()));
+    }
+    Ok(())
+}
+
+fn run(args: Args) -> Result<(), String> {
+    if !(args.stats_interval >= 0.0 && args.stats_interval.is_finite()) {
+        return Err("--stats-interval must be a non-negative number".into());
+    }
+    if let Some(d) = args.duration {
+        if !(d >= 0.0 && d.is_finite()) {
+            return Err("--duration must be a non-negative number".into());
+        }
+    }
+    let mut cfg = Config::from_file(&args.config)
+        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    apply_speeds(&mut cfg, &args.speeds)?;
+    let settings = cfg
+        .validate()
+        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let mut ids: Vec<u16> = settings.ports.iter().map(|p| p.id).collect();
+    ids.sort_unstable();
+    if args.ports.len() != ids.len() {
+        return Err(format!(
+            "the configuration has {} port(s) ({ids:?}) but {} --port given",
+            ids.len(),
+            args.ports.len()
+        ));
+    }
+
+    let mut eal_args = vec!["roce-switch".to_owned()];
+    if args.eal.is_empty() {
+        // No hugepages needed for a software switch of this size (DESIGN.md section 10).
+        eal_args.extend(
+            ["--no-huge", "-m", "1024", "--no-shconf", "--no-telemetry"].map(String::from),
+        );
+    } else {
+        eal_args.extend(args.eal.iter().cloned());
+    }
+    let eal = Eal::init(&eal_args).map_err(|e| format!("EAL: {e}"))?;
+
+    // Enough mbufs for every queue slot of every port (one per 64 bytes of buffer),
+    // the RX/TX descriptor rings and the bursts in flight.
+    let mbufs: u64 = settings
+        .ports
+        .iter()
+        .map(|p| (p.buf_max + p.ctrl_buf_max) / 64 + 2 * 1024 + 2 * 64)
+        .sum::<u64>()
+        .clamp(8191, 1 << 20);
+    let pool = Mempool::new(eal, "roce_switch", mbufs as u32, 256, Mempool::DEFAULT_DATA_ROOM)
+        .map_err(|e| format!("mempool of {mbufs} mbufs: {e}"))?;
+
+    let mut ports = Vec::new();
+    let mut ios = Vec::new();
+    for (devargs, &want) in args.ports.iter().zip(&ids) {
+        let mut port = Port::open(eal, devargs).map_err(|e| format!("port {devargs:?}: {e}"))?;
+        if port.id() != want {
+            return Err(format!(
+                "port {devargs:?} became DPDK port {} but the configuration expects id {want} \
+                 (give --port in port-id order)",
+                port.id()
+            ));
+        }
+        let (rx, tx) = port
+            .configure_single(&pool)
+            .map_err(|e| format!("port {devargs:?}: {e}"))?;
+        if let Ok(mac) = port.mac() {
+            tracing::info!(port = want, devargs = %devargs, mac = ?mac, "port up");
+        }
+        ios.push(PortIo::new(want, rx, tx));
+        ports.push(port);
+    }
+
+    let sw: Switch<dpdk::Mbuf> = Switch::new(&settings);
+    let clock = TscClock::new(eal);
+    let mut dp = Dataplane::new(sw, ios, clock);
+    let core = args
+        .core
+        .or_else(|| lcore::available_cores().last().copied());
+    let interval_ns = (args.stats_interval * 1e9) as u64;
+    install_signals();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let worker = lcore::spawn_pinned(eal, "roce-switch", core, move || {
+        dp.run(&stop2, interval_ns, &mut PrintStats);
+        dp
+    })
+    .map_err(|e| format!("cannot start the switching lcore: {e}"))?;
+    println!(
+        "roce-switch: switch_id {} with {} port(s) on core {:?}; Ctrl-C to stop",
+        settings.switch_id,
+        ids.len(),
+        core
+    );
+
+    let start = Instant::now();
+    let limit = args.duration.map(Duration::from_secs_f64);
+    while !STOP.load(Ordering::SeqCst) && !worker.is_finished() {
+        if limit.is_some_and(|l| start.elapsed() >= l) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let dp = worker
+        .join()
+        .map_err(|_| "the switching lcore panicked".to_owned())?;
+
+    println!("final counters ({:.1} s):", start.elapsed().as_secs_f64());
+    for &id in &ids {
+        if let Some(c) = dp.switch.counters(id) {
+            let fields: Vec<String> = c.fields().iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!("  port {id}: {}", fields.join(" "));
+        }
+        if let Some(p) = ports.iter().find(|p| p.id() == id) {
+            if let Ok(s) = p.stats() {
+                println!(
+                    "  port {id} (driver): rx {} tx {} rx_missed {} tx_errors {}",
+                    s.rx_packets, s.tx_packets, s.rx_missed, s.tx_errors
+                );
+            }
+        }
+    }
+    println!(
+        "  unknown-port rx {} | tx pending at exit {}",
+        dp.switch.unknown_port_rx(),
+        pending_total(&dp.ports)
+    );
+    drop(dp);
+    drop(ports);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("roce-switch: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
