@@ -62,6 +62,7 @@ fn main() {
     let pools = TxPools {
         hdr: Mempool::new(eal, "txp_hdr", 16384, 250, Mempool::DEFAULT_DATA_ROOM).unwrap(),
         bare: Mempool::new(eal, "txp_bare", 1024, 32, 0).unwrap(),
+        copy_threshold: nic::io::COPY_THRESHOLD,
     };
     let mut port = Port::open(eal, "net_null0").expect("net_null0");
     let (_rx, tx) = port.configure_single(&pools.hdr).expect("configure");

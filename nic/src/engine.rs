@@ -316,6 +316,7 @@ impl Engine {
                 Mempool::DEFAULT_DATA_ROOM,
             )?,
             bare: Mempool::new(eal, &format!("nic{pid}_{id}_ext"), cfg.pool_size, 256, 0)?,
+            copy_threshold: cfg.copy_threshold,
         };
         let (rx, tx) = port.configure_single(&rx_pool)?;
         let clock = TscClock::new(eal);

@@ -21,7 +21,9 @@ use rdma::wire::{
     parse_frame, Ecn, ParseOptions, RoceFrame, WireError,
 };
 
-/// Payloads up to this many bytes are copied into the header mbuf.
+/// Payloads up to this many bytes are copied into the header mbuf by
+/// default (a copy is cheaper than a second descriptor); see
+/// [`TxPools::copy_threshold`].
 pub const COPY_THRESHOLD: usize = 256;
 
 /// Largest frame the RX path linearises (a 4 KiB MTU frame with headers,
@@ -90,6 +92,12 @@ pub struct TxPools {
     pub hdr: Arc<Mempool>,
     /// Mbufs without data room, to attach external memory to.
     pub bare: Arc<Mempool>,
+    /// Registered-memory payloads up to this many bytes are copied (the
+    /// frame stays one segment when it fits the data room); longer ones are
+    /// attached zero-copy. Like a driver's copy-break: a peer that needs
+    /// single-segment frames (some PMDs, a switch that parses only the first
+    /// segment) gets them up to this size.
+    pub copy_threshold: usize,
 }
 
 /// Builds one complete frame: headers by `fb` and `pkt`, IP ECN `ecn`, the
@@ -116,7 +124,7 @@ pub fn build_frame(
             if offset.checked_add(len).is_none_or(|end| end > size) {
                 return Err(TxError::OutOfRange { offset, len, size });
             }
-            if len <= COPY_THRESHOLD {
+            if len <= pools.copy_threshold {
                 let p = &mem.as_slice()[offset..offset + len];
                 h.update(p);
                 append_copy(&mut m, p, &pools.hdr)?;

@@ -89,6 +89,9 @@ pub struct DeviceConfig {
     pub pool_size: u32,
     /// Capture every frame sent and received into this pcapng file.
     pub pcap: Option<std::path::PathBuf>,
+    /// Payloads up to this many bytes are copied into the frame rather than
+    /// attached zero-copy ([`crate::io::TxPools::copy_threshold`]).
+    pub copy_threshold: usize,
 }
 
 impl DeviceConfig {
@@ -103,6 +106,7 @@ impl DeviceConfig {
             core: None,
             pool_size: 16383,
             pcap: None,
+            copy_threshold: crate::io::COPY_THRESHOLD,
         }
     }
 }

@@ -30,6 +30,7 @@ fn built_frames_cross_a_ring_pair_with_valid_icrc() {
     let pools = TxPools {
         hdr: Mempool::new(eal, "io_hdr", 1024, 32, Mempool::DEFAULT_DATA_ROOM).unwrap(),
         bare: Mempool::new(eal, "io_bare", 1024, 32, 0).unwrap(),
+        copy_threshold: nic::io::COPY_THRESHOLD,
     };
     let rxpool: Arc<Mempool> =
         Mempool::new(eal, "io_rx", 1024, 32, Mempool::DEFAULT_DATA_ROOM).unwrap();
