@@ -95,7 +95,7 @@ fn main() {
     let mut args = vec!["io_fwd"];
     args.extend_from_slice(EAL_COMMON);
     let eal = Eal::init(&args).expect("EAL");
-    let pool = Mempool::new(eal, "io_fwd", 16384, 250, Mempool::DEFAULT_DATA_ROOM).expect("pool");
+    let pool = Mempool::new(eal, "io_fwd", 8191, 250, Mempool::DEFAULT_DATA_ROOM).expect("pool");
     let mut p0 = Port::open(eal, "net_null0").expect("net_null0");
     let mut p1 = Port::open(eal, "net_null1").expect("net_null1");
     let mut queues = [
