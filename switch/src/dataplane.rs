@@ -118,7 +118,9 @@ pub struct Dataplane {
 
 impl std::fmt::Debug for Dataplane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dataplane").field("ports", &self.ports).finish()
+        f.debug_struct("Dataplane")
+            .field("ports", &self.ports)
+            .finish()
     }
 }
 
@@ -135,7 +137,13 @@ pub trait StatsSink {
 pub struct PrintStats;
 
 impl StatsSink for PrintStats {
-    fn report(&mut self, sw: &Switch<Mbuf>, ports: &[u16], prev: &[PortCounters], interval_ns: u64) {
+    fn report(
+        &mut self,
+        sw: &Switch<Mbuf>,
+        ports: &[u16],
+        prev: &[PortCounters],
+        interval_ns: u64,
+    ) {
         for (&id, p) in ports.iter().zip(prev) {
             if let Some(line) = sw.stats_line(id, p, interval_ns) {
                 println!("{line}");

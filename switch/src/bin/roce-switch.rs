@@ -99,8 +99,8 @@ fn run(args: Args) -> Result<(), String> {
             return Err("--duration must be a non-negative number".into());
         }
     }
-    let mut cfg = Config::from_file(&args.config)
-        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let mut cfg =
+        Config::from_file(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
     apply_speeds(&mut cfg, &args.speeds)?;
     let settings = cfg
         .validate()
@@ -118,9 +118,8 @@ fn run(args: Args) -> Result<(), String> {
     let mut eal_args = vec!["roce-switch".to_owned()];
     if args.eal.is_empty() {
         // No hugepages needed for a software switch of this size (DESIGN.md section 10).
-        eal_args.extend(
-            ["--no-huge", "-m", "1024", "--no-shconf", "--no-telemetry"].map(String::from),
-        );
+        eal_args
+            .extend(["--no-huge", "-m", "1024", "--no-shconf", "--no-telemetry"].map(String::from));
     } else {
         eal_args.extend(args.eal.iter().cloned());
     }
@@ -134,8 +133,14 @@ fn run(args: Args) -> Result<(), String> {
         .map(|p| (p.buf_max + p.ctrl_buf_max) / 64 + 2 * 1024 + 2 * 64)
         .sum::<u64>()
         .clamp(8191, 1 << 20);
-    let pool = Mempool::new(eal, "roce_switch", mbufs as u32, 256, Mempool::DEFAULT_DATA_ROOM)
-        .map_err(|e| format!("mempool of {mbufs} mbufs: {e}"))?;
+    let pool = Mempool::new(
+        eal,
+        "roce_switch",
+        mbufs as u32,
+        256,
+        Mempool::DEFAULT_DATA_ROOM,
+    )
+    .map_err(|e| format!("mempool of {mbufs} mbufs: {e}"))?;
 
     let mut ports = Vec::new();
     let mut ios = Vec::new();
