@@ -164,15 +164,22 @@ fn send_all(pool: &Mempool, tx: &mut dpdk::TxQueue, frames: &[Vec<u8>]) {
     }
 }
 
-/// Receives up to `n` frames at host B within `timeout`.
+/// Receives up to `n` frames at host B within `timeout`, giving up earlier once frames
+/// have arrived and none came for 500 ms (the switch may drop some).
 fn recv_n(rx: &mut dpdk::RxQueue, n: usize, timeout: Duration) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut burst: Burst = Burst::new();
     let deadline = Instant::now() + timeout;
+    let mut last = Instant::now();
     while out.len() < n && Instant::now() < deadline {
         if rx.recv(&mut burst) == 0 {
+            if !out.is_empty() && last.elapsed() > Duration::from_millis(500) {
+                break;
+            }
             std::thread::sleep(Duration::from_micros(200));
+            continue;
         }
+        last = Instant::now();
         for m in burst.drain() {
             out.push(m.to_vec());
         }
