@@ -59,6 +59,13 @@ next_hop_mac = "02:00:00:00:00:09"
 fn config_errors_are_typed() {
     let e = |p: &str, r: &str| Config::load_str(&base_toml(p, r)).unwrap_err();
     assert!(Config::load_str(&base_toml("", "")).is_ok());
+    // Integers where floats are expected, and negative sizes, are handled.
+    let ok = Config::load_str(&base_toml("p_max = 1\nspeed = 2.5e10", "")).unwrap();
+    assert_eq!(
+        (ok.ports[0].p_max, ok.ports[0].speed_bps),
+        (1.0, 25_000_000_000)
+    );
+    assert!(matches!(e("buf_max = -5", ""), ConfigError::BadSize { .. }));
     assert!(matches!(
         e("k_min = 9000\nk_max = 8000", ""),
         ConfigError::KminAboveKmax {
