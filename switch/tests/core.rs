@@ -677,3 +677,26 @@ fn incast_through_two_switches() {
     }
     assert_eq!(ce, c1.ce_marked);
 }
+
+/// ECT(1) is marked like ECT(0); a frame that arrives CE stays CE and is not counted
+/// as a mark; Not-ECT below K is neither marked nor dropped (LDCP 004 section 2.1/2.3).
+#[test]
+fn ecn_codepoints() {
+    let mut sw = wred_switch(0, 1, 1.0, 1 << 19, 1 << 20);
+    sw.receive(0, udp_frame(1000, 0), 0).unwrap(); // q = 1000 >= K_max from now on
+    let ect1 = sw.receive(0, udp_frame(200, 1), 0).unwrap();
+    let ce = sw.receive(0, udp_frame(200, 3), 0).unwrap();
+    let not_ect = sw.receive(0, udp_frame(200, 0), 0).unwrap();
+    assert!(ect1.ce_marked && !ce.ce_marked && !not_ect.ce_marked);
+    assert_eq!(sw.counters(1).unwrap().ce_marked, 1);
+    let mut now = 0;
+    let mut ecn = Vec::new();
+    while let Some(t) = sw.next_departure(1) {
+        now = now.max(t);
+        let f = sw.dequeue(1, now).unwrap();
+        let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+        assert!(ip.verify_checksum());
+        ecn.push(ip.ecn());
+    }
+    assert_eq!(ecn, vec![Ecn::NotEct, Ecn::Ce, Ecn::Ce, Ecn::NotEct]);
+}
