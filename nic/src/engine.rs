@@ -128,6 +128,8 @@ pub enum Command {
 /// What the engine shares with the API handles.
 pub struct EngineShared {
     pub(crate) stop: AtomicBool,
+    /// Set once the engine has been dropped (engines run by [`run_group`]).
+    pub(crate) done: AtomicBool,
     pub(crate) counters: SharedCounters,
     doorbells: ArrayQueue<u32>,
     rung: Vec<AtomicBool>,
@@ -137,6 +139,7 @@ impl EngineShared {
     pub(crate) fn new(max_qps: usize) -> Self {
         EngineShared {
             stop: AtomicBool::new(false),
+            done: AtomicBool::new(false),
             counters: SharedCounters::default(),
             doorbells: ArrayQueue::new(max_qps),
             rung: (0..max_qps).map(|_| AtomicBool::new(false)).collect(),
@@ -283,6 +286,7 @@ pub struct Engine {
     rxb: Burst,
     txb: Burst,
     psn_seed: u64,
+    turn: u64,
     last_publish_ns: u64,
     capture: Option<CaptureProducer<CAPTURE_SNAP>>,
 }
@@ -349,6 +353,7 @@ impl Engine {
             scratch: vec![0u8; MAX_FRAME],
             rxb: Burst::new(),
             txb: Burst::new(),
+            turn: 0,
             last_publish_ns: 0,
             capture,
         })
@@ -356,28 +361,33 @@ impl Engine {
 
     /// The poll loop; returns when the device is closed.
     pub fn run(mut self) {
-        let mut turn: u64 = 0;
-        loop {
-            if turn.is_multiple_of(256) {
-                if stopping(&self.shared.stop) {
-                    break;
-                }
-                self.slow_path();
-            }
-            turn = turn.wrapping_add(1);
-            let now = self.clock.now_ns();
-            self.doorbells();
-            self.receive(now);
-            if turn.is_multiple_of(8) {
-                self.timers(now);
-            }
-            self.transmit(now);
-            if now.saturating_sub(self.last_publish_ns) > 1_000_000 {
-                self.publish();
-                self.last_publish_ns = now;
-            }
-        }
+        while self.poll_turn() {}
         self.publish();
+    }
+
+    /// One turn of the poll loop (module docs); `false` once the device
+    /// has been asked to stop (the caller then drops the engine, which
+    /// releases the port). [`run_group`] turns several engines on one core.
+    pub fn poll_turn(&mut self) -> bool {
+        if self.turn.is_multiple_of(256) {
+            if stopping(&self.shared.stop) {
+                return false;
+            }
+            self.slow_path();
+        }
+        self.turn = self.turn.wrapping_add(1);
+        let now = self.clock.now_ns();
+        self.doorbells();
+        self.receive(now);
+        if self.turn.is_multiple_of(8) {
+            self.timers(now);
+        }
+        self.transmit(now);
+        if now.saturating_sub(self.last_publish_ns) > 1_000_000 {
+            self.publish();
+            self.last_publish_ns = now;
+        }
+        true
     }
 
     fn publish(&mut self) {
@@ -1064,5 +1074,39 @@ impl Engine {
         if !self.txb.is_empty() {
             self.tx.send(&mut self.txb);
         }
+    }
+}
+
+/// Several engines on one poll-mode thread, turned round robin (one
+/// [`Engine::poll_turn`] each), so that many NICs share few cores (a testbed
+/// with N hosts on a 2-core machine). An engine asked to stop is published,
+/// dropped (its port released) and marked done; the loop ends with the last.
+pub fn run_group(engines: Vec<Engine>) {
+    /// Marks an engine done once it is dropped, also when the thread unwinds,
+    /// so that `Device::close` never waits for an engine that is gone.
+    struct Hosted(Option<Engine>);
+    impl Drop for Hosted {
+        fn drop(&mut self) {
+            if let Some(e) = self.0.take() {
+                let shared = e.shared.clone();
+                drop(e);
+                shared
+                    .done
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
+        }
+    }
+    let mut live: Vec<Hosted> = engines.into_iter().map(|e| Hosted(Some(e))).collect();
+    while !live.is_empty() {
+        live.retain_mut(|h| match h.0.as_mut() {
+            Some(e) => {
+                if e.poll_turn() {
+                    return true;
+                }
+                e.publish();
+                false
+            }
+            None => false,
+        });
     }
 }

@@ -128,8 +128,54 @@ pub struct Device {
 
 impl Device {
     /// Starts a device on `port` (configured here with one RX and one TX
-    /// queue) and its engine thread.
+    /// queue) and its engine thread, pinned to `cfg.core`.
     pub fn open(eal: &'static Eal, port: Port, cfg: DeviceConfig) -> Result<Device, VerbsError> {
+        let core = cfg.core;
+        let (engine, mut dev) = Self::prepare(eal, port, &cfg)?;
+        let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || engine.run())
+            .map_err(|e| VerbsError::Refused(format!("cannot start the engine thread: {e}")))?;
+        dev.thread = Some(thread);
+        Ok(dev)
+    }
+
+    /// Starts one device per `(port, config)` with all their engines on ONE
+    /// poll-mode thread pinned to `core` ([`crate::engine::run_group`]), so
+    /// that many NICs share a core; each config's own `core` is ignored.
+    /// Devices are closed one by one as usual; the thread ends with the last.
+    pub fn open_group(
+        eal: &'static Eal,
+        ports: Vec<(Port, DeviceConfig)>,
+        core: Option<usize>,
+    ) -> Result<Vec<Device>, VerbsError> {
+        let mut engines = Vec::with_capacity(ports.len());
+        let mut devices = Vec::with_capacity(ports.len());
+        for (port, cfg) in ports {
+            let (e, d) = Self::prepare(eal, port, &cfg)?;
+            engines.push(e);
+            devices.push(d);
+        }
+        match dpdk::lcore::spawn_pinned(eal, "rsnic-group", core, move || {
+            crate::engine::run_group(engines)
+        }) {
+            Ok(_detached) => Ok(devices),
+            Err(e) => {
+                // The engines were dropped with the closure: nothing to wait for.
+                for d in &devices {
+                    d.shared.done.store(true, Ordering::Release);
+                }
+                Err(VerbsError::Refused(format!(
+                    "cannot start the engine thread: {e}"
+                )))
+            }
+        }
+    }
+
+    /// Builds a device's engine (not yet running) and its handle.
+    fn prepare(
+        eal: &'static Eal,
+        port: Port,
+        cfg: &DeviceConfig,
+    ) -> Result<(Engine, Device), VerbsError> {
         let mac = match cfg.mac {
             Some(m) => m,
             None => port.mac()?,
@@ -164,18 +210,18 @@ impl Device {
             }
             None => (None, None),
         };
-        let engine = Engine::new(eal, port, &cfg, mac, shared.clone(), cmd_rx, producer)?;
-        let core = cfg.core;
-        let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || engine.run())
-            .map_err(|e| VerbsError::Refused(format!("cannot start the engine thread: {e}")))?;
-        Ok(Device {
-            shared,
-            cmd: cmd_tx,
-            thread: Some(thread),
-            capture,
-            mac,
-            ip: cfg.ip,
-        })
+        let engine = Engine::new(eal, port, cfg, mac, shared.clone(), cmd_rx, producer)?;
+        Ok((
+            engine,
+            Device {
+                shared,
+                cmd: cmd_tx,
+                thread: None,
+                capture,
+                mac,
+                ip: cfg.ip,
+            },
+        ))
     }
 
     /// The device's MAC address.
@@ -281,6 +327,12 @@ impl Device {
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        } else {
+            // An engine of a group: its thread runs on; wait until the
+            // engine has been dropped (and its port released).
+            while !self.shared.done.load(Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
         }
         // The engine dropped its end of the capture ring: the writer drains
         // what is left, flushes and ends.
