@@ -950,3 +950,68 @@ fn delayed_ack_is_flushed_before_a_read_response() {
         vec![(Opcode::Acknowledge, 0), (Opcode::ReadResponseOnly, 1)]
     );
 }
+
+/// Delivers a packet built from `p` (payload read from `from`'s memory) to `to`.
+fn deliver(from: &Host, p: &TxPacket, to: &mut Host) {
+    let payload: Vec<u8> = match p.payload {
+        rdma::transport::qp::Payload::None => vec![],
+        rdma::transport::qp::Payload::Local { va, len, .. }
+        | rdma::transport::qp::Payload::Remote { va, len, .. } => {
+            from.mem.read(va, len as usize).to_vec()
+        }
+    };
+    let mut buf = vec![0u8; 4096];
+    let n = from
+        .fb
+        .emit_frame(&p.repr, &payload, p.ecn, &mut buf)
+        .unwrap();
+    let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| true).unwrap();
+    let Host { qp, mrs, mem, .. } = to;
+    qp.on_rx(&f, 0, mrs, mem);
+}
+
+/// `poll_tx_control` hands out ACKs and only ACKs (what the NIC's scheduler
+/// sends ahead of data, uncharged); data and READ responses stay for `poll_tx`.
+#[test]
+fn control_packets_are_separable_from_data() {
+    use rdma::wire::Opcode;
+    let (mut a, mut b) = pair(256, true, 0);
+    fill(&mut a, A_BASE, 512, 3);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    let write = SendOp::Write {
+        remote_va: B_BASE,
+        rkey: bk,
+    };
+    a.qp.post_send(wr(1, write, A_BASE, 512, ak), &a.mrs)
+        .unwrap();
+    assert!(!a.qp.has_control());
+    assert!(
+        a.qp.poll_tx_control(0).is_none(),
+        "requester data is not control"
+    );
+    let first = a.qp.poll_tx(0).expect("a WRITE First");
+    assert!(!b.qp.has_control());
+    deliver(&a, &first, &mut b);
+    assert!(b.qp.has_control(), "B owes an ACK");
+    let ack = b.qp.poll_tx_control(0).expect("the ACK");
+    assert_eq!(ack.repr.bth.opcode, Opcode::Acknowledge);
+    assert!(ack.priority);
+    assert!(!b.qp.has_control() && b.qp.poll_tx_control(0).is_none());
+    // A READ request: its response is data, not control.
+    let read = SendOp::Read {
+        remote_va: B_BASE,
+        rkey: bk,
+    };
+    let second = a.qp.poll_tx(0).expect("the WRITE Last");
+    deliver(&a, &second, &mut b);
+    while b.qp.poll_tx_control(0).is_some() {}
+    a.qp.post_send(wr(2, read, A_BASE + 1024, 256, ak), &a.mrs)
+        .unwrap();
+    let req = a.qp.poll_tx(0).expect("the READ request");
+    assert_eq!(req.repr.bth.opcode, Opcode::ReadRequest);
+    deliver(&a, &req, &mut b);
+    assert!(!b.qp.has_control(), "a READ response is data");
+    assert!(b.qp.poll_tx_control(0).is_none());
+    let resp = b.qp.poll_tx(0).expect("the READ response");
+    assert_eq!(resp.repr.bth.opcode, Opcode::ReadResponseOnly);
+}

@@ -1744,11 +1744,23 @@ impl Qp {
 
     // ------------------------------------------------------------------ entry points
 
-    /// The next packet to transmit at `now_ns`, if any: responses and ACKs first
-    /// (including the LDCP ACK of READ responses), then requester packets gated by the
-    /// window, RNR wait and outstanding-READ limit.
-    pub fn poll_tx(&mut self, now_ns: u64) -> Option<TxPacket> {
-        if matches!(self.state, QpState::Reset | QpState::Init) {
+    /// Whether a control packet (ACK, NAK, atomic ACK, the LDCP ACK of READ
+    /// responses, a probe response) waits: what a NIC's scheduler sends ahead of
+    /// data (DESIGN.md §5, HPCC++ 002 §7.2), via [`Qp::poll_tx_control`].
+    pub fn has_control(&self) -> bool {
+        !matches!(self.state, QpState::Reset | QpState::Init)
+            && (self.resp_ack_pending.is_some()
+                || self.probe_resp.is_some()
+                || matches!(
+                    self.out.front(),
+                    Some(RespItem::Ack { .. } | RespItem::AtomicAck { .. })
+                ))
+    }
+
+    /// The next control packet only (see [`Qp::has_control`]); never data, so
+    /// a scheduler may send it without charging the QP's pacing credit.
+    pub fn poll_tx_control(&mut self, _now_ns: u64) -> Option<TxPacket> {
+        if !self.has_control() {
             return None;
         }
         if let Some((p, lsn, ce)) = self.resp_ack_pending.take() {
@@ -1786,6 +1798,24 @@ impl Qp {
                 lsn_len: 0,
                 retransmit: false,
             });
+        }
+        // The front of the responder's queue is an ACK/NAK or atomic ACK.
+        let t = self.responder_tx();
+        if t.is_some() {
+            self.counters.tx_packets += 1;
+        }
+        t
+    }
+
+    /// The next packet to transmit at `now_ns`, if any: responses and ACKs first
+    /// (including the LDCP ACK of READ responses), then requester packets gated by the
+    /// window, RNR wait and outstanding-READ limit.
+    pub fn poll_tx(&mut self, now_ns: u64) -> Option<TxPacket> {
+        if matches!(self.state, QpState::Reset | QpState::Init) {
+            return None;
+        }
+        if let Some(t) = self.poll_tx_control(now_ns) {
+            return Some(t);
         }
         if let Some(t) = self.responder_tx() {
             self.counters.tx_packets += 1;
