@@ -7,4 +7,5 @@
 
 pub mod fwd;
 pub mod perftest;
+pub mod testbed;
 pub mod testpmd;
