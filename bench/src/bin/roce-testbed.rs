@@ -368,6 +368,7 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
                 "--no-pci",
                 "--no-shconf",
                 "--no-telemetry",
+                "--log-level=error",
                 "--log-level=lib.eal:error",
             ]
             .map(String::from),

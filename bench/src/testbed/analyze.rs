@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::fabric::{FabricConfig, RunData, QUEUE_BUCKET};
+use super::fabric::{FabricConfig, RunData, NO_SAMPLE, QUEUE_BUCKET};
 use super::{wire_bytes, FlowKind, Stop, Workload};
 
 /// Below this bottleneck utilisation a run is not link-limited.
@@ -353,11 +353,12 @@ pub fn analyze(
         .queue_series
         .chunks(step)
         .enumerate()
-        .map(|(k, c)| {
-            (
+        .filter_map(|(k, c)| {
+            let q = c.iter().copied().filter(|&q| q != NO_SAMPLE).max()?;
+            Some((
                 (k * step) as f64 * d.series_bin_ns as f64 / 1e6,
-                u64::from(c.iter().copied().max().unwrap_or(0)),
-            )
+                u64::from(q),
+            ))
         })
         .collect();
 

@@ -31,8 +31,14 @@ use switch::{Config, PortCounters, Switch};
 
 use super::{FlowSpec, Stop, TestbedError, Workload};
 
+/// Most senders a fabric can have.
+pub const MAX_SENDERS: usize = 15;
+
 /// Queue histogram bucket width (bytes).
 pub const QUEUE_BUCKET: u64 = 64;
+
+/// A `queue_series` bin in which the switch loop took no sample (it was descheduled).
+pub const NO_SAMPLE: u32 = u32::MAX;
 
 /// The fabric's settings (the CLI's flags).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -109,7 +115,7 @@ pub struct RunData {
     /// Bottleneck queue samples per [`QUEUE_BUCKET`]-byte bucket (a sample
     /// whose loop turn came k intervals late counts k times).
     pub queue_hist: Vec<u64>,
-    /// Largest queue sample per `series_bin_ns`.
+    /// Largest queue sample per `series_bin_ns` ([`NO_SAMPLE`]: none taken).
     pub queue_series: Vec<u32>,
     /// Width of a `queue_series` bin, ns.
     pub series_bin_ns: u64,
@@ -195,9 +201,11 @@ fn switch_config(cfg: &FabricConfig, sender_ports: &[u16], rx_port: u16) -> Stri
 
 /// Validates the parts of `cfg` the switch does not check itself.
 pub fn check_config(cfg: &FabricConfig, senders: usize) -> Result<(), TestbedError> {
-    if senders == 0 || senders > 250 {
+    // Two ports per NIC (NIC and switch ends of its ring pair) out of
+    // DPDK 22.11's 32 port ids.
+    if senders == 0 || senders > MAX_SENDERS {
         return Err(TestbedError::Config(format!(
-            "--senders {senders}: must be 1..=250"
+            "--senders {senders}: must be 1..={MAX_SENDERS} (DPDK's 32 port ids, two per NIC)"
         )));
     }
     if ![256, 512, 1024].contains(&cfg.mtu) {
@@ -295,6 +303,12 @@ pub fn run(
         sw_ports.push(b);
     }
     let (rx_nic, rx_sw) = Port::ring_pair(eal, &format!("tb{tag}r"), 4096)?;
+    let port_names: Vec<String> = nic_ports
+        .iter()
+        .chain(&sw_ports)
+        .chain([&rx_nic, &rx_sw])
+        .map(|p| p.name().to_owned())
+        .collect();
     let sender_ids: Vec<u16> = sw_ports.iter().map(|p| p.id()).collect();
     let rx_id = rx_sw.id();
     let settings = Config::load_str(&switch_config(cfg, &sender_ids, rx_id))?;
@@ -503,7 +517,29 @@ pub fn run(
     }
     rx_dev.close();
     drop(dp);
+    release_ring_ports(&port_names);
     Ok(data)
+}
+
+/// Removes the ring-pair vdevs once every handle is gone.
+///
+/// `rte_eth_from_rings(name)` registers the vdev as `net_ring_<name>`, and
+/// `dpdk::Port::ring_pair` passes a name that already starts with
+/// `net_ring_`, so the `rte_vdev_uninit` of its drop misses the device and
+/// the port id is never released (22.11 has 32 port ids: two fabrics of 8
+/// senders exhaust them). Uninit the real name; a no-op once `dpdk` does it.
+fn release_ring_ports(names: &[String]) {
+    for n in names {
+        let Ok(c) = std::ffi::CString::new(format!("net_ring_{n}")) else {
+            continue;
+        };
+        // SAFETY: a valid C string; every queue handle and Port of this
+        // device has been dropped (the port is stopped), so nothing polls it.
+        // An unknown name only makes the call fail.
+        unsafe {
+            dpdk_sys::rte_vdev_uninit(c.as_ptr());
+        }
+    }
 }
 
 struct DriveParams {
@@ -526,7 +562,7 @@ fn drive(
     p: DriveParams,
     progress: &AtomicU64,
 ) -> DriverOut {
-    let clock = dp.clock().clone();
+    let clock = *dp.clock();
     let bn0 = *dp
         .switch
         .counters(p.rx_port)
@@ -570,9 +606,14 @@ fn drive(
             let bin = ((now - t0) / p.series_bin_ns) as usize;
             if bin < series_len {
                 if series.len() <= bin {
-                    series.resize(bin + 1, 0);
+                    series.resize(bin + 1, NO_SAMPLE);
                 }
-                series[bin] = series[bin].max(q.min(u64::from(u32::MAX)) as u32);
+                let q32 = q.min(u64::from(NO_SAMPLE - 1)) as u32;
+                series[bin] = if series[bin] == NO_SAMPLE {
+                    q32
+                } else {
+                    series[bin].max(q32)
+                };
             }
         }
         if turns % 8 != 0 {
