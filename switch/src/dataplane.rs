@@ -3,11 +3,12 @@
 //! onto the ports. Everything that decides anything (routing, WRED/ECN, shaping, INT)
 //! is in the core; this module only moves packets and reads the clock.
 //!
-//! Per loop turn (DESIGN.md section 3): the TSC is read once and converted to ns; every
+//! Per loop turn (DESIGN.md section 3): the TSC is read and converted to ns; every
 //! port is polled for one RX burst of up to [`BURST_SIZE`] frames, each handed to
 //! [`Switch::receive`] (a rejected frame is freed by dropping it; the core has counted
-//! it); then every port drains what its shaper releases ([`Switch::dequeue`]) into a
-//! per-port TX burst and sends it. Frames the driver does not take stay in that burst
+//! it); then, at a second clock reading (only when something arrived), every port
+//! drains what its shaper releases ([`Switch::dequeue`]) into a per-port TX burst and
+//! sends it, so a frame can leave in the turn it arrived in. Frames the driver does not take stay in that burst
 //! and are retried first on the next turn; while any are pending the port takes no new
 //! frames from the core, so back-pressure shows up as queue depth (and WRED/ECN) in the
 //! core instead of silent loss. No allocation, lock, syscall or print per packet.
@@ -170,20 +171,40 @@ impl Dataplane {
     }
 
     /// One loop turn at time `now` (ns on the switch's clock): RX and classify on every
-    /// port, then TX what each port's shaper releases.
+    /// port (arrival time `now`), then TX what each port's shaper releases by the time
+    /// the RX phase ends (the clock is read again if anything was received).
     #[inline]
     pub fn poll(&mut self, now: u64) -> Turn {
+        self.poll_with(now, |_, _| {})
+    }
+
+    /// As [`Dataplane::poll`], with `rx_hook(port_id, frames)` called on every received
+    /// burst before the core sees it (the `switch_fwd` benchmark uses it to play the
+    /// NIC's DMA writing the frame headers; `poll` passes a no-op, which compiles away).
+    #[inline]
+    pub fn poll_with<F: FnMut(u16, &mut [Mbuf])>(&mut self, now: u64, mut rx_hook: F) -> Turn {
         let mut turn = Turn::default();
         for p in self.ports.iter_mut() {
             let n = p.rx.recv(&mut self.rx_burst);
+            if n == 0 {
+                continue;
+            }
             turn.rx += n;
+            rx_hook(p.id, self.rx_burst.as_mut_slice());
             for m in self.rx_burst.drain() {
                 // A rejected frame is handed back; dropping it frees the mbuf.
                 let _ = self.switch.receive(p.id, m, now);
             }
         }
+        // Frames received in this turn may leave in it: the TX phase reads the clock
+        // again (the shaper still never starts a frame before its arrival `now`).
+        let now_tx = if turn.rx > 0 {
+            self.clock.now_ns().max(now)
+        } else {
+            now
+        };
         for p in self.ports.iter_mut() {
-            turn.tx += Self::flush_port(&mut self.switch, p, now);
+            turn.tx += Self::flush_port(&mut self.switch, p, now_tx);
         }
         turn
     }

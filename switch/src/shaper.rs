@@ -48,6 +48,11 @@ pub struct Shaper {
     carry: u64,
     /// Token-bucket depth expressed in ns at `rate_bps`.
     burst_ns: u64,
+    /// The last frame's wire bytes and `wire * 8 * 10^9` divided by the rate (quotient,
+    /// remainder): a stream of equal frames books each one without a division.
+    last_wire: u64,
+    last_q: u64,
+    last_r: u64,
 }
 
 impl Shaper {
@@ -61,6 +66,9 @@ impl Shaper {
             next_free: 0,
             carry: 0,
             burst_ns,
+            last_wire: u64::MAX,
+            last_q: 0,
+            last_r: 0,
         }
     }
 
@@ -102,9 +110,22 @@ impl Shaper {
             self.carry = 0;
         }
         // wire <= 2^20, so bits * 10^9 < 2^23 * 2^30 = 2^53, plus carry < rate <= 2^44.
-        let num = wire.min(MAX_CHARGE) * 8 * NS_PER_S + self.carry;
-        let ns = num / self.rate_bps;
-        self.carry = num % self.rate_bps;
+        let w = wire.min(MAX_CHARGE);
+        if w != self.last_wire {
+            let num = w * 8 * NS_PER_S;
+            self.last_wire = w;
+            self.last_q = num / self.rate_bps;
+            self.last_r = num % self.rate_bps;
+        }
+        // (w * 8 * 10^9 + carry) / rate = last_q + (last_r + carry) / rate, and
+        // last_r + carry < 2 * rate: one compare instead of a 64-bit division.
+        let mut ns = self.last_q;
+        let mut r = self.last_r + self.carry;
+        if r >= self.rate_bps {
+            r -= self.rate_bps;
+            ns += 1;
+        }
+        self.carry = r;
         self.next_free = start.saturating_add(ns);
         self.next_free
     }

@@ -13,7 +13,7 @@ use crate::queue::{Meta, PktQueue};
 use crate::shaper::{wire_bytes, Shaper};
 
 use crate::wred::{Rng, Wred, WredAction};
-use rdma::wire::int::{self, HopRecord, PushOutcome};
+use rdma::wire::int::{self, HopRecord};
 use rdma::wire::{EthernetPacket, Ipv4Packet, UdpPacket, ROCEV2_UDP_PORT};
 
 /// Ethernet header length (no VLAN tag: tagged frames are not IPv4 to this core).
@@ -137,7 +137,7 @@ fn classify(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
         return Err(DropReason::NotIpv4);
     }
     let ip = Ipv4Packet::new_checked(&b[L3_OFF..]).map_err(|_| DropReason::Malformed)?;
-    if !ip.verify_checksum() {
+    if ipv4_header_checksum(&b[L3_OFF..L3_OFF + ip.header_len()]) != 0 {
         return Err(DropReason::Malformed);
     }
     let h = ip.header();
@@ -214,32 +214,90 @@ enum IntPush {
     Error,
 }
 
-/// Pushes `hop` after the MD header: prepend 16 bytes of headroom, then
-/// `rdma::wire::int::push_hop_front` moves the headers forward into it and fixes the
-/// shim length, RemainingHopCnt, IPv4 total length, UDP length and IPv4 checksum. When
-/// RemainingHopCnt is 0 it sets E instead (INT v2.0 section 5.7). The ICRC is computed
-/// as if the container were absent, so it is untouched.
-fn push_int<P: PacketBuf>(pkt: &mut P, int_dscp: u8, hop: &HopRecord) -> IntPush {
-    let len = pkt.len();
-    if pkt.prepend(int::HOP_LEN) {
-        match int::push_hop_front(pkt.bytes_mut(), int::HOP_LEN, len, L3_OFF, int_dscp, hop) {
-            Ok(PushOutcome::Pushed { start: 0, .. }) => IntPush::Pushed,
-            Ok(PushOutcome::Full) => {
-                pkt.trim_front(int::HOP_LEN);
-                IntPush::Full
-            }
-            Ok(PushOutcome::Pushed { .. }) | Err(_) => {
-                pkt.trim_front(int::HOP_LEN);
-                IntPush::Error
-            }
-        }
-    } else {
-        // No headroom: still set E when the container is full, else give up on this hop.
-        match int::push_hop_front(pkt.bytes_mut(), 0, len, L3_OFF, int_dscp, hop) {
-            Ok(PushOutcome::Full) => IntPush::Full,
-            _ => IntPush::Error,
-        }
+/// UDP header length.
+const UDP_LEN: usize = rdma::wire::udp::HEADER_LEN;
+/// E bit of the MD header's flags, as a bit of the MD header's first byte (INT v2.0
+/// section 5.7; `MdFlags::E` is bit 26 of the big-endian first word).
+const MD_E_BIT: u8 = 0x04;
+
+/// The IPv4 header checksum over `h` (a whole header, a multiple of 4 bytes): the
+/// ones' complement sum taken over 32-bit words and folded, which is the same value as
+/// `rdma::wire::internet_checksum` (2^16 = 1 modulo 2^16 - 1) in a third of the steps.
+/// Verifying a header: the result over the header including its checksum is 0.
+#[inline]
+fn ipv4_header_checksum(h: &[u8]) -> u16 {
+    let mut s: u64 = 0;
+    for w in h.chunks_exact(4) {
+        s += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
     }
+    s = (s & 0xFFFF_FFFF) + (s >> 32);
+    s = (s & 0xFFFF) + (s >> 16);
+    s = (s & 0xFFFF) + (s >> 16);
+    s = (s & 0xFFFF) + (s >> 16);
+    !(s as u16)
+}
+
+/// Pushes `hop` after the MD header of a frame that [`classify`] accepted with an INT
+/// container (and that nothing but [`rewrite`] changed since): prepend 16 bytes of
+/// headroom, move the headers (Ethernet .. MD header, 58 bytes without IPv4 options)
+/// forward into it, write the record, fix the shim length, RemainingHopCnt, IPv4 total
+/// length, UDP length (checksum 0, as RoCEv2 sends) and IPv4 checksum (incrementally). When
+/// RemainingHopCnt is 0 (or the stack is at its wire maximum) it sets E instead (INT v2.0
+/// section 5.7). The ICRC is computed as if the container were absent, so it is
+/// untouched. Byte for byte what `rdma::wire::int::push_hop_front` does (tested), but
+/// with the offsets the classifier already checked instead of parsing the frame again.
+/// Every index is checked; a frame that does not fit is an `Error`, untouched.
+fn push_int<P: PacketBuf>(pkt: &mut P, hop: &HopRecord) -> IntPush {
+    let b = pkt.bytes();
+    let Some(&ver_ihl) = b.get(L3_OFF) else {
+        return IntPush::Error;
+    };
+    let udp_off = L3_OFF + usize::from(ver_ihl & 0xF) * 4;
+    let int_off = udp_off + UDP_LEN;
+    let md_off = int_off + int::SHIM_LEN;
+    let hdr_end = int_off + int::HEADER_LEN;
+    if hdr_end > b.len() {
+        return IntPush::Error;
+    }
+    let int_len = usize::from(b[int_off + 1]) * 4;
+    if b[md_off + 3] == 0
+        || int_len + int::HOP_LEN > int::MAX_HOPS_WIRE * int::HOP_LEN + int::HEADER_LEN
+    {
+        pkt.bytes_mut()[md_off] |= MD_E_BIT;
+        return IntPush::Full;
+    }
+    let tl_old = u16::from_be_bytes([b[L3_OFF + 2], b[L3_OFF + 3]]);
+    let hc = u16::from_be_bytes([b[L3_OFF + 10], b[L3_OFF + 11]]);
+    let ul = u16::from_be_bytes([b[udp_off + 4], b[udp_off + 5]]);
+    let (Some(tl), Some(ul)) = (
+        tl_old.checked_add(int::HOP_LEN as u16),
+        ul.checked_add(int::HOP_LEN as u16),
+    ) else {
+        return IntPush::Error;
+    };
+    if !pkt.prepend(int::HOP_LEN) {
+        return IntPush::Error;
+    }
+    let f = pkt.bytes_mut();
+    f.copy_within(int::HOP_LEN..int::HOP_LEN + hdr_end, 0);
+    if hop.emit(&mut f[hdr_end..hdr_end + int::HOP_LEN]).is_err() {
+        // Cannot happen (16 bytes given); undo the move rather than send a torn frame.
+        f.copy_within(0..hdr_end, int::HOP_LEN);
+        pkt.trim_front(int::HOP_LEN);
+        return IntPush::Error;
+    }
+    f[int_off + 1] += int::HOP_ML_WORDS;
+    f[md_off + 3] -= 1;
+    f[L3_OFF + 2..L3_OFF + 4].copy_from_slice(&tl.to_be_bytes());
+    f[udp_off + 4..udp_off + 6].copy_from_slice(&ul.to_be_bytes());
+    f[udp_off + 6] = 0;
+    f[udp_off + 7] = 0;
+    // Incremental (RFC 1624 eq. 3) from the checksum the classifier verified: only the
+    // total length changed. Equal to a full recompute (the total length is never 0xFFFF
+    // before the push), and it does not read back the bytes just moved (a full
+    // recompute right after the move stalls on store forwarding).
+    f[L3_OFF + 10..L3_OFF + 12].copy_from_slice(&csum_adjust(hc, tl_old, tl).to_be_bytes());
+    IntPush::Pushed
 }
 
 /// The switch core over packets of type `P`.
@@ -413,7 +471,7 @@ impl<P: PacketBuf> Switch<P> {
     /// this dequeue, txBytes before this frame, B, switch_ID, port_ID).
     pub fn dequeue(&mut self, port_out: u16, now: u64) -> Option<P> {
         let idx = self.idx(port_out)?;
-        let (switch_id, int_dscp, fcs) = (self.switch_id, self.int_dscp, self.fcs_in_frame);
+        let (switch_id, fcs) = (self.switch_id, self.fcs_in_frame);
         let port = &mut self.ports[idx];
         if !port.shaper.ready(now) {
             return None;
@@ -437,7 +495,7 @@ impl<P: PacketBuf> Switch<P> {
                 port.counters.queue_bytes,
                 port.speed_bps,
             );
-            match push_int(&mut pkt, int_dscp, &hop) {
+            match push_int(&mut pkt, &hop) {
                 IntPush::Pushed => port.counters.int_pushed += 1,
                 IntPush::Full => port.counters.int_e_set += 1,
                 IntPush::Error => port.counters.int_errors += 1,
@@ -527,6 +585,123 @@ impl<P: PacketBuf> Switch<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdma::wire::int::PushOutcome;
+
+    /// A RoCEv2 WRITE frame with an INT container that allows `max_hops` and already
+    /// holds `have` records (pushed with rdma's reference implementation).
+    fn int_frame(max_hops: u8, have: u8, payload: usize) -> Vec<u8> {
+        use rdma::wire::frame::{IntInsert, NetHeaders, RoceRepr};
+        use rdma::wire::{BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcode};
+        let fb = FrameBuilder {
+            net: NetHeaders {
+                src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+                dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+                src_ip: Ipv4Address([10, 0, 0, 1]),
+                dst_ip: Ipv4Address([10, 0, 1, 2]),
+                udp_src_port: 0xC001,
+                dscp: 3,
+                ttl: 64,
+            },
+            int: Some(IntInsert {
+                int_dscp: 0x18,
+                max_hops,
+            }),
+        };
+        let p = RoceRepr::new(BthRepr::new(Opcode::SendOnly, 0x11, 7));
+        // Room in front for up to 62 records.
+        let mut buf = vec![0u8; 4096];
+        let n = fb
+            .emit_frame(&p, &vec![0x5A; payload], Ecn::Ect0, &mut buf[1200..])
+            .unwrap();
+        let (mut start, mut len) = (1200, n);
+        for i in 0..have {
+            let hop =
+                HopRecord::from_units(9, u16::from(i), 1000 * u64::from(i), 7, 640, 1e11 as u64);
+            match int::push_hop_front(&mut buf, start, len, L3_OFF, 0x18, &hop).unwrap() {
+                PushOutcome::Pushed { start: s, len: l } => (start, len) = (s, l),
+                PushOutcome::Full => {}
+            }
+        }
+        buf[start..start + len].to_vec()
+    }
+
+    #[test]
+    fn int_push_is_byte_identical_to_rdma_push_hop_front() {
+        let hop = HopRecord::from_units(3, 2, 123_456_789, 987_654, 12_800, 25e9 as u64);
+        let mut cases = 0;
+        for (max_hops, have) in [
+            (8, 0),
+            (8, 3),
+            (8, 7),
+            (8, 8),
+            (2, 2),
+            (1, 0),
+            (62, 61),
+            (62, 62),
+        ] {
+            for payload in [0, 64, 1024] {
+                let frame = int_frame(max_hops, have, payload);
+                // Reference: rdma's push into a buffer with 128 bytes of headroom.
+                let mut r = vec![0u8; 128 + frame.len()];
+                r[128..].copy_from_slice(&frame);
+                let want = match int::push_hop_front(&mut r, 128, frame.len(), L3_OFF, 0x18, &hop)
+                    .unwrap()
+                {
+                    PushOutcome::Pushed { start, len } => {
+                        (IntPush::Pushed, r[start..start + len].to_vec())
+                    }
+                    PushOutcome::Full => (IntPush::Full, r[128..].to_vec()),
+                };
+                let mut f = crate::FrameBuf::from_frame(&frame).unwrap();
+                let got = push_int(&mut f, &hop);
+                assert_eq!(
+                    (got, f.bytes().to_vec()),
+                    want,
+                    "max_hops {max_hops} have {have}"
+                );
+                // Without headroom: E still set on a full stack, else an error, frame intact.
+                let mut f = crate::FrameBuf::new(&frame, 0, frame.len()).unwrap();
+                let got = push_int(&mut f, &hop);
+                if want.0 == IntPush::Full {
+                    assert_eq!((got, f.bytes().to_vec()), want);
+                } else {
+                    assert_eq!((got, f.bytes()), (IntPush::Error, &frame[..]));
+                }
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 24);
+        // A truncated frame is an error, not a panic.
+        let frame = int_frame(8, 1, 0);
+        for cut in [0, 10, 14, 40, 57] {
+            let mut f = crate::FrameBuf::from_frame(&frame[..cut]).unwrap();
+            assert_eq!(push_int(&mut f, &hop), IntPush::Error, "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn fast_ipv4_checksum_equals_internet_checksum() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for i in 0..2000 {
+            let mut h = [0u8; 60];
+            for b in h.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            // Include the all-ones and all-zero corner cases.
+            if i == 0 {
+                h = [0xFF; 60];
+            } else if i == 1 {
+                h = [0; 60];
+            }
+            for words in [5usize, 6, 15] {
+                let hh = &h[..words * 4];
+                assert_eq!(ipv4_header_checksum(hh), rdma::wire::internet_checksum(hh));
+            }
+        }
+    }
 
     #[test]
     fn incremental_checksum_matches_recompute() {
