@@ -1,15 +1,21 @@
 //! `roce-switch`: the DPDK software switch (DESIGN.md section 6).
 //!
 //! ```text
-//! roce-switch --config FILE [--port DEVARGS]... [--speed PORT=RATE]...
+//! roce-switch --config FILE [--port DEVARGS]... [--speed [PORT=]RATE]...
+//!             [--switch-id N] [--int-dscp N] [--seed N] [--buf-max SIZE] [--k-min SIZE]
+//!             [--k-max SIZE] [--p-max P] [--k-drop SIZE] [--burst SIZE]
 //!             [--stats-interval SECS] [--core N] [--duration SECS] [-- EAL args]
 //! ```
 //!
 //! The ports are DPDK devargs (`net_tap0,iface=sw0`, `net_af_packet0,iface=veth0`, a
 //! PCI address, ...) given in port-id order: the i-th `--port` must become the DPDK
 //! port whose id is the i-th smallest `id` of the configuration (a fresh process with
-//! `--no-pci` numbers run-time vdevs 0, 1, ...). Flags override the TOML. One lcore
-//! runs the poll loop of [`switch::dataplane`]; the main thread waits for Ctrl-C
+//! `--no-pci` numbers run-time vdevs 0, 1, ...). `net_null0` and `net_ring0` (a ring
+//! port that loops back to itself) work too; ring pairs cabled back to back inside one
+//! process (`dpdk::Port::ring_pair`) need their other ends in the same process, so they
+//! are used through the library (`switch::dataplane`, as in tests/dpdk_ring.rs), not
+//! from this binary. Flags override the TOML (per-port flags apply to every port).
+//! One lcore runs the poll loop of [`switch::dataplane`]; the main thread waits for Ctrl-C
 //! (SIGINT/SIGTERM) or `--duration` and prints the final counters. Every error (bad
 //! configuration, a port that does not open, a port count that does not match) is a
 //! one-line message and exit status 1, never a panic.
@@ -35,9 +41,37 @@ struct Args {
     /// A port as DPDK devargs, in port-id order (repeat for each port).
     #[arg(long = "port", value_name = "DEVARGS")]
     ports: Vec<String>,
-    /// Link speed override, e.g. `1=10Gbps` (repeatable).
-    #[arg(long = "speed", value_name = "PORT=RATE")]
+    /// Link speed override: `PORT=RATE` for one port (e.g. `1=10Gbps`), or `RATE` for
+    /// every port (repeatable; later ones win).
+    #[arg(long = "speed", value_name = "[PORT=]RATE")]
     speeds: Vec<String>,
+    /// INT switch_ID (overrides `switch_id`).
+    #[arg(long)]
+    switch_id: Option<u16>,
+    /// DSCP announcing an INT container (overrides `int_dscp`).
+    #[arg(long)]
+    int_dscp: Option<u8>,
+    /// WRED random seed (overrides `seed`).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Data-class buffer of every port, e.g. `1MiB` (overrides `buf_max`).
+    #[arg(long, value_name = "SIZE")]
+    buf_max: Option<String>,
+    /// WRED K_min of every port, e.g. `5KiB` (overrides `k_min`).
+    #[arg(long, value_name = "SIZE")]
+    k_min: Option<String>,
+    /// WRED K_max of every port (overrides `k_max`).
+    #[arg(long, value_name = "SIZE")]
+    k_max: Option<String>,
+    /// WRED P_max of every port, in [0, 1] (overrides `p_max`).
+    #[arg(long, value_name = "P")]
+    p_max: Option<f64>,
+    /// Not-ECT drop threshold K of every port (overrides `k_drop`).
+    #[arg(long, value_name = "SIZE")]
+    k_drop: Option<String>,
+    /// Shaper burst credit of every port (overrides `burst`).
+    #[arg(long, value_name = "SIZE")]
+    burst: Option<String>,
     /// Seconds between stats lines (0: none).
     #[arg(long, default_value_t = 1.0)]
     stats_interval: f64,
@@ -70,24 +104,70 @@ fn install_signals() {
     }
 }
 
-/// Applies `--speed PORT=RATE` overrides to the parsed TOML (validated afterwards).
-fn apply_speeds(cfg: &mut Config, speeds: &[String]) -> Result<(), String> {
-    for s in speeds {
-        let (port, rate) = s
-            .split_once('=')
-            .ok_or_else(|| format!("--speed {s:?}: expected PORT=RATE"))?;
-        let id: u16 = port
-            .trim()
-            .parse()
-            .map_err(|_| format!("--speed {s:?}: bad port id {port:?}"))?;
-        let p = cfg
-            .ports
-            .iter_mut()
-            .find(|p| p.id == id)
-            .ok_or_else(|| format!("--speed {s:?}: no port {id} in the configuration"))?;
-        p.speed = Some(Quantity::from(rate.trim()));
+/// Applies the command-line overrides to the parsed TOML (validated afterwards, so a
+/// bad value from a flag gets the same error as one from the file). Returns whether any
+/// override was given.
+fn apply_overrides(cfg: &mut Config, a: &Args) -> Result<bool, String> {
+    let mut any = false;
+    for s in &a.speeds {
+        any = true;
+        match s.split_once('=') {
+            None => {
+                for p in cfg.ports.iter_mut() {
+                    p.speed = Some(Quantity::from(s.trim()));
+                }
+            }
+            Some((port, rate)) => {
+                let id: u16 = port
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("--speed {s:?}: bad port id {port:?}"))?;
+                let p =
+                    cfg.ports.iter_mut().find(|p| p.id == id).ok_or_else(|| {
+                        format!("--speed {s:?}: no port {id} in the configuration")
+                    })?;
+                p.speed = Some(Quantity::from(rate.trim()));
+            }
+        }
     }
-    Ok(())
+    if let Some(v) = a.switch_id {
+        cfg.switch_id = v;
+        any = true;
+    }
+    if let Some(v) = a.int_dscp {
+        cfg.int_dscp = v;
+        any = true;
+    }
+    if let Some(v) = a.seed {
+        cfg.seed = v;
+        any = true;
+    }
+    // Per-port keys: set on every port (a port's own key beats `[defaults]`).
+    let sizes: [(
+        &Option<String>,
+        fn(&mut switch::config::PortConfig) -> &mut Option<Quantity>,
+    ); 5] = [
+        (&a.buf_max, |p| &mut p.buf_max),
+        (&a.k_min, |p| &mut p.k_min),
+        (&a.k_max, |p| &mut p.k_max),
+        (&a.k_drop, |p| &mut p.k_drop),
+        (&a.burst, |p| &mut p.burst),
+    ];
+    for (flag, field) in sizes {
+        if let Some(v) = flag {
+            any = true;
+            for p in cfg.ports.iter_mut() {
+                *field(p) = Some(Quantity::from(v.trim()));
+            }
+        }
+    }
+    if let Some(v) = a.p_max {
+        any = true;
+        for p in cfg.ports.iter_mut() {
+            p.p_max = Some(v);
+        }
+    }
+    Ok(any)
 }
 
 fn run(args: Args) -> Result<(), String> {
@@ -101,10 +181,15 @@ fn run(args: Args) -> Result<(), String> {
     }
     let mut cfg =
         Config::from_file(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
-    apply_speeds(&mut cfg, &args.speeds)?;
-    let settings = cfg
-        .validate()
-        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let overridden = apply_overrides(&mut cfg, &args)?;
+    let settings = cfg.validate().map_err(|e| {
+        let with = if overridden {
+            " (with the command-line overrides)"
+        } else {
+            ""
+        };
+        format!("{}{with}: {e}", args.config.display())
+    })?;
     let mut ids: Vec<u16> = settings.ports.iter().map(|p| p.id).collect();
     ids.sort_unstable();
     if args.ports.len() != ids.len() {
@@ -145,7 +230,12 @@ fn run(args: Args) -> Result<(), String> {
     let mut ports = Vec::new();
     let mut ios = Vec::new();
     for (devargs, &want) in args.ports.iter().zip(&ids) {
-        let mut port = Port::open(eal, devargs).map_err(|e| format!("port {devargs:?}: {e}"))?;
+        let mut port = Port::open(eal, devargs).map_err(|e| {
+            format!(
+                "port {devargs:?}: {e} (unknown driver, bad devargs, or a device that does \
+                 not exist)"
+            )
+        })?;
         if port.id() != want {
             return Err(format!(
                 "port {devargs:?} became DPDK port {} but the configuration expects id {want} \
