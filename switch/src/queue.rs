@@ -85,7 +85,7 @@ impl<P> PktQueue<P> {
     }
 
     /// Appends `p` with its metadata; gives `p` back if `m.len` bytes do not fit.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, p: P, m: Meta) -> Result<(), P> {
         if !self.fits(u64::from(m.len)) {
             return Err(p);
@@ -108,7 +108,7 @@ impl<P> PktQueue<P> {
     }
 
     /// Removes the oldest packet with its metadata.
-    #[inline]
+    #[inline(always)]
     pub fn pop(&mut self) -> Option<(P, Meta)> {
         if self.count == 0 {
             return None;
