@@ -196,7 +196,7 @@ fn run_ours(
                 }
             });
             turns = turns.wrapping_add(1);
-            if turns % 1024 == 0 {
+            if turns.is_multiple_of(1024) {
                 let now = Instant::now();
                 if now.duration_since(last.0) >= Duration::from_secs(1) {
                     let n = sent(&dp, &ids);

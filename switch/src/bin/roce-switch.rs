@@ -104,6 +104,9 @@ fn install_signals() {
     }
 }
 
+/// A per-port size key of the TOML, for the overrides.
+type SizeField = fn(&mut switch::config::PortConfig) -> &mut Option<Quantity>;
+
 /// Applies the command-line overrides to the parsed TOML (validated afterwards, so a
 /// bad value from a flag gets the same error as one from the file). Returns whether any
 /// override was given.
@@ -143,10 +146,7 @@ fn apply_overrides(cfg: &mut Config, a: &Args) -> Result<bool, String> {
         any = true;
     }
     // Per-port keys: set on every port (a port's own key beats `[defaults]`).
-    let sizes: [(
-        &Option<String>,
-        fn(&mut switch::config::PortConfig) -> &mut Option<Quantity>,
-    ); 5] = [
+    let sizes: [(&Option<String>, SizeField); 5] = [
         (&a.buf_max, |p| &mut p.buf_max),
         (&a.k_min, |p| &mut p.k_min),
         (&a.k_max, |p| &mut p.k_max),
