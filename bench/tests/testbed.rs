@@ -128,7 +128,8 @@ fn testbed_bad_flags_are_errors() {
         &["incast", "--cc", "cubic"][..],
         &["incast", "--bottleneck", "fast"],
         &["incast", "--mtu", "4096"],
-        &["incast", "--no-calibrate"],
+        &["incast", "--no-calibrate", "--base-rtt-us", "auto"],
+        &["incast", "--base-rtt-us", "-3"],
         &["incast", "--k-min", "200KB", "--k-max", "100KB"],
         &["fairness", "--senders", "0"],
     ] {

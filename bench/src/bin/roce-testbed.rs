@@ -81,16 +81,18 @@ struct Common {
     #[arg(long, default_value_t = 1024)]
     mtu: u32,
     /// WRITE size of the bulk flows.
-    #[arg(long, default_value = "64KiB", value_parser = parse_size)]
+    #[arg(long, default_value = "32KiB", value_parser = parse_size)]
     msg: u64,
     /// WRITEs in flight per sender QP.
     #[arg(long, default_value_t = 16)]
     outstanding: usize,
-    /// Base RTT the CCs size their windows from, us (default: measured on the idle fabric, see --help of the README).
-    #[arg(long = "base-rtt-us")]
-    base_rtt_us: Option<f64>,
-    /// With a measured base RTT: use this percentile of the idle RTT samples.
-    #[arg(long = "rtt-percentile", default_value_t = 0.99)]
+    /// Base RTT T the CCs size their windows from (HPCC++ W_max = B*T, LDCP IW), us, or
+    /// `auto` (the calibration's idle RTT at --rtt-percentile). Must cover the RTT under
+    /// load: all NIC engines share one core, so that is several times the idle RTT.
+    #[arg(long = "base-rtt-us", default_value = "100")]
+    base_rtt_us: String,
+    /// With `--base-rtt-us auto`: the percentile of the idle RTT samples to use.
+    #[arg(long = "rtt-percentile", default_value_t = 0.5)]
     rtt_percentile: f64,
     /// WRED K_min.
     #[arg(long = "k-min", default_value = "20KB", value_parser = parse_size)]
@@ -99,7 +101,7 @@ struct Common {
     #[arg(long = "k-max", default_value = "100KB", value_parser = parse_size)]
     k_max: u64,
     /// WRED P_max.
-    #[arg(long = "p-max", default_value_t = 0.2)]
+    #[arg(long = "p-max", default_value_t = 0.5)]
     p_max: f64,
     /// Switch buffer per port.
     #[arg(long = "buf-max", default_value = "1MB", value_parser = parse_size)]
@@ -128,7 +130,7 @@ struct Common {
     /// Do not draw the SVG plots.
     #[arg(long = "no-plots")]
     no_plots: bool,
-    /// Skip the idle-fabric calibration (RTT, CPU capacity); needs --base-rtt-us.
+    /// Skip the idle-fabric calibration (idle RTT, what the CPU can offer).
     #[arg(long = "no-calibrate")]
     no_calibrate: bool,
     /// Length of the calibration's all-senders blast, ms.
@@ -283,17 +285,23 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
             "--rtt-percentile must be in [0, 1]".into(),
         ));
     }
-    if c.no_calibrate && c.base_rtt_us.is_none() {
-        return Err(TestbedError::Config(
-            "--no-calibrate needs --base-rtt-us (the RTT is what the calibration measures)".into(),
-        ));
-    }
-    if let Some(r) = c.base_rtt_us {
-        if !(r > 0.0 && r <= 1e6) {
-            return Err(TestbedError::Config(
-                "--base-rtt-us must be in (0, 1e6]".into(),
-            ));
+    let base_rtt_us: Option<f64> = if c.base_rtt_us.trim().eq_ignore_ascii_case("auto") {
+        None
+    } else {
+        match c.base_rtt_us.trim().parse::<f64>() {
+            Ok(r) if r > 0.0 && r <= 1e6 => Some(r),
+            _ => {
+                return Err(TestbedError::Config(format!(
+                    "--base-rtt-us {}: expected microseconds in (0, 1e6] or auto",
+                    c.base_rtt_us
+                )))
+            }
         }
+    };
+    if c.no_calibrate && base_rtt_us.is_none() {
+        return Err(TestbedError::Config(
+            "--base-rtt-us auto needs the calibration (drop --no-calibrate)".into(),
+        ));
     }
     let workload = match &cli.scenario {
         Scenario::Incast { size, .. } => {
@@ -346,7 +354,7 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
         k_drop: c.k_drop.unwrap_or(c.k_max),
         burst: c.burst,
         mtu: c.mtu,
-        base_rtt_ns: c.base_rtt_us.map_or(100_000, |r| (r * 1e3) as u64),
+        base_rtt_ns: base_rtt_us.map_or(100_000, |r| (r * 1e3) as u64),
         outstanding: c.outstanding,
         region: 4 << 20,
         nic_core: c.nic_core.or(pin.then_some(0)),
@@ -384,7 +392,7 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
     // Calibration: idle RTT and what the CPU can offer, with CC none.
     let mut calibration: Option<Calibration> = None;
     let mut idle_rtt_ns = cfg.base_rtt_ns;
-    let mut rtt_source = "--base-rtt-us".to_string();
+    let mut rtt_source = "set with --base-rtt-us".to_string();
     if !c.no_calibrate {
         let w = Workload::calibration(senders, 40, 300_000, cfg.mtu, c.calib_ms.max(1) * 1_000_000);
         let mut ccfg = cfg.clone();
@@ -402,8 +410,8 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
             .filter_map(|f| Some((f.end_ns? - f.spec.start_ns) as f64))
             .collect();
         rtts.sort_by(f64::total_cmp);
-        idle_rtt_ns = cal.rtt_p50_us.max(1.0) as u64 * 1000;
-        if c.base_rtt_us.is_none() {
+        idle_rtt_ns = (cal.rtt_min_us.max(1.0) * 1e3) as u64;
+        if base_rtt_us.is_none() {
             let p = analyze::percentile(&rtts, c.rtt_percentile).unwrap_or(100_000.0);
             cfg.base_rtt_ns = (p as u64).max(1_000);
             rtt_source = format!("measured: idle RTT p{:.0}", c.rtt_percentile * 100.0);

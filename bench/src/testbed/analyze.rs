@@ -65,7 +65,7 @@ pub struct Calibration {
     pub offered_gbps: f64,
     /// Bottleneck utilisation while they did.
     pub utilisation: f64,
-    /// Whether the CPU can fill the bottleneck (utilisation >= 90 %).
+    /// Whether the senders offered at least the bottleneck rate.
     pub fills_link: bool,
 }
 
@@ -128,7 +128,7 @@ pub struct CcResult {
     pub limit: Limit,
     /// Why, in words.
     pub limit_note: String,
-    /// Fraction of the run the switch thread was descheduled (gaps > 50 us).
+    /// Fraction of the run the switch thread was descheduled (gaps > 0.5 ms).
     pub switch_stall_fraction: f64,
     /// Whether the run hit `--timeout`.
     pub timed_out: bool,
@@ -206,20 +206,23 @@ pub fn calibration(d: &RunData, cfg: &FabricConfig, w: &Workload) -> Calibration
         .filter_map(|f| Some((f.end_ns? - f.spec.start_ns) as f64 / 1e3))
         .collect();
     rtts.sort_by(f64::total_cmp);
-    // The blast window, as planned (the run timed it).
-    let (a, b) = match (w.events_ns.get(1), w.events_ns.get(2)) {
-        (Some(&a), Some(&b)) => (a, b),
-        _ => (0, d.duration_ns.max(1)),
-    };
+    // From the blast's start to the end of the run (what was in flight at
+    // its planned end drains at the bottleneck rate).
+    let a = w.events_ns.get(1).copied().unwrap_or(0);
+    let b = d.duration_ns.max(a + 1);
     let secs = (b - a) as f64 / 1e9;
     let util = d.bottleneck.tx_wire_bytes as f64 * 8.0 / (cfg.bottleneck_bps as f64 * secs);
+    let offered = d.offered_bytes as f64 * 8.0 / secs / 1e9;
     Calibration {
         rtt_min_us: rtts.first().copied().unwrap_or(0.0),
         rtt_p50_us: percentile(&rtts, 0.5).unwrap_or(0.0),
         rtt_p99_us: percentile(&rtts, 0.99).unwrap_or(0.0),
-        offered_gbps: d.offered_bytes as f64 * 8.0 / secs / 1e9,
+        offered_gbps: offered,
         utilisation: util,
-        fills_link: util >= LINK_LIMITED,
+        // Without CC, go-back-N after tail drops and retransmission
+        // timeouts idle the link at times: what matters is that the
+        // senders offered more than it carries.
+        fills_link: offered * 1e9 >= cfg.bottleneck_bps as f64,
     }
 }
 
@@ -323,7 +326,8 @@ pub fn analyze(
     };
 
     // Rates over time.
-    let rate_bin = (dur / 120).max(100_000);
+    // About 60 bins: wide enough for several WRITEs per flow per bin.
+    let rate_bin = (dur / 60).max(100_000);
     let bins = (dur / rate_bin + 1) as usize;
     let long: Vec<usize> = (0..d.flows.len())
         .filter(|&i| d.flows[i].spec.kind == FlowKind::Long)

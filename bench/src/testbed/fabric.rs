@@ -31,6 +31,11 @@ use switch::{Config, PortCounters, Switch};
 
 use super::{FlowSpec, Stop, TestbedError, Workload};
 
+/// A gap between two switch loop turns longer than this is counted as the
+/// thread being descheduled (a busy turn takes well under 100 us; a CFS
+/// preemption takes milliseconds).
+pub const STALL_NS: u64 = 500_000;
+
 /// Most senders a fabric can have.
 pub const MAX_SENDERS: usize = 15;
 
@@ -129,7 +134,7 @@ pub struct RunData {
     pub offered_bytes: u64,
     /// Switch loop turns.
     pub turns: u64,
-    /// Time the switch loop spent in gaps longer than 50 us (descheduled), ns.
+    /// Time the switch loop spent in gaps longer than [`STALL_NS`] (descheduled), ns.
     pub stall_ns: u64,
     /// Whether the run hit the timeout.
     pub timed_out: bool,
@@ -590,7 +595,7 @@ fn drive(
     loop {
         let now = clock.now_ns();
         let gap = now.saturating_sub(last);
-        if gap > 50_000 {
+        if gap > STALL_NS {
             stall_ns += gap;
         }
         last = now;

@@ -28,7 +28,9 @@ fn color(i: usize) -> RGBColor {
     C[i % C.len()]
 }
 
-/// Queue depth at the bottleneck over time, one line per CC, with K_min and K_max.
+/// Queue depth at the bottleneck over time, one line per CC, with K_min and
+/// K_max. When `none` runs more
+/// than twice as long as every other CC, the time axis stops after the others.
 pub fn queue(
     path: &Path,
     results: &[CcResult],
@@ -37,11 +39,22 @@ pub fn queue(
 ) -> Result<(), TestbedError> {
     let root = SVGBackend::new(path, (960, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(path, e))?;
-    let xmax = results
+    let end = |r: &CcResult| r.queue_series.last().map_or(0.0, |p| p.0);
+    let all = results.iter().map(end).fold(0.0f64, f64::max).max(1e-3);
+    let others = results
         .iter()
-        .filter_map(|r| r.queue_series.last().map(|p| p.0))
-        .fold(0.0f64, f64::max)
-        .max(1e-3);
+        .filter(|r| r.cc != "none")
+        .map(end)
+        .fold(0.0f64, f64::max);
+    let (xmax, note) = if others > 0.0 && all > 2.0 * others {
+        (
+            others * 1.1,
+            format!(" (none cut at {:.0} ms of {:.0})", others * 1.1, all),
+        )
+    } else {
+        (all, String::new())
+    };
+    const FLOOR: f64 = 0.0;
     let ymax = results
         .iter()
         .flat_map(|r| r.queue_series.iter().map(|p| p.1))
@@ -52,7 +65,7 @@ pub fn queue(
         * 1.05;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "bottleneck queue (largest sample per bin)",
+            format!("bottleneck queue, largest sample per bin{note}"),
             ("sans-serif", 18),
         )
         .margin(12)
@@ -70,7 +83,10 @@ pub fn queue(
         let c = color(i);
         chart
             .draw_series(LineSeries::new(
-                r.queue_series.iter().map(|&(t, q)| (t, q as f64 / 1000.0)),
+                r.queue_series
+                    .iter()
+                    .filter(|p| p.0 <= xmax)
+                    .map(|&(t, q)| (t, (q as f64 / 1000.0).max(FLOOR))),
                 c.stroke_width(2),
             ))
             .map_err(|e| err(path, e))?
@@ -78,12 +94,10 @@ pub fn queue(
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
     for (name, k) in [("K_min", k_min), ("K_max", k_max)] {
-        let g = RGBColor(150, 150, 150);
+        let g = RGBColor(120, 120, 120);
+        let y = (k as f64 / 1000.0).max(FLOOR);
         chart
-            .draw_series(LineSeries::new(
-                [(0.0, k as f64 / 1000.0), (xmax, k as f64 / 1000.0)],
-                g.stroke_width(1),
-            ))
+            .draw_series(LineSeries::new([(0.0, y), (xmax, y)], g.stroke_width(1)))
             .map_err(|e| err(path, e))?
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], g.stroke_width(1)));

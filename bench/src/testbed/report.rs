@@ -64,13 +64,13 @@ pub fn table(r: &Report) -> String {
     if let Some(c) = &r.calibration {
         let _ = writeln!(
             s,
-            "calibration: idle RTT min/p50/p99 {:.1}/{:.1}/{:.1} us; without CC the senders offer {:.2} Gbit/s, bottleneck {:.0} % busy{}",
+            "calibration: idle RTT min/p50/p99 {:.1}/{:.1}/{:.1} us; without CC the senders offered {:.2} Gbit/s (bottleneck {:.0} % busy){}",
             c.rtt_min_us,
             c.rtt_p50_us,
             c.rtt_p99_us,
             c.offered_gbps,
             c.utilisation * 100.0,
-            if c.fills_link { "" } else { " -> CPU-LIMITED: lower --bottleneck" }
+            if c.fills_link { "" } else { " -> CPU-LIMITED: the senders cannot offer the bottleneck rate, lower --bottleneck" }
         );
     }
     let _ = writeln!(
