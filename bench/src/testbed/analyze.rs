@@ -351,8 +351,8 @@ pub fn analyze(
         rates[row].1[bin] += f64::from(c.bytes) * scale;
     }
 
-    // Queue series, downsampled to at most ~1500 points (max per group).
-    let step = d.queue_series.len().div_ceil(1500).max(1);
+    // Queue series, downsampled to at most ~800 points (max per group).
+    let step = d.queue_series.len().div_ceil(800).max(1);
     let queue_series: Vec<(f64, u64)> = d
         .queue_series
         .chunks(step)

@@ -83,7 +83,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         }
     };
     let b = v * mult;
-    if !b.is_finite() || b < 0.0 || b > 1e15 {
+    if !b.is_finite() || !(0.0..=1e15).contains(&b) {
         return Err(format!("'{s}' is out of range"));
     }
     Ok(b.round() as u64)
