@@ -151,6 +151,17 @@ fn unknown_ports_are_clear_errors() {
 
 #[test]
 fn runs_prints_stats_and_stops_cleanly_on_sigint() {
+    run_until(libc::SIGINT);
+}
+
+#[test]
+fn stops_cleanly_on_sigterm() {
+    run_until(libc::SIGTERM);
+}
+
+/// Runs on two `net_null` ports until two stats rounds are out, sends `sig`, and checks
+/// the exit and the final counters.
+fn run_until(sig: libc::c_int) {
     let mut child = Command::new(BIN)
         .args([
             "--config",
@@ -208,7 +219,7 @@ fn runs_prints_stats_and_stops_cleanly_on_sigint() {
         }
     }
     // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait") {
@@ -216,7 +227,7 @@ fn runs_prints_stats_and_stops_cleanly_on_sigint() {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("roce-switch did not stop within 20 s of SIGINT");
+            panic!("roce-switch did not stop within 20 s of signal {sig}");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
