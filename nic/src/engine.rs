@@ -359,10 +359,10 @@ impl Engine {
         })
     }
 
-    /// The poll loop; returns when the device is closed.
-    pub fn run(mut self) {
-        while self.poll_turn() {}
-        self.publish();
+    /// Runs the poll loop until the device is asked to stop; the engine is
+    /// then published, dropped and marked done (as one engine of a group).
+    pub fn run(self) {
+        run_group(vec![self]);
     }
 
     /// One turn of the poll loop (module docs); `false` once the device

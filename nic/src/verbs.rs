@@ -327,12 +327,12 @@ impl Device {
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-        } else {
-            // An engine of a group: its thread runs on; wait until the
-            // engine has been dropped (and its port released).
-            while !self.shared.done.load(Ordering::Acquire) {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
+        }
+        // Every engine, alone or in a group, is marked done once dropped (its
+        // port released), also when its thread unwinds; so this returns at
+        // once when called again (from `Drop` after `close`).
+        while !self.shared.done.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_micros(200));
         }
         // The engine dropped its end of the capture ring: the writer drains
         // what is left, flushes and ends.
