@@ -17,7 +17,6 @@
 //! connection) and publishes the counters. Nothing on the per-packet path
 //! allocates, locks or makes a system call.
 
-use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -30,8 +29,8 @@ use crossbeam_queue::ArrayQueue;
 use dpdk::{Burst, Eal, ExtBuf, Mempool, Port, RxQueue, TscClock, TxQueue};
 use rdma::transport::qp::{Payload as QpPayload, QpEvent};
 use rdma::transport::{
-    Access, MemorySpace, MrTable, Qp, QpConfig, QpError, QpState, RecvWr, SendWr, WcOpcode,
-    WcStatus, WorkCompletion,
+    Access, MemorySpace, MrTable, Qp, QpConfig, QpError, QpState, RecvWr, SendWr, TxPacket,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders, RoceRepr};
 use rdma::wire::int::HopRecord;
@@ -41,12 +40,27 @@ use rdma::wire::{BthRepr, Ecn, EthernetAddress, Ipv4Address, Opcode, ParseOption
 use crate::counters::{Counters, SharedCounters};
 use crate::io::{build_frame, parse_rx, Payload, TxPools, MAX_FRAME};
 use crate::pcapng::CaptureProducer;
+use crate::scheduler::{Decision, Scheduler};
+use crate::timer_wheel::{TimerHandle, TimerKey, TimerKind as WheelKind, TimerWheel};
 use crate::verbs::{stopping, DeviceConfig, QpOptions, RemoteQp, VerbsError};
 
 /// QP numbers start here (0 and 1 are special in the IBA).
 pub const QPN_BASE: u32 = 0x11;
-/// Most QPs one device holds.
-pub const MAX_QPS: usize = 4096;
+/// Most QPs one device holds (DESIGN.md §5: the scheduler and the timers
+/// are O(1) per decision at this many).
+pub const MAX_QPS: usize = 16384;
+/// Timer wheel of the transport and CC timers: 1 us ticks, 4096 slots (one
+/// rotation is 4 ms; the 67 ms retransmit timer waits in the overflow list).
+const TIMER_TICK_NS: u64 = 1_000;
+const TIMER_SLOTS: usize = 4096;
+/// Timers per QP on the wheel: the transport's (retransmit or RNR) and the
+/// four CC timers.
+const TIMERS_PER_QP: usize = 5;
+/// Token-bucket depth of the pacer: a QP paced below line rate may send at
+/// most this many bytes back to back after being idle.
+const PACING_BURST_BYTES: u32 = 16 << 10;
+/// Ethernet preamble, inter-frame gap and FCS: what the wire adds to a frame.
+const WIRE_OVERHEAD: u64 = 24;
 /// Most hop records taken from one packet's INT container.
 const MAX_HOPS: usize = 8;
 /// DSCP of RoCEv2 data and control traffic.
@@ -192,11 +206,19 @@ struct QpSlot {
     fb: FrameBuilder,
     int_on_data: bool,
     cc_ext: bool,
-    in_ready: bool,
     /// Doorbells wait because the send queue was full.
     doorbell_blocked: bool,
-    /// Pacing: earliest time of the next data packet.
-    next_send_ns: u64,
+    /// The QP index is in the scheduler's control ring.
+    ctrl_queued: bool,
+    /// The rate the scheduler paces the QP at (the CC's last rate).
+    sched_rate: u64,
+    /// Wire bytes of the QP's next data packet, as the pacer charges it
+    /// (the last data packet's size).
+    next_bytes: u32,
+    /// The transport timer on the wheel and the deadline it is armed for.
+    transport_timer: Option<(TimerHandle, u64)>,
+    /// The CC timers on the wheel, by [`timer_index`].
+    cc_armed: [Option<(TimerHandle, u64)>; 4],
     /// One RTT measurement at a time: (LSN end of the timed packet, sent at).
     rtt_probe: Option<(u32, u64)>,
     /// Deadlines of the CC timers, by [`timer_index`] (0 = not armed).
@@ -220,6 +242,49 @@ const TIMER_KINDS: [TimerKind; 4] = [
     TimerKind::DcqcnRateIncrease,
     TimerKind::ProbeTimeout,
 ];
+
+/// The wheel's name for each CC timer, by [`timer_index`].
+const WHEEL_KINDS: [WheelKind; 4] = [
+    WheelKind::LdcpTick,
+    WheelKind::DcqcnAlpha,
+    WheelKind::DcqcnRateIncrease,
+    WheelKind::HpccProbe,
+];
+
+/// Moves one timer on the wheel to `want` (arming, re-arming or cancelling
+/// it); O(1).
+fn arm(
+    wheel: &mut TimerWheel<TimerKey>,
+    cur: Option<(TimerHandle, u64)>,
+    want: Option<u64>,
+    key: TimerKey,
+) -> Option<(TimerHandle, u64)> {
+    match (cur, want) {
+        (Some((h, at)), Some(w)) if at == w && wheel.is_pending(h) => cur,
+        (Some((h, _)), Some(w)) if wheel.reschedule(h, w).is_ok() => Some((h, w)),
+        (_, Some(w)) => wheel.schedule(w, key).ok().map(|h| (h, w)),
+        (Some((h, _)), None) => {
+            wheel.cancel(h);
+            None
+        }
+        (None, None) => None,
+    }
+}
+
+/// Puts a QP's timers on the wheel where their deadlines changed: the
+/// transport's next timer (retransmit or RNR) and each armed CC timer.
+fn sync_timers(wheel: &mut TimerWheel<TimerKey>, i: usize, s: &mut QpSlot) {
+    let key = |kind| TimerKey {
+        qp: i as u32,
+        kind,
+        gen: 0,
+    };
+    let want = s.qp.as_ref().and_then(Qp::next_timer);
+    s.transport_timer = arm(wheel, s.transport_timer, want, key(WheelKind::Retransmit));
+    for ((armed, &d), &kind) in s.cc_armed.iter_mut().zip(&s.cc_timers).zip(&WHEEL_KINDS) {
+        *armed = arm(wheel, *armed, (d != 0).then_some(d), key(kind));
+    }
+}
 
 fn to_int_hop(h: &HopRecord) -> IntHop {
     IntHop {
@@ -277,10 +342,14 @@ pub struct Engine {
     mrs: MrTable,
     mr_mem: Vec<Option<Arc<ExtBuf>>>,
     cqs: Vec<rtrb::Producer<WorkCompletion>>,
-    qps: Vec<Option<QpSlot>>,
-    /// Indices of connected QPs (what the timer scan visits).
+    qps: Vec<Option<Box<QpSlot>>>,
+    /// Indices of connected QPs (whose counters are published).
     connected: Vec<usize>,
-    ready: VecDeque<usize>,
+    /// The flow scheduler: control first, then round robin over QPs with
+    /// data, paced by credit (crate::scheduler).
+    sched: Scheduler<u32>,
+    /// The transport and CC timers of every QP.
+    wheel: TimerWheel<TimerKey>,
     counters: Counters,
     scratch: Vec<u8>,
     rxb: Burst,
@@ -348,7 +417,13 @@ impl Engine {
             cqs: Vec::new(),
             qps: (0..MAX_QPS).map(|_| None).collect(),
             connected: Vec::with_capacity(MAX_QPS),
-            ready: VecDeque::with_capacity(MAX_QPS),
+            sched: Scheduler::new(MAX_QPS as u32, PACING_BURST_BYTES, MAX_QPS),
+            wheel: TimerWheel::with_start(
+                TIMER_TICK_NS,
+                TIMER_SLOTS,
+                MAX_QPS * TIMERS_PER_QP,
+                clock.now_ns(),
+            ),
             counters: Counters::default(),
             scratch: vec![0u8; MAX_FRAME],
             rxb: Burst::new(),
@@ -379,9 +454,7 @@ impl Engine {
         let now = self.clock.now_ns();
         self.doorbells();
         self.receive(now);
-        if self.turn.is_multiple_of(8) {
-            self.timers(now);
-        }
+        self.timers(now);
         self.transmit(now);
         if now.saturating_sub(self.last_publish_ns) > 1_000_000 {
             self.publish();
@@ -393,8 +466,8 @@ impl Engine {
     fn publish(&mut self) {
         let mut c = self.counters;
         c.capture_drops = self.capture.as_ref().map_or(0, |p| p.drops());
-        for s in self.qps.iter().flatten() {
-            if let Some(qp) = &s.qp {
+        for &i in &self.connected {
+            if let Some(qp) = self.qps[i].as_ref().and_then(|s| s.qp.as_ref()) {
                 let q = qp.counters();
                 c.retransmits += q.tx_retransmits;
                 c.timeouts += q.timeouts;
@@ -471,7 +544,7 @@ impl Engine {
 
     fn slot(&self, qpn: u32) -> Option<&QpSlot> {
         let i = qpn.checked_sub(QPN_BASE)? as usize;
-        self.qps.get(i)?.as_ref()
+        self.qps.get(i)?.as_deref()
     }
 
     fn next_psn(&mut self) -> u32 {
@@ -524,7 +597,7 @@ impl Engine {
             },
             int: None,
         };
-        self.qps[i] = Some(QpSlot {
+        self.qps[i] = Some(Box::new(QpSlot {
             opts,
             send_cq,
             recv_cq,
@@ -535,13 +608,18 @@ impl Engine {
             cc_ext: opts.cc.uses_extensions(),
             cc,
             fb,
-            in_ready: false,
             doorbell_blocked: false,
-            next_send_ns: 0,
+            ctrl_queued: false,
+            sched_rate: u64::MAX,
+            next_bytes: opts.mtu + 100,
+            transport_timer: None,
+            cc_armed: [None; 4],
             rtt_probe: None,
             cc_timers: [0; 4],
             cnp_pending: false,
-        });
+        }));
+        let now = self.clock.now_ns();
+        let _ = self.sched.reset_qp(i as u32, now);
         Ok((QPN_BASE + i as u32, psn))
     }
 
@@ -650,10 +728,7 @@ impl Engine {
             }
             let _ = s.doorbell.pop();
         }
-        if !s.in_ready {
-            s.in_ready = true;
-            self.ready.push_back(i);
-        }
+        let _ = self.sched.mark_ready(i as u32, s.next_bytes);
     }
 
     // ------------------------------------------------------------------ RX
@@ -893,48 +968,66 @@ impl Engine {
             };
             let _ = self.cqs[cq as usize].push(wc);
         }
-        let blocked = s.doorbell_blocked;
-        if !s.in_ready {
-            s.in_ready = true;
-            self.ready.push_back(i);
+        let control = s.cnp_pending || qp.has_control();
+        sync_timers(&mut self.wheel, i, s);
+        let q = i as u32;
+        if control && !s.ctrl_queued {
+            // One entry per QP at most, in a ring of MAX_QPS: never full.
+            s.ctrl_queued = self.sched.push_control(q).is_ok();
         }
-        if blocked {
+        let rate = s.cc.rate_bps();
+        if rate != s.sched_rate {
+            s.sched_rate = rate;
+            let _ = self.sched.set_rate(q, rate, now);
+        }
+        // New work may have become sendable (window opened, RNR wait over,
+        // a READ to answer): back on the round robin; the QP leaves it again
+        // when `poll_tx` finds nothing.
+        let _ = self.sched.mark_ready(q, s.next_bytes);
+        if s.doorbell_blocked {
             self.take_doorbells(i);
         }
     }
 
     // ------------------------------------------------------------------ timers
 
+    /// Fires the timers due on the wheel (O(1) per timer, whatever the
+    /// number of QPs): the transport's retransmit/RNR timer and the CC timers.
     fn timers(&mut self, now: u64) {
-        for c in 0..self.connected.len() {
-            let i = self.connected[c];
-            let Some(s) = self.qps[i].as_mut() else {
+        self.wheel.expire(now);
+        while let Some(key) = self.wheel.pop_ready() {
+            let i = key.qp as usize;
+            let Some(s) = self.qps.get_mut(i).and_then(Option::as_deref_mut) else {
                 continue;
             };
             let Some(qp) = s.qp.as_mut() else { continue };
-            let mut fired = false;
-            if qp.next_timer().is_some_and(|t| t <= now) {
-                qp.on_timer(now);
-                fired = true;
-            }
-            for (k, kind) in TIMER_KINDS.iter().enumerate() {
+            if key.kind == WheelKind::Retransmit {
+                s.transport_timer = None;
+                if qp.next_timer().is_some_and(|t| t <= now) {
+                    qp.on_timer(now);
+                }
+            } else if let Some(k) = WHEEL_KINDS.iter().position(|&w| w == key.kind) {
+                s.cc_armed[k] = None;
                 let d = s.cc_timers[k];
                 if d != 0 && d <= now {
                     s.cc_timers[k] = 0;
-                    let a = s.cc.on_timer(now, *kind);
+                    let a = s.cc.on_timer(now, TIMER_KINDS[k]);
                     s.apply(a);
                     s.update_window();
-                    fired = true;
                 }
             }
-            if fired {
-                self.after_qp_work(i, now);
-            }
+            // Moves events and completions on and re-arms what is still due.
+            self.after_qp_work(i, now);
         }
     }
 
     // ------------------------------------------------------------------ TX
 
+    /// Fills a TX burst as the flow scheduler decides: control packets
+    /// (ACK/NAK/CNP, probe responses) first, then round robin over QPs with
+    /// data, each charged its packet against its pacing credit; the QP's
+    /// transport applies the CC window in LSN bytes. Amortised O(1) per
+    /// packet whatever the number of QPs (crate::scheduler).
     fn transmit(&mut self, now: u64) {
         // What the port did not take last time goes first.
         if !self.txb.is_empty() {
@@ -943,124 +1036,12 @@ impl Engine {
                 return;
             }
         }
-        let mut tries = self.ready.len();
-        while !self.txb.is_full() && tries > 0 {
-            tries -= 1;
-            let Some(i) = self.ready.pop_front() else {
-                break;
-            };
-            let Some(s) = self.qps[i].as_mut() else {
-                continue;
-            };
-            let Some(qp) = s.qp.as_mut() else {
-                s.in_ready = false;
-                continue;
-            };
-            if s.cnp_pending {
-                s.cnp_pending = false;
-                let pkt = RoceRepr::new(BthRepr::new(Opcode::Cnp, qp.config().dest_qpn, 0));
-                let mut fb = s.fb;
-                fb.int = None;
-                match build_frame(&fb, &pkt, Ecn::NotEct, Payload::None, &self.pools) {
-                    Ok(m) => {
-                        self.counters.tx_cnps += 1;
-                        self.counters.tx_packets += 1;
-                        self.counters.tx_bytes += m.pkt_len() as u64;
-                        let _ = self.txb.push(m);
-                    }
-                    Err(_) => self.counters.tx_drop_no_mbuf += 1,
-                }
-                self.ready.push_back(i);
-                tries += 1;
-                continue;
+        while !self.txb.is_full() {
+            match self.sched.next(now) {
+                Decision::Idle { .. } => break,
+                Decision::Control(q) => self.send_control(q as usize, now),
+                Decision::Qp { qp, .. } => self.send_data(qp as usize, now),
             }
-            if s.next_send_ns > now {
-                // Paced: stays ready, looked at again next turn.
-                self.ready.push_back(i);
-                continue;
-            }
-            let Some(mut pkt) = qp.poll_tx(now) else {
-                s.in_ready = false;
-                continue;
-            };
-            let data =
-                !pkt.priority && pkt.lsn_len > 0 && pkt.repr.bth.opcode != Opcode::Acknowledge;
-            let mut fb = s.fb;
-            if data {
-                let op = pkt.repr.bth.opcode;
-                let a = s.cc.on_send(&SendEvent {
-                    now_ns: now,
-                    lsn: u64::from(pkt.lsn),
-                    bytes: pkt.lsn_len,
-                    last_of_message: !op.is_first() && !op.is_middle(),
-                    retransmit: pkt.retransmit,
-                });
-                if a.fast_start {
-                    pkt.ecn = Ecn::NotEct;
-                }
-                s.apply(a);
-                if s.rtt_probe.is_none() && !pkt.retransmit {
-                    s.rtt_probe = Some((pkt.lsn.wrapping_add(pkt.lsn_len), now));
-                }
-            } else if pkt.repr.bth.opcode == Opcode::Probe {
-                // Probes always collect telemetry (HPCC++ 000 §6.2).
-                fb.int = Some(IntInsert {
-                    int_dscp: self.int_dscp,
-                    max_hops: MAX_HOPS as u8,
-                });
-            } else {
-                fb.int = None;
-            }
-            let payload = match pkt.payload {
-                QpPayload::None => Payload::None,
-                QpPayload::Local { lkey: key, va, len }
-                | QpPayload::Remote { rkey: key, va, len } => {
-                    match key
-                        .checked_shr(8)
-                        .and_then(|k| k.checked_sub(1))
-                        .and_then(|k| self.mr_mem.get(k as usize))
-                        .and_then(Option::as_ref)
-                    {
-                        Some(mem) => Payload::Ext {
-                            mem,
-                            offset: (va - mem.base_ptr() as u64) as usize,
-                            len: len as usize,
-                        },
-                        None => {
-                            // Deregistered while in flight: not sendable.
-                            self.counters.tx_drop_no_mbuf += 1;
-                            self.ready.push_back(i);
-                            continue;
-                        }
-                    }
-                }
-            };
-            match build_frame(&fb, &pkt.repr, pkt.ecn, payload, &self.pools) {
-                Ok(m) => {
-                    let bytes = m.pkt_len() as u64;
-                    self.counters.tx_packets += 1;
-                    self.counters.tx_bytes += bytes;
-                    if pkt.repr.bth.opcode == Opcode::Acknowledge {
-                        match pkt.repr.aeth.map(|a| a.syndrome) {
-                            Some(AethSyndrome::Ack { .. }) => self.counters.tx_acks += 1,
-                            _ => self.counters.tx_naks += 1,
-                        }
-                    } else {
-                        self.counters.tx_data_packets += 1;
-                    }
-                    if data {
-                        // Pacing at the CC rate, wire bytes (+ 24 B of Ethernet
-                        // preamble, IFG and FCS).
-                        let rate = s.cc.rate_bps().max(1);
-                        let t = ((bytes + 24) * 8 * 1_000_000_000 / rate).max(1);
-                        s.next_send_ns = s.next_send_ns.max(now.saturating_sub(t)) + t;
-                    }
-                    let _ = self.txb.push(m);
-                }
-                Err(_) => self.counters.tx_drop_no_mbuf += 1,
-            }
-            self.ready.push_back(i);
-            tries += 1;
         }
         if let Some(cap) = self.capture.as_mut() {
             let mut head = [0u8; CAPTURE_SNAP];
@@ -1073,6 +1054,156 @@ impl Engine {
         }
         if !self.txb.is_empty() {
             self.tx.send(&mut self.txb);
+        }
+    }
+
+    /// One control packet of QP `i`: a CNP it owes, else its transport's
+    /// next ACK/NAK or probe response. Not charged to the QP's credit.
+    fn send_control(&mut self, i: usize, now: u64) {
+        let Some(s) = self.qps[i].as_deref_mut() else {
+            return;
+        };
+        s.ctrl_queued = false;
+        let Some(qp) = s.qp.as_mut() else { return };
+        // Control packets carry no INT container (probe responses echo
+        // telemetry in their CC extension header, HPCC++ 000 §6.2).
+        let mut fb = s.fb;
+        fb.int = None;
+        let pkt = if s.cnp_pending {
+            s.cnp_pending = false;
+            self.counters.tx_cnps += 1;
+            TxPacket {
+                repr: RoceRepr::new(BthRepr::new(Opcode::Cnp, qp.config().dest_qpn, 0)),
+                payload: QpPayload::None,
+                ecn: Ecn::NotEct,
+                priority: true,
+                lsn: 0,
+                lsn_len: 0,
+                retransmit: false,
+            }
+        } else if let Some(p) = qp.poll_tx_control(now) {
+            p
+        } else {
+            return;
+        };
+        if s.cnp_pending || qp.has_control() {
+            s.ctrl_queued = self.sched.push_control(i as u32).is_ok();
+        }
+        self.emit(&fb, &pkt);
+    }
+
+    /// The next packet of QP `i`'s transport (data, a READ request, a probe,
+    /// or an ACK that was due), with the CC told of data sent; a QP with
+    /// nothing sendable leaves the round robin.
+    fn send_data(&mut self, i: usize, now: u64) {
+        let q = i as u32;
+        let Some(s) = self.qps[i].as_deref_mut() else {
+            let _ = self.sched.mark_idle(q);
+            return;
+        };
+        let Some(qp) = s.qp.as_mut() else {
+            let _ = self.sched.mark_idle(q);
+            return;
+        };
+        let Some(mut pkt) = qp.poll_tx(now) else {
+            let _ = self.sched.mark_idle(q);
+            return;
+        };
+        let data = !pkt.priority && pkt.lsn_len > 0 && pkt.repr.bth.opcode != Opcode::Acknowledge;
+        let mut fb = s.fb;
+        if data {
+            let op = pkt.repr.bth.opcode;
+            let a = s.cc.on_send(&SendEvent {
+                now_ns: now,
+                lsn: u64::from(pkt.lsn),
+                bytes: pkt.lsn_len,
+                last_of_message: !op.is_first() && !op.is_middle(),
+                retransmit: pkt.retransmit,
+            });
+            if a.fast_start {
+                pkt.ecn = Ecn::NotEct;
+            }
+            s.apply(a);
+            if s.rtt_probe.is_none() && !pkt.retransmit {
+                s.rtt_probe = Some((pkt.lsn.wrapping_add(pkt.lsn_len), now));
+            }
+        } else if pkt.repr.bth.opcode == Opcode::Probe {
+            // Probes always collect telemetry (HPCC++ 000 §6.2).
+            fb.int = Some(IntInsert {
+                int_dscp: self.int_dscp,
+                max_hops: MAX_HOPS as u8,
+            });
+        } else {
+            fb.int = None;
+        }
+        let Some(bytes) = self.emit(&fb, &pkt) else {
+            return;
+        };
+        let Some(s) = self.qps[i].as_deref_mut() else {
+            return;
+        };
+        let wire = (bytes + WIRE_OVERHEAD) as u32;
+        let _ = self.sched.on_sent(q, wire, now);
+        if data {
+            s.next_bytes = wire;
+        }
+        let rate = s.cc.rate_bps();
+        if rate != s.sched_rate {
+            s.sched_rate = rate;
+            let _ = self.sched.set_rate(q, rate, now);
+        }
+        let _ = self.sched.mark_ready(q, s.next_bytes);
+        if (s.cnp_pending || s.qp.as_ref().is_some_and(Qp::has_control)) && !s.ctrl_queued {
+            s.ctrl_queued = self.sched.push_control(q).is_ok();
+        }
+        sync_timers(&mut self.wheel, i, s);
+    }
+
+    /// Builds `pkt` of QP `i` into an mbuf, counts it and puts it in the TX
+    /// burst: its frame length, or `None` if it could not be built (counted).
+    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u64> {
+        let payload = match pkt.payload {
+            QpPayload::None => Payload::None,
+            QpPayload::Local { lkey: key, va, len } | QpPayload::Remote { rkey: key, va, len } => {
+                match key
+                    .checked_shr(8)
+                    .and_then(|k| k.checked_sub(1))
+                    .and_then(|k| self.mr_mem.get(k as usize))
+                    .and_then(Option::as_ref)
+                {
+                    Some(mem) => Payload::Ext {
+                        mem,
+                        offset: (va - mem.base_ptr() as u64) as usize,
+                        len: len as usize,
+                    },
+                    None => {
+                        // Deregistered while in flight: not sendable.
+                        self.counters.tx_drop_no_mbuf += 1;
+                        return None;
+                    }
+                }
+            }
+        };
+        match build_frame(fb, &pkt.repr, pkt.ecn, payload, &self.pools) {
+            Ok(m) => {
+                let bytes = m.pkt_len() as u64;
+                self.counters.tx_packets += 1;
+                self.counters.tx_bytes += bytes;
+                match pkt.repr.bth.opcode {
+                    Opcode::Acknowledge => match pkt.repr.aeth.map(|a| a.syndrome) {
+                        Some(AethSyndrome::Ack { .. }) => self.counters.tx_acks += 1,
+                        _ => self.counters.tx_naks += 1,
+                    },
+                    Opcode::Cnp => {}
+                    _ => self.counters.tx_data_packets += 1,
+                }
+                let _ = self.txb.push(m);
+                Some(bytes)
+            }
+            Err(_) => {
+                self.counters.tx_drop_no_mbuf += 1;
+                None
+            }
         }
     }
 }
