@@ -162,44 +162,86 @@ fn crc_update(mut reg: u32, data: &[u8]) -> u32 {
     reg
 }
 
-/// Folds four 32-bit words (each the little-endian reading of 4 frame bytes) into the
-/// register: slicing-by-16 over values held in registers. The TX path hashes header
-/// fields this way from the values it writes, not by reading the frame back: a load
-/// spanning several just-written smaller stores cannot be store-forwarded and stalls
-/// (perf showed it as half of the CRC time).
+/// Folds `K` (1..=4) 32-bit words, each the little-endian reading of 4 frame bytes,
+/// into the register: slicing-by-`4K` over values held in registers. Only the first
+/// word depends on the register, so a frame's chain of dependent lookups is one step
+/// per 16 bytes. The TX path hashes header fields this way from the values it writes,
+/// not by reading the frame back: a load spanning several just-written smaller stores
+/// cannot be store-forwarded and stalls (perf showed it as half of the CRC time).
 #[inline(always)]
-fn fold16(reg: u32, w: [u32; 4]) -> u32 {
-    let a = w[0] ^ reg;
-    let [b0, b1, b2, b3] = w[1].to_le_bytes();
-    let [c0, c1, c2, c3] = w[2].to_le_bytes();
-    let [d0, d1, d2, d3] = w[3].to_le_bytes();
-    SLICE[15][(a & 0xFF) as usize]
-        ^ SLICE[14][((a >> 8) & 0xFF) as usize]
-        ^ SLICE[13][((a >> 16) & 0xFF) as usize]
-        ^ SLICE[12][(a >> 24) as usize]
-        ^ SLICE[11][b0 as usize]
-        ^ SLICE[10][b1 as usize]
-        ^ SLICE[9][b2 as usize]
-        ^ SLICE[8][b3 as usize]
-        ^ SLICE[7][c0 as usize]
-        ^ SLICE[6][c1 as usize]
-        ^ SLICE[5][c2 as usize]
-        ^ SLICE[4][c3 as usize]
-        ^ SLICE[3][d0 as usize]
-        ^ SLICE[2][d1 as usize]
-        ^ SLICE[1][d2 as usize]
-        ^ SLICE[0][d3 as usize]
+fn fold<const K: usize>(reg: u32, w: [u32; K]) -> u32 {
+    let mut r = 0;
+    for (i, &v) in w.iter().enumerate() {
+        let v = if i == 0 { v ^ reg } else { v };
+        let b = v.to_le_bytes();
+        for (j, &x) in b.iter().enumerate() {
+            r ^= SLICE[4 * K - 1 - (4 * i + j)][x as usize];
+        }
+    }
+    r
 }
 
-/// Folds one word (as [`fold16`]).
-#[inline(always)]
-fn fold4(reg: u32, w: u32) -> u32 {
-    let a = w ^ reg;
-    SLICE[3][(a & 0xFF) as usize]
-        ^ SLICE[2][((a >> 8) & 0xFF) as usize]
-        ^ SLICE[1][((a >> 16) & 0xFF) as usize]
-        ^ SLICE[0][(a >> 24) as usize]
+/// Streams words (headers after BTH byte 8, then a short payload with its pad, in
+/// frame order) into the CRC register four at a time. The pending words are named
+/// fields, never an indexed array, so that once inlined they live in registers: words
+/// stored to memory one by one and loaded back two or four at a time (which the
+/// compiler likes to do) cannot be store-forwarded and stall (perf showed it).
+struct Folder {
+    reg: u32,
+    a: u32,
+    b: u32,
+    c: u32,
+    k: u8,
 }
+
+impl Folder {
+    #[inline(always)]
+    fn new(reg: u32) -> Self {
+        Folder {
+            reg,
+            a: 0,
+            b: 0,
+            c: 0,
+            k: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, v: u32) {
+        match self.k {
+            0 => {
+                self.a = v;
+                self.k = 1;
+            }
+            1 => {
+                self.b = v;
+                self.k = 2;
+            }
+            2 => {
+                self.c = v;
+                self.k = 3;
+            }
+            _ => {
+                self.reg = fold(self.reg, [self.a, self.b, self.c, v]);
+                self.k = 0;
+            }
+        }
+    }
+
+    /// The register after everything pushed.
+    #[inline(always)]
+    fn finish(&self) -> u32 {
+        match self.k {
+            0 => self.reg,
+            1 => fold(self.reg, [self.a]),
+            2 => fold(self.reg, [self.a, self.b]),
+            _ => fold(self.reg, [self.a, self.b, self.c]),
+        }
+    }
+}
+
+/// Payloads up to this many bytes are written and hashed as words with their pad.
+const SMALL_PAYLOAD: usize = 36;
 
 /// Advances the register over `k` (0..=3) zero bytes: the pad.
 #[inline(always)]
@@ -217,7 +259,7 @@ fn fold_zeros(reg: u32, k: usize) -> u32 {
     }
 }
 
-/// A big-endian field as [`fold16`] wants it.
+/// A big-endian field as [`fold`] wants it.
 #[inline(always)]
 fn be(v: u32) -> u32 {
     u32::from_le_bytes(v.to_be_bytes())
@@ -342,7 +384,8 @@ impl HeaderTemplate {
                 icrc_so_far: h.value(),
             });
         }
-        let (l, reg) = self.headers_fast(buf, pkt, ecn, payload_len)?;
+        let (l, f) = self.headers_fast(buf, pkt, ecn, payload_len)?;
+        let reg = f.finish();
         Ok(TemplateLayout {
             icrc_so_far: !reg,
             ..l
@@ -350,7 +393,8 @@ impl HeaderTemplate {
     }
 
     /// The template path of [`Self::write_headers`]; returns the layout (its
-    /// `icrc_so_far` unset) and the CRC register after the headers.
+    /// `icrc_so_far` unset) and the ICRC folder holding the headers (a short payload is
+    /// folded together with their last words).
     #[inline(always)]
     fn headers_fast(
         &self,
@@ -358,7 +402,7 @@ impl HeaderTemplate {
         pkt: &RoceRepr,
         ecn: Ecn,
         payload_len: usize,
-    ) -> Result<(TemplateLayout, u32)> {
+    ) -> Result<(TemplateLayout, Folder)> {
         let op = pkt.bth.opcode;
         let bth_off = BTH + self.int_len;
         let tpt = bth::HEADER_LEN + pkt.ccext.map_or(0, |c| c.buffer_len()) + op.ext_len();
@@ -373,16 +417,19 @@ impl HeaderTemplate {
             return Err(WireError::FieldRange("BTH QPN/PSN/pad"));
         }
         need_out("RoCEv2 headers", hl, buf.len())?;
-        // Headers up to the BTH: one fixed-size copy.
+        // Headers up to the BTH: one fixed-size copy (inline moves, no memcpy call;
+        // the INT case kept apart so that the two sizes do not merge into one call).
         if self.int_len == 0 {
             buf[..BTH + bth::HEADER_LEN].copy_from_slice(&self.hdr[..BTH + bth::HEADER_LEN]);
         } else {
-            buf[..MAX_TPL].copy_from_slice(&self.hdr);
+            copy_int_template(buf, &self.hdr);
         }
         let tl = ip_len as u16;
         let ul = (ip_len - ipv4::HEADER_LEN) as u16;
         let ecn = ecn.bits();
-        buf[L3 + 1] |= ecn;
+        // Stores only, no read-modify-write of the frame: the mbuf's data lines are
+        // usually not in cache yet, and a load would wait for them (perf showed it).
+        buf[L3 + 1] = self.hdr[L3 + 1] | ecn;
         buf[L3 + 2..L3 + 4].copy_from_slice(&tl.to_be_bytes());
         let mut s = self.ip_sum + u32::from(tl) + u32::from(ecn);
         s = (s & 0xFFFF) + (s >> 16);
@@ -401,59 +448,57 @@ impl HeaderTemplate {
             && op != Opcode::Cnp;
         let ml = (ip_len - self.int_len) as u16; // lengths as the ICRC sees them
         let mu = ml - ipv4::HEADER_LEN as u16;
-        let mut reg = self.crc_pre
+        let reg = self.crc_pre
             ^ POS[0][usize::from(ml >> 8)]
             ^ POS[1][usize::from(ml & 0xFF)]
             ^ POS[2][usize::from(mu >> 8)]
             ^ POS[3][usize::from(mu & 0xFF)]
             ^ POS[4][usize::from(op as u8)]
             ^ POS[5][usize::from(flags)];
-        if simple {
+        let folder = if simple {
             // BTH bytes 8.. and the extension headers, as 32-bit words: written with
             // word stores and hashed from the same values.
             let b = &mut buf[bth_off..hl];
             b[0] = op as u8;
             b[1] = flags;
             b[4] = pkt.bth.fecn_becn;
-            let mut w = [0u32; 7];
-            w[0] = (u32::from(pkt.bth.ack_req) << 31) | pkt.bth.psn;
-            let mut n = 1;
+            let mut f = Folder::new(reg);
+            let mut o = 8;
+            // A macro, not a closure: the closure was not inlined, which put the
+            // folder in memory.
+            macro_rules! put {
+                ($v:expr) => {{
+                    let v: u32 = $v;
+                    if let Some(d) = b.get_mut(o..o + 4) {
+                        d.copy_from_slice(&v.to_be_bytes());
+                    }
+                    f.push(be(v));
+                    o += 4;
+                }};
+            }
+            put!((u32::from(pkt.bth.ack_req) << 31) | pkt.bth.psn);
             if let Some(r) = &pkt.reth {
-                w[1] = (r.va >> 32) as u32;
-                w[2] = r.va as u32;
-                w[3] = r.rkey;
-                w[4] = r.dma_len;
-                n = 5;
+                put!((r.va >> 32) as u32);
+                put!(r.va as u32);
+                put!(r.rkey);
+                put!(r.dma_len);
             }
             if let Some(a) = &pkt.aeth {
-                w[n] = (u32::from(a.syndrome.to_u8()) << 24) | (a.msn & 0xFF_FFFF);
-                n += 1;
+                put!((u32::from(a.syndrome.to_u8()) << 24) | (a.msn & 0xFF_FFFF));
             }
             if let Some(i) = &pkt.immdt {
-                w[n] = i.0;
-                n += 1;
+                put!(i.0);
             }
-            debug_assert_eq!(bth::HEADER_LEN - 4 + 4 * n, tpt);
-            for (d, v) in b[8..].chunks_exact_mut(4).zip(&w[..n]) {
-                d.copy_from_slice(&v.to_be_bytes());
-            }
-            let mut k = 0;
-            while n - k >= 4 {
-                reg = fold16(reg, [be(w[k]), be(w[k + 1]), be(w[k + 2]), be(w[k + 3])]);
-                k += 4;
-            }
-            while k < n {
-                reg = fold4(reg, be(w[k]));
-                k += 1;
-            }
+            debug_assert_eq!(o, tpt);
+            f
         } else {
             // Rare shapes (CC extension, atomics, CNP): the generic emitter, which also
             // validates the headers against the opcode; hashed by reading them back.
             let mut t = *pkt;
             t.bth.pad = pad as u8;
             t.emit_transport(&mut buf[bth_off..hl])?;
-            reg = crc_update(reg, &buf[bth_off + 8..hl]);
-        }
+            Folder::new(crc_update(reg, &buf[bth_off + 8..hl]))
+        };
         Ok((
             TemplateLayout {
                 len: hl,
@@ -461,7 +506,7 @@ impl HeaderTemplate {
                 frame_len,
                 icrc_so_far: 0,
             },
-            reg,
+            folder,
         ))
     }
 
@@ -479,16 +524,32 @@ impl HeaderTemplate {
         if !self.fits(pkt) {
             return self.fb.emit_frame(pkt, payload, ecn, buf);
         }
-        let (l, reg) = self.headers_fast(buf, pkt, ecn, payload.len())?;
+        let (l, mut folder) = self.headers_fast(buf, pkt, ecn, payload.len())?;
         need_out("RoCEv2 frame", l.frame_len, buf.len())?;
         let f = &mut buf[..l.frame_len];
         let p = l.len;
-        f[p..p + payload.len()].copy_from_slice(payload);
-        let t = p + payload.len();
-        f[t..t + l.pad].fill(0);
-        // Payload hashed from the source, not read back from the frame (see fold16).
-        let reg = fold_zeros(crc_update(reg, payload), l.pad);
-        f[t + l.pad..].copy_from_slice(&(!reg).to_le_bytes());
+        let t = p + payload.len() + l.pad;
+        // The payload is hashed from the source, not read back from the frame (see
+        // `fold`).
+        let reg = if payload.len() <= SMALL_PAYLOAD {
+            // Payload and pad as whole words: written with word stores (no memcpy
+            // call) and folded with the headers.
+            for (c, d) in payload.chunks(4).zip(f[p..t].chunks_exact_mut(4)) {
+                let mut v = 0u32;
+                for (k, &b) in c.iter().enumerate() {
+                    v |= u32::from(b) << (8 * k);
+                }
+                d.copy_from_slice(&v.to_le_bytes());
+                folder.push(v);
+            }
+            folder.finish()
+        } else {
+            f[p..p + payload.len()].copy_from_slice(payload);
+            f[p + payload.len()..t].fill(0);
+            let reg = crc_update(folder.finish(), payload);
+            fold_zeros(reg, l.pad)
+        };
+        f[t..].copy_from_slice(&(!reg).to_le_bytes());
         Ok(l.frame_len)
     }
 
@@ -497,6 +558,13 @@ impl HeaderTemplate {
     pub fn hasher(layout: &TemplateLayout) -> IcrcHasher {
         IcrcHasher::resume(layout.icrc_so_far)
     }
+}
+
+/// The INT template copy (70 bytes), out of line: see `headers_fast`.
+#[cold]
+#[inline(never)]
+fn copy_int_template(buf: &mut [u8], hdr: &[u8; MAX_TPL]) {
+    buf[..MAX_TPL].copy_from_slice(hdr);
 }
 
 /// Continues a CRC-32 value (`crc32fast` convention) over `data`: the short-run table
