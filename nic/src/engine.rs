@@ -36,10 +36,13 @@ use rdma::transport::{
 use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders, RoceRepr};
 use rdma::wire::int::HopRecord;
 use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
-use rdma::wire::{BthRepr, Ecn, EthernetAddress, Ipv4Address, Opcode, ParseOptions, WireError};
+use rdma::wire::{
+    bth, BthRepr, Ecn, EthernetAddress, HeaderTemplate, Ipv4Address, Opcode, ParseOptions,
+    WireError,
+};
 
 use crate::counters::{Counters, SharedCounters};
-use crate::io::{build_frame, parse_rx, Payload, TxPools, MAX_FRAME};
+use crate::io::{build_frame, build_frame_tpl, parse_rx, Payload, TxPools, MAX_FRAME};
 use crate::pcapng::CaptureProducer;
 use crate::verbs::{stopping, DeviceConfig, QpOptions, RemoteQp, VerbsError};
 
@@ -187,6 +190,10 @@ struct QpSlot {
     qp: Option<Qp>,
     cc: AnyCc,
     fb: FrameBuilder,
+    /// The QP's header template (DESIGN.md §3, §9): built at connect time from `fb`
+    /// and the peer's QPN; data packets (and ACKs, CNPs on the same headers) are
+    /// built through it. None until connected.
+    tpl: Option<HeaderTemplate>,
     int_on_data: bool,
     cc_ext: bool,
     in_ready: bool,
@@ -525,6 +532,7 @@ impl Engine {
             cc_ext: opts.cc.uses_extensions(),
             cc,
             fb,
+            tpl: None,
             in_ready: false,
             doorbell_blocked: false,
             next_send_ns: 0,
@@ -574,6 +582,9 @@ impl Engine {
                 max_hops: MAX_HOPS as u8,
             });
         }
+        // A template that cannot be built (never expected: the QPN was checked by
+        // the QP above) leaves the QP on the general build_frame path.
+        s.tpl = HeaderTemplate::new(s.fb, remote.qpn, bth::DEFAULT_PKEY).ok();
         s.qp = Some(qp);
         s.update_window();
         self.connected.push(i);
@@ -1025,7 +1036,16 @@ impl Engine {
                     }
                 }
             };
-            match build_frame(&fb, &pkt.repr, pkt.ecn, payload, &self.pools) {
+            // The QP's template when the packet uses the QP's own headers (a probe
+            // adds INT, a CNP drops it: those take the general path); same bytes
+            // either way.
+            let built = match s.tpl.as_ref() {
+                Some(t) if *t.frame_builder() == fb => {
+                    build_frame_tpl(t, &pkt.repr, pkt.ecn, payload, &self.pools)
+                }
+                _ => build_frame(&fb, &pkt.repr, pkt.ecn, payload, &self.pools),
+            };
+            match built {
                 Ok(m) => {
                     let bytes = m.pkt_len() as u64;
                     self.counters.tx_packets += 1;

@@ -170,8 +170,9 @@ pub fn fill_frame_tpl(
     if let Some(p) = copy_source(payload, pools)? {
         // One contiguous frame: headers, payload, pad and ICRC in one pass.
         let n = hl + p.len() + (p.len().wrapping_neg() & 3) + 4;
-        if n <= m.tailroom() {
-            tpl.write_frame(m.append(n)?, pkt, ecn, p)?;
+        // `append` checks the room itself (and changes nothing when short).
+        if let Ok(buf) = m.append(n) {
+            tpl.write_frame(buf, pkt, ecn, p)?;
             return Ok(());
         }
     }
