@@ -35,10 +35,13 @@ use rdma::transport::{
 use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders, RoceRepr};
 use rdma::wire::int::HopRecord;
 use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
-use rdma::wire::{BthRepr, Ecn, EthernetAddress, Ipv4Address, Opcode, ParseOptions, WireError};
+use rdma::wire::{
+    bth, BthRepr, Ecn, EthernetAddress, HeaderTemplate, Ipv4Address, Opcode, ParseOptions,
+    WireError,
+};
 
 use crate::counters::{Counters, SharedCounters};
-use crate::io::{build_frame, parse_rx, Payload, TxPools, MAX_FRAME};
+use crate::io::{build_frame, build_frame_tpl, parse_rx, Payload, TxPools, MAX_FRAME};
 use crate::pcapng::CaptureProducer;
 use crate::scheduler::{Decision, Scheduler};
 use crate::timer_wheel::{TimerHandle, TimerKey, TimerKind as WheelKind, TimerWheel};
@@ -204,6 +207,10 @@ struct QpSlot {
     qp: Option<Qp>,
     cc: AnyCc,
     fb: FrameBuilder,
+    /// The QP's header template (DESIGN.md §3, §9): built at connect time from `fb`
+    /// and the peer's QPN; data packets (and ACKs, CNPs on the same headers) are
+    /// built through it. None until connected.
+    tpl: Option<HeaderTemplate>,
     int_on_data: bool,
     cc_ext: bool,
     /// Doorbells wait because the send queue was full.
@@ -608,6 +615,7 @@ impl Engine {
             cc_ext: opts.cc.uses_extensions(),
             cc,
             fb,
+            tpl: None,
             doorbell_blocked: false,
             ctrl_queued: false,
             sched_rate: u64::MAX,
@@ -662,6 +670,9 @@ impl Engine {
                 max_hops: MAX_HOPS as u8,
             });
         }
+        // A template that cannot be built (never expected: the QPN was checked by
+        // the QP above) leaves the QP on the general build_frame path.
+        s.tpl = HeaderTemplate::new(s.fb, remote.qpn, bth::DEFAULT_PKEY).ok();
         s.qp = Some(qp);
         s.update_window();
         self.connected.push(i);
@@ -1089,7 +1100,7 @@ impl Engine {
         if s.cnp_pending || qp.has_control() {
             s.ctrl_queued = self.sched.push_control(i as u32).is_ok();
         }
-        self.emit(&fb, &pkt);
+        self.emit(i, &fb, &pkt);
     }
 
     /// The next packet of QP `i`'s transport (data, a READ request, a probe,
@@ -1136,7 +1147,7 @@ impl Engine {
         } else {
             fb.int = None;
         }
-        let Some(bytes) = self.emit(&fb, &pkt) else {
+        let Some(bytes) = self.emit(i, &fb, &pkt) else {
             return;
         };
         let Some(s) = self.qps[i].as_deref_mut() else {
@@ -1161,7 +1172,7 @@ impl Engine {
 
     /// Builds `pkt` of QP `i` into an mbuf, counts it and puts it in the TX
     /// burst: its frame length, or `None` if it could not be built (counted).
-    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u64> {
+    fn emit(&mut self, i: usize, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u64> {
         let payload = match pkt.payload {
             QpPayload::None => Payload::None,
             QpPayload::Local { lkey: key, va, len } | QpPayload::Remote { rkey: key, va, len } => {
@@ -1184,7 +1195,17 @@ impl Engine {
                 }
             }
         };
-        match build_frame(fb, &pkt.repr, pkt.ecn, payload, &self.pools) {
+        // The QP's template when the packet uses the QP's own headers (a probe
+        // adds INT, a CNP or ACK may drop it: those take the general path);
+        // same bytes either way.
+        let tpl = self.qps[i].as_deref().and_then(|s| s.tpl.as_ref());
+        let built = match tpl {
+            Some(t) if t.frame_builder() == fb => {
+                build_frame_tpl(t, &pkt.repr, pkt.ecn, payload, &self.pools)
+            }
+            _ => build_frame(fb, &pkt.repr, pkt.ecn, payload, &self.pools),
+        };
+        match built {
             Ok(m) => {
                 let bytes = m.pkt_len() as u64;
                 self.counters.tx_packets += 1;

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use dpdk::{ExtBuf, Mbuf, Mempool};
 use rdma::wire::{
-    frame::{FrameBuilder, RoceRepr},
-    parse_frame, Ecn, ParseOptions, RoceFrame, WireError,
+    frame::{FrameBuilder, HeaderLayout, RoceRepr},
+    int, parse_frame, Ecn, HeaderTemplate, ParseOptions, RoceFrame, WireError,
 };
 
 /// Payloads up to this many bytes are copied into the header mbuf by
@@ -102,6 +102,10 @@ pub struct TxPools {
 
 /// Builds one complete frame: headers by `fb` and `pkt`, IP ECN `ecn`, the
 /// payload, pad and ICRC.
+///
+/// This is the general path (every header emitted field by field, the ICRC
+/// over the whole frame). A QP's data packets go faster through
+/// [`build_frame_tpl`].
 pub fn build_frame(
     fb: &FrameBuilder,
     pkt: &RoceRepr,
@@ -114,19 +118,7 @@ pub fn build_frame(
     let layout = fb.emit_headers(pkt, payload.len(), ecn, m.append(hl)?)?;
     // Fast path: a copied payload that fits the header mbuf makes one
     // contiguous frame, whose ICRC is one in-place CRC pass (raw CRC speed).
-    let copied: Option<&[u8]> = match payload {
-        Payload::None => Some(&[]),
-        Payload::Copy(p) => Some(p),
-        Payload::Ext { mem, offset, len } if len <= pools.copy_threshold => {
-            let size = mem.len();
-            if offset.checked_add(len).is_none_or(|end| end > size) {
-                return Err(TxError::OutOfRange { offset, len, size });
-            }
-            Some(&mem.as_slice()[offset..offset + len])
-        }
-        Payload::Ext { .. } => None,
-    };
-    if let Some(p) = copied {
+    if let Some(p) = copy_source(payload, pools)? {
         if p.len() + layout.pad + 4 <= m.tailroom() {
             m.extend_from_slice(p)?;
             m.append(layout.pad + 4)?.fill(0);
@@ -138,12 +130,95 @@ pub fn build_frame(
             return Ok(m);
         }
     }
-    let mut h = fb.icrc_start(m.data(), &layout)?;
+    let h = fb.icrc_start(m.data(), &layout)?;
+    finish_segments(&mut m, h, &layout, payload, pools)?;
+    Ok(m)
+}
+
+/// [`build_frame`] through the QP's [`HeaderTemplate`]: the headers are one
+/// copy of the template with the per-packet fields patched, and the ICRC
+/// starts from the template's precomputed state (rdma::wire::template,
+/// DESIGN.md §3 and §9). Same bytes on the wire as [`build_frame`] with the
+/// template's frame builder; packets the template does not cover (another
+/// destination QP) take that path inside the template.
+pub fn build_frame_tpl(
+    tpl: &HeaderTemplate,
+    pkt: &RoceRepr,
+    ecn: Ecn,
+    payload: Payload<'_>,
+    pools: &TxPools,
+) -> Result<Mbuf, TxError> {
+    let mut m = pools.hdr.alloc()?;
+    fill_frame_tpl(&mut m, tpl, pkt, ecn, payload, pools)?;
+    Ok(m)
+}
+
+/// Fills `m`, a fresh empty mbuf (from [`Mempool::alloc`] or
+/// [`Mempool::alloc_bulk`]: a burst's mbufs are allocated in one call, then
+/// filled), with one frame as [`build_frame_tpl`] does. On error `m` holds a
+/// partial frame: drop it.
+#[inline]
+pub fn fill_frame_tpl(
+    m: &mut Mbuf,
+    tpl: &HeaderTemplate,
+    pkt: &RoceRepr,
+    ecn: Ecn,
+    payload: Payload<'_>,
+    pools: &TxPools,
+) -> Result<(), TxError> {
+    let hl = tpl.frame_builder().headers_len(pkt);
+    if let Some(p) = copy_source(payload, pools)? {
+        // One contiguous frame: headers, payload, pad and ICRC in one pass.
+        let n = hl + p.len() + (p.len().wrapping_neg() & 3) + 4;
+        // `append` checks the room itself (and changes nothing when short).
+        if let Ok(buf) = m.append(n) {
+            tpl.write_frame(buf, pkt, ecn, p)?;
+            return Ok(());
+        }
+    }
+    let l = tpl.write_headers(m.append(hl)?, pkt, ecn, payload.len())?;
+    let layout = HeaderLayout {
+        len: l.len,
+        pad: l.pad,
+        int_len: tpl.frame_builder().int.map_or(0, |_| int::HEADER_LEN),
+        frame_len: l.frame_len,
+    };
+    finish_segments(m, HeaderTemplate::hasher(&l), &layout, payload, pools)
+}
+
+/// The bytes of a payload that is copied rather than attached: all of
+/// `Copy`, and registered memory up to the copy threshold. Checks the window.
+#[inline]
+fn copy_source<'a>(payload: Payload<'a>, pools: &TxPools) -> Result<Option<&'a [u8]>, TxError> {
+    Ok(match payload {
+        Payload::None => Some(&[]),
+        Payload::Copy(p) => Some(p),
+        Payload::Ext { mem, offset, len } if len <= pools.copy_threshold => {
+            let size = mem.len();
+            if offset.checked_add(len).is_none_or(|end| end > size) {
+                return Err(TxError::OutOfRange { offset, len, size });
+            }
+            Some(&mem.as_slice()[offset..offset + len])
+        }
+        Payload::Ext { .. } => None,
+    })
+}
+
+/// After the headers (in `m`, hashed into `h`): appends the payload (copied,
+/// chaining mbufs as needed, or attached zero-copy), then pad and ICRC (in
+/// the last segment, or a trailer mbuf after an external one).
+fn finish_segments(
+    m: &mut Mbuf,
+    mut h: rdma::wire::IcrcHasher,
+    layout: &HeaderLayout,
+    payload: Payload<'_>,
+    pools: &TxPools,
+) -> Result<(), TxError> {
     match payload {
         Payload::None => {}
         Payload::Copy(p) => {
             h.update(p);
-            append_copy(&mut m, p, &pools.hdr)?;
+            append_copy(m, p, &pools.hdr)?;
         }
         Payload::Ext { mem, offset, len } => {
             let size = mem.len();
@@ -153,7 +228,7 @@ pub fn build_frame(
             if len <= pools.copy_threshold {
                 let p = &mem.as_slice()[offset..offset + len];
                 h.update(p);
-                append_copy(&mut m, p, &pools.hdr)?;
+                append_copy(m, p, &pools.hdr)?;
             } else {
                 let mut seg = pools.bare.alloc()?;
                 mem.attach(&mut seg, offset, len)?;
@@ -164,13 +239,13 @@ pub fn build_frame(
     }
     let n = layout.pad + 4;
     if m.tailroom() >= n {
-        FrameBuilder::finish_icrc(h, &layout, m.append(n)?)?;
+        FrameBuilder::finish_icrc(h, layout, m.append(n)?)?;
     } else {
         let mut t = pools.hdr.alloc()?;
-        FrameBuilder::finish_icrc(h, &layout, t.append(n)?)?;
+        FrameBuilder::finish_icrc(h, layout, t.append(n)?)?;
         m.chain(t).map_err(|(e, _)| e)?;
     }
-    Ok(m)
+    Ok(())
 }
 
 /// Appends `bytes` to `m`, chaining more mbufs from `pool` when the last

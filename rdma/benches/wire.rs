@@ -2,6 +2,7 @@
 //! `crc32fast` over the same bytes (the ICRC's speed anchor, DESIGN.md section 9).
 //!
 //! Run: `cargo bench -p rdma --bench wire -- --warm-up-time 1 --measurement-time 3`
+//! (`-- tx_stream` for the header-template group alone).
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rdma::wire::frame::{FrameBuilder, NetHeaders, RoceRepr};
@@ -101,5 +102,46 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// A stream of WRITE Only frames (next PSN, VA advancing), written into 32 rotating
+/// buffers as into a burst of mbufs: the general builder against the per-QP header
+/// template (rdma::wire::template), for a 1-byte (the TX pipeline benchmark's frame),
+/// a 64 B and a 4 KiB payload.
+fn template(c: &mut Criterion) {
+    let b = builder();
+    let tpl = HeaderTemplate::new(b, 0x42, bth::DEFAULT_PKEY).unwrap();
+    for size in [1usize, 64, 4096] {
+        let payload: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        let mut bufs = vec![vec![0u8; size + 128]; 32];
+        let mut g = c.benchmark_group(format!("tx_stream_{size}B"));
+        g.throughput(Throughput::Elements(1));
+        let mut run = |name: &str, use_tpl: bool| {
+            let (mut psn, mut va, mut i) = (0u32, 0x1000u64, 0usize);
+            g.bench_function(BenchmarkId::new(name, size), |bn| {
+                bn.iter(|| {
+                    let mut pkt = RoceRepr::new(BthRepr::new(Opcode::WriteOnly, 0x42, psn));
+                    pkt.reth = Some(RethRepr {
+                        va,
+                        rkey: 0x77,
+                        dma_len: size as u32,
+                    });
+                    psn = (psn + 1) & 0xFF_FFFF;
+                    va += size as u64;
+                    i = (i + 1) & 31;
+                    let out = &mut bufs[i];
+                    if use_tpl {
+                        tpl.write_frame(out, black_box(&pkt), Ecn::Ect0, black_box(&payload))
+                    } else {
+                        b.emit_frame(black_box(&pkt), black_box(&payload), Ecn::Ect0, out)
+                    }
+                    .unwrap()
+                })
+            });
+        };
+        run("emit_frame", false);
+        run("template", true);
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench, template);
 criterion_main!(benches);

@@ -83,10 +83,14 @@ impl Mbuf {
     }
 
     /// Free bytes after the data of the last segment.
+    ///
+    /// `rte_pktmbuf_tailroom` written out in Rust (it is a static inline
+    /// function: through the C shim it cost a call per packet on the TX path).
     #[inline]
     pub fn tailroom(&self) -> usize {
-        // SAFETY: valid mbuf; tailroom of the last segment is what append uses.
-        unsafe { dpdk_sys::shim_rte_pktmbuf_tailroom(last_seg(self.as_ptr())) as usize }
+        // SAFETY: valid mbuf chain that we own; `last_seg` follows `next`
+        // pointers DPDK keeps valid.
+        unsafe { seg_tailroom(last_seg(self.as_ptr())) }
     }
 
     /// The data of the first segment.
@@ -155,27 +159,31 @@ impl Mbuf {
     }
 
     /// Grows the packet at the end by `n` bytes and returns them.
+    ///
+    /// `rte_pktmbuf_append` written out in Rust (a static inline function in
+    /// DPDK; through the C shim it cost two calls per packet on the TX path).
     #[inline]
     pub fn append(&mut self, n: usize) -> Result<&mut [u8]> {
-        let room = self.tailroom();
-        if n > room {
-            return Err(Error::MbufRoom {
-                op: "append",
-                need: n,
-                room,
-            });
-        }
-        // SAFETY: n fits in the tailroom, so DPDK returns a valid pointer to
-        // n bytes inside the last segment.
+        let m = self.as_ptr();
+        // SAFETY: we own the valid chain `m` (and `&mut self` makes the access
+        // unique); `n` fits in the last segment's tailroom, so the returned
+        // bytes lie inside its buffer, after its data; the lengths stay
+        // consistent (data_len of the last segment and pkt_len of the first
+        // grow by the same `n`, which fits u16 because the tailroom does).
         unsafe {
-            let p = dpdk_sys::shim_rte_pktmbuf_append(self.as_ptr(), n as u16) as *mut u8;
-            if p.is_null() {
+            let last = last_seg(m);
+            let room = seg_tailroom(last);
+            if n > room {
                 return Err(Error::MbufRoom {
                     op: "append",
                     need: n,
                     room,
                 });
             }
+            let p = ((*last).buf_addr as *mut u8)
+                .add((*last).data_off as usize + (*last).data_len as usize);
+            (*last).data_len += n as u16;
+            (*m).pkt_len += n as u32;
             Ok(std::slice::from_raw_parts_mut(p, n))
         }
     }
@@ -344,6 +352,16 @@ unsafe fn seg_slice<'a>(m: *mut rte_mbuf) -> &'a [u8] {
     std::slice::from_raw_parts(p, len)
 }
 
+/// Bytes after the data of one segment (`rte_pktmbuf_tailroom`).
+///
+/// # Safety
+/// `m` must be a valid mbuf.
+#[inline]
+unsafe fn seg_tailroom(m: *const rte_mbuf) -> usize {
+    ((*m).buf_len as usize).saturating_sub((*m).data_off as usize + (*m).data_len as usize)
+}
+
+#[inline]
 unsafe fn last_seg(mut m: *mut rte_mbuf) -> *mut rte_mbuf {
     while !(*m).next.is_null() {
         m = (*m).next;

@@ -120,6 +120,7 @@ opcodes! {
 
 impl Opcode {
     /// Carries a RETH (WRITE First/Only, READ Request).
+    #[inline]
     pub fn has_reth(self) -> bool {
         matches!(
             self,
@@ -128,6 +129,7 @@ impl Opcode {
     }
 
     /// Carries an AETH (READ Response First/Last/Only, Acknowledge, Atomic Acknowledge).
+    #[inline]
     pub fn has_aeth(self) -> bool {
         matches!(
             self,
@@ -140,6 +142,7 @@ impl Opcode {
     }
 
     /// Carries an ImmDt.
+    #[inline]
     pub fn has_immdt(self) -> bool {
         matches!(
             self,
@@ -148,31 +151,37 @@ impl Opcode {
     }
 
     /// Carries an AtomicETH.
+    #[inline]
     pub fn has_atomic_eth(self) -> bool {
         matches!(self, Opcode::CompareSwap | Opcode::FetchAdd)
     }
 
     /// Carries an AtomicAckETH.
+    #[inline]
     pub fn has_atomic_ack_eth(self) -> bool {
         self == Opcode::AtomicAcknowledge
     }
 
     /// May carry a payload.
+    #[inline]
     pub fn has_payload(self) -> bool {
         self.is_send() || self.is_write() || self.is_read_response()
     }
 
     /// Any SEND opcode.
+    #[inline]
     pub fn is_send(self) -> bool {
         (self as u8) <= 0x05
     }
 
     /// Any RDMA WRITE opcode.
+    #[inline]
     pub fn is_write(self) -> bool {
         (0x06..=0x0B).contains(&(self as u8))
     }
 
     /// Any READ response opcode.
+    #[inline]
     pub fn is_read_response(self) -> bool {
         (0x0D..=0x10).contains(&(self as u8))
     }
@@ -188,6 +197,7 @@ impl Opcode {
     }
 
     /// First packet of a multi-packet message.
+    #[inline]
     pub fn is_first(self) -> bool {
         matches!(
             self,
@@ -196,6 +206,7 @@ impl Opcode {
     }
 
     /// Middle packet of a multi-packet message.
+    #[inline]
     pub fn is_middle(self) -> bool {
         matches!(
             self,
@@ -204,6 +215,7 @@ impl Opcode {
     }
 
     /// Last packet of a multi-packet message.
+    #[inline]
     pub fn is_last(self) -> bool {
         matches!(
             self,
@@ -216,6 +228,7 @@ impl Opcode {
     }
 
     /// Single-packet message.
+    #[inline]
     pub fn is_only(self) -> bool {
         matches!(
             self,
@@ -229,6 +242,7 @@ impl Opcode {
 
     /// Length of the extension headers after the BTH that the opcode implies (RETH,
     /// AETH, ImmDt, AtomicETH, AtomicAckETH; CNP's 16 reserved bytes), CC ext excluded.
+    #[inline]
     pub fn ext_len(self) -> usize {
         let mut n = 0;
         if self.has_reth() {

@@ -286,6 +286,7 @@ impl RoceRepr {
     }
 
     /// Bytes from the BTH to the payload.
+    #[inline]
     pub fn transport_len(&self) -> usize {
         bth::HEADER_LEN + self.ccext.map_or(0, |c| c.buffer_len()) + self.bth.opcode.ext_len()
     }
@@ -374,6 +375,7 @@ pub struct FrameBuilder {
 
 impl FrameBuilder {
     /// Bytes of headers for `pkt`.
+    #[inline]
     pub fn headers_len(&self, pkt: &RoceRepr) -> usize {
         ethernet::HEADER_LEN
             + ipv4::HEADER_LEN

@@ -200,6 +200,23 @@ impl IcrcHasher {
         Ok(s)
     }
 
+    /// Resumes from an ICRC computed so far (`crc32fast` convention, what
+    /// [`IcrcHasher::value`] returns): the header template hands its header ICRC over
+    /// to the payload segments this way (`super::template`).
+    #[inline]
+    pub fn resume(icrc_so_far: u32) -> Self {
+        Self {
+            h: crc32fast::Hasher::new_with_initial(icrc_so_far),
+            started: true,
+        }
+    }
+
+    /// The ICRC of what was fed so far (without consuming the hasher).
+    #[inline]
+    pub fn value(&self) -> u32 {
+        self.clone().finalize()
+    }
+
     /// Feeds further bytes (extension headers, payload chunks, pad).
     #[inline]
     pub fn update(&mut self, data: &[u8]) {

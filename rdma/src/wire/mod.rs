@@ -22,6 +22,7 @@ pub mod frame;
 pub mod icrc;
 pub mod int;
 pub mod ipv4;
+pub mod template;
 pub mod transport_hdrs;
 pub mod udp;
 
@@ -34,6 +35,7 @@ pub use icrc::{
 };
 pub use int::{HopRecord, IntPacket, IntRepr};
 pub use ipv4::{Ecn, Ipv4Address, Ipv4Packet, Ipv4Repr};
+pub use template::{HeaderTemplate, TemplateLayout};
 pub use transport_hdrs::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, ImmDtRepr, NakCode, RethRepr,
 };
