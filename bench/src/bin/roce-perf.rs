@@ -233,17 +233,38 @@ fn setup(test: &Test, eal_args: Vec<String>, buf_len: usize) -> Res<Session> {
         args.extend(eal_args);
     }
     let eal = Eal::init(&args)?;
-    let port = Port::open(eal, o.dev.as_str())?;
-    let mut cfg = DeviceConfig::new(o.ip.octets());
-    let ip = o.ip.octets();
-    cfg.mac = o.mac.or_else(|| {
-        o.dev
-            .starts_with("net_tap")
-            .then_some([0x02, 0x52, 0x53, ip[1], ip[2], ip[3]])
-    });
-    cfg.core = o.core;
-    cfg.pcap = o.pcap.as_ref().map(std::path::PathBuf::from);
-    let dev = Device::open(eal, port, cfg)?;
+    // Wait for the link as perftest waits for the port to be ACTIVE. A TAP
+    // re-attached to a persistent multi-queue interface can come up without
+    // carrier (the kernel then drops all we send, so every transfer would end
+    // in retry-exceeded): the port is opened again, which attaches afresh.
+    let mut attempt = 1;
+    let dev = loop {
+        let port = Port::open(eal, o.dev.as_str())?;
+        let link = port.link_watch();
+        let mut cfg = DeviceConfig::new(o.ip.octets());
+        let ip = o.ip.octets();
+        cfg.mac = o.mac.or_else(|| {
+            o.dev
+                .starts_with("net_tap")
+                .then_some([0x02, 0x52, 0x53, ip[1], ip[2], ip[3]])
+        });
+        cfg.core = o.core;
+        cfg.pcap = o.pcap.as_ref().map(std::path::PathBuf::from);
+        let dev = Device::open(eal, port, cfg)?;
+        if link.wait_up(Duration::from_secs(2)) {
+            break dev;
+        }
+        drop(link);
+        dev.close();
+        if attempt == 3 {
+            return Err(format!("the link of {} did not come up", o.dev).into());
+        }
+        attempt += 1;
+        eprintln!(
+            "roce-perf: the link of {} is down after start; opening it again",
+            o.dev
+        );
+    };
     let cq = dev.create_cq(o.tx_depth as usize * 4 + 64)?;
     let qopts = QpOptions {
         sq_depth: o.tx_depth.max(1),

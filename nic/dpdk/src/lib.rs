@@ -35,7 +35,7 @@ pub use error::{Error, Result};
 pub use extbuf::ExtBuf;
 pub use mbuf::Mbuf;
 pub use mempool::Mempool;
-pub use port::{Link, Port, PortConfig, PortStats, RxQueue, TxQueue};
+pub use port::{Link, LinkWatch, Port, PortConfig, PortStats, RxQueue, TxQueue};
 pub use ring::{Ring, RingConsumer, RingProducer};
 
 /// Raw binding, for the rare call the safe layer does not cover.

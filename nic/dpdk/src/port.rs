@@ -144,6 +144,50 @@ pub struct Port {
     inner: Arc<PortInner>,
 }
 
+/// Reads a port's link state from another thread ([`Port::link_watch`]).
+#[derive(Clone)]
+pub struct LinkWatch {
+    inner: Arc<PortInner>,
+}
+
+impl LinkWatch {
+    /// The link state, without waiting.
+    pub fn link(&self) -> Result<Link> {
+        link_of(self.inner.id)
+    }
+
+    /// Waits up to `limit` for the link to come up; whether it did.
+    pub fn wait_up(&self, limit: std::time::Duration) -> bool {
+        let end = std::time::Instant::now() + limit;
+        loop {
+            if self.link().is_ok_and(|l| l.up) {
+                return true;
+            }
+            if std::time::Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+fn link_of(id: u16) -> Result<Link> {
+    let mut link = dpdk_sys::rte_eth_link::default();
+    // SAFETY: valid port (held open by the caller), valid out pointer.
+    check("rte_eth_link_get_nowait", unsafe {
+        dpdk_sys::rte_eth_link_get_nowait(id, &mut link)
+    })?;
+    Ok(Link {
+        up: link.link_status() != 0,
+        speed_mbps: if link.link_speed == u32::MAX {
+            0
+        } else {
+            link.link_speed
+        },
+        full_duplex: link.link_duplex() != 0,
+    })
+}
+
 impl Port {
     /// Opens a port from DPDK devargs: a vdev (`net_null0`,
     /// `net_tap0,iface=dtap0`, `net_af_packet0,iface=veth0`, ...) is created
@@ -360,20 +404,17 @@ impl Port {
 
     /// The link state, without waiting.
     pub fn link(&self) -> Result<Link> {
-        let mut link = dpdk_sys::rte_eth_link::default();
-        // SAFETY: valid port, valid out pointer.
-        check("rte_eth_link_get_nowait", unsafe {
-            dpdk_sys::rte_eth_link_get_nowait(self.inner.id, &mut link)
-        })?;
-        Ok(Link {
-            up: link.link_status() != 0,
-            speed_mbps: if link.link_speed == u32::MAX {
-                0
-            } else {
-                link.link_speed
-            },
-            full_duplex: link.link_duplex() != 0,
-        })
+        link_of(self.inner.id)
+    }
+
+    /// A handle that reads this port's link state from any thread while the
+    /// port itself has moved to its poll-mode thread (control path, as
+    /// testpmd's main lcore does while forwarding runs). It keeps the port
+    /// open while it lives.
+    pub fn link_watch(&self) -> LinkWatch {
+        LinkWatch {
+            inner: self.inner.clone(),
+        }
     }
 
     /// The port's counters.
