@@ -308,12 +308,6 @@ pub fn run(
         sw_ports.push(b);
     }
     let (rx_nic, rx_sw) = Port::ring_pair(eal, &format!("tb{tag}r"), 4096)?;
-    let port_names: Vec<String> = nic_ports
-        .iter()
-        .chain(&sw_ports)
-        .chain([&rx_nic, &rx_sw])
-        .map(|p| p.name().to_owned())
-        .collect();
     let sender_ids: Vec<u16> = sw_ports.iter().map(|p| p.id()).collect();
     let rx_id = rx_sw.id();
     let settings = Config::load_str(&switch_config(cfg, &sender_ids, rx_id))?;
@@ -522,29 +516,7 @@ pub fn run(
     }
     rx_dev.close();
     drop(dp);
-    release_ring_ports(&port_names);
     Ok(data)
-}
-
-/// Removes the ring-pair vdevs once every handle is gone.
-///
-/// `rte_eth_from_rings(name)` registers the vdev as `net_ring_<name>`, and
-/// `dpdk::Port::ring_pair` passes a name that already starts with
-/// `net_ring_`, so the `rte_vdev_uninit` of its drop misses the device and
-/// the port id is never released (22.11 has 32 port ids: two fabrics of 8
-/// senders exhaust them). Uninit the real name; a no-op once `dpdk` does it.
-fn release_ring_ports(names: &[String]) {
-    for n in names {
-        let Ok(c) = std::ffi::CString::new(format!("net_ring_{n}")) else {
-            continue;
-        };
-        // SAFETY: a valid C string; every queue handle and Port of this
-        // device has been dropped (the port is stopped), so nothing polls it.
-        // An unknown name only makes the call fail.
-        unsafe {
-            dpdk_sys::rte_vdev_uninit(c.as_ptr());
-        }
-    }
 }
 
 struct DriveParams {

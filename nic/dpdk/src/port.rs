@@ -264,29 +264,31 @@ impl Port {
             }
         };
         let rings = Arc::new(RingPairRings([a_to_b, b_to_a]));
-        let make = |end: &str,
-                    rx: *mut dpdk_sys::rte_ring,
-                    tx: *mut dpdk_sys::rte_ring|
-         -> Result<Port> {
-            // The vdev bus picks the driver by name prefix.
-            let pname = format!("net_ring_{name}_{end}");
-            let cname = CString::new(pname.clone())
-                .map_err(|_| Error::InvalidArgument(name.into(), "NUL byte"))?;
-            let rxq = [rx];
-            let txq = [tx];
-            // SAFETY: the rings outlive the port (the port holds `rings`).
-            let id = unsafe {
-                dpdk_sys::rte_eth_from_rings(cname.as_ptr(), rxq.as_ptr(), 1, txq.as_ptr(), 1, 0)
+        let make =
+            |end: &str, rx: *mut dpdk_sys::rte_ring, tx: *mut dpdk_sys::rte_ring| -> Result<Port> {
+                // rte_eth_from_rings registers the vdev as `net_ring_<name>`:
+                // it gets the bare name, and the drop uninits the registered one
+                // (otherwise the port id is never released; 22.11 has 32).
+                let bare = CString::new(format!("{name}_{end}"))
+                    .map_err(|_| Error::InvalidArgument(name.into(), "NUL byte"))?;
+                let pname = format!("net_ring_{name}_{end}");
+                let cname = CString::new(pname.clone())
+                    .map_err(|_| Error::InvalidArgument(name.into(), "NUL byte"))?;
+                let rxq = [rx];
+                let txq = [tx];
+                // SAFETY: the rings outlive the port (the port holds `rings`).
+                let id = unsafe {
+                    dpdk_sys::rte_eth_from_rings(bare.as_ptr(), rxq.as_ptr(), 1, txq.as_ptr(), 1, 0)
+                };
+                if id < 0 {
+                    return Err(Error::last("rte_eth_from_rings"));
+                }
+                Ok(Self::wrap(
+                    id as u16,
+                    &pname,
+                    Backing::RingPair(cname, rings.clone()),
+                ))
             };
-            if id < 0 {
-                return Err(Error::last("rte_eth_from_rings"));
-            }
-            Ok(Self::wrap(
-                id as u16,
-                &pname,
-                Backing::RingPair(cname, rings.clone()),
-            ))
-        };
         let a = make("a", b_to_a, a_to_b)?;
         let b = make("b", a_to_b, b_to_a)?;
         Ok((a, b))

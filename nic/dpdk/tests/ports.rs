@@ -436,3 +436,25 @@ fn tap_port_exchanges_frames_with_linux() {
     }
     assert_eq!(pool.in_use(), start, "mbuf leak");
 }
+
+/// Dropping a ring pair releases both port ids (DPDK 22.11 has 32), so a
+/// process can make and drop far more pairs than that over its life.
+#[test]
+fn dropped_ring_pairs_release_their_port_ids() {
+    let eal = Eal::for_tests();
+    let pool = pool("t_reuse", 256);
+    for i in 0..40 {
+        let (mut a, mut b) = Port::ring_pair(eal, "treuse", 64)
+            .unwrap_or_else(|e| panic!("ring pair {i} (port ids leaked?): {e}"));
+        assert_eq!(a.name(), "net_ring_treuse_a");
+        let (_arx, mut atx) = a.configure_single(&pool).unwrap();
+        let (mut brx, _btx) = b.configure_single(&pool).unwrap();
+        let mut out: Burst = Burst::new();
+        let mut m = pool.alloc().unwrap();
+        m.extend_from_slice(&frame(i, 60)).unwrap();
+        out.push(m).unwrap();
+        assert_eq!(atx.send(&mut out), 1);
+        let mut inb: Burst = Burst::new();
+        assert_eq!(brx.recv(&mut inb), 1);
+    }
+}
