@@ -15,5 +15,8 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 echo "== cargo test (release)"
 cargo test --workspace --release
 
+echo "== the verbs example (nic/examples/verbs.rs) runs"
+cargo run --release -p nic --example verbs -- --cc dcqcn --size 262144
+
 echo "== fuzz smoke (${FUZZ_SECONDS:-5} s per target)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-5}"

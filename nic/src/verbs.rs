@@ -9,6 +9,11 @@
 //! lock-free queue of QP numbers), each CQ handle the consumer end of an SPSC
 //! completion ring.
 //!
+//! A whole program (two devices on a ring pair; WRITE, WRITE with
+//! immediate, SEND, READ, both ATOMICs, a bad rkey) is
+//! `nic/examples/verbs.rs`:
+//! `cargo run --release -p nic --example verbs -- --cc hpcc`.
+//!
 //! ```no_run
 //! use nic::verbs::{Device, DeviceConfig, RemoteQp, QpOptions};
 //! use rdma::transport::{Access, SendOp, SendWr, Sge};
