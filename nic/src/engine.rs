@@ -90,6 +90,8 @@ type Reply<T> = Sender<Result<T, String>>;
 pub enum Command {
     /// Register memory.
     RegMr {
+        /// Its protection domain.
+        pd: u32,
         /// The memory.
         mem: Arc<ExtBuf>,
         /// Access flags.
@@ -113,6 +115,8 @@ pub enum Command {
     },
     /// Create a QP.
     CreateQp {
+        /// Its protection domain.
+        pd: u32,
         /// Send CQ id.
         send_cq: u32,
         /// Receive CQ id.
@@ -200,6 +204,8 @@ impl MemorySpace for RawMemory {
 /// One QP's engine-side state.
 struct QpSlot {
     opts: QpOptions,
+    /// Its protection domain (0: the device's default one).
+    pd: u32,
     send_cq: u32,
     recv_cq: u32,
     doorbell: rtrb::Consumer<Doorbell>,
@@ -494,11 +500,18 @@ impl Engine {
     fn slow_path(&mut self) {
         while let Ok(cmd) = self.cmd.try_recv() {
             match cmd {
-                Command::RegMr { mem, access, reply } => {
-                    let r = match self
-                        .mrs
-                        .register(mem.base_ptr() as u64, mem.len() as u64, access)
-                    {
+                Command::RegMr {
+                    pd,
+                    mem,
+                    access,
+                    reply,
+                } => {
+                    let r = match self.mrs.register_in(
+                        pd,
+                        mem.base_ptr() as u64,
+                        mem.len() as u64,
+                        access,
+                    ) {
                         Some(mr) => {
                             let i = ((mr.lkey >> 8) - 1) as usize;
                             if self.mr_mem.len() <= i {
@@ -526,13 +539,14 @@ impl Engine {
                     let _ = reply.send(Ok(self.cqs.len() as u32 - 1));
                 }
                 Command::CreateQp {
+                    pd,
                     send_cq,
                     recv_cq,
                     opts,
                     ring,
                     reply,
                 } => {
-                    let _ = reply.send(self.create_qp(send_cq, recv_cq, opts, ring));
+                    let _ = reply.send(self.create_qp(pd, send_cq, recv_cq, opts, ring));
                 }
                 Command::Connect { qpn, remote, reply } => {
                     let r = self.connect(qpn, &remote);
@@ -566,6 +580,7 @@ impl Engine {
 
     fn create_qp(
         &mut self,
+        pd: u32,
         send_cq: u32,
         recv_cq: u32,
         opts: QpOptions,
@@ -606,6 +621,7 @@ impl Engine {
         };
         self.qps[i] = Some(Box::new(QpSlot {
             opts,
+            pd,
             send_cq,
             recv_cq,
             doorbell: ring,
@@ -657,6 +673,7 @@ impl Engine {
             rq_psn: remote.psn,
             cc_ext: s.cc_ext,
             ack_read_responses: s.opts.cc == CcKind::Ldcp,
+            pd: s.pd,
         };
         let mut qp = Qp::new(cfg).map_err(|e| e.to_string())?;
         for st in [QpState::Init, QpState::Rtr, QpState::Rts] {

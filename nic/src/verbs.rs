@@ -129,6 +129,8 @@ pub struct Device {
     >,
     mac: [u8; 6],
     ip: [u8; 4],
+    /// The next protection domain number ([`Device::alloc_pd`]).
+    next_pd: std::sync::atomic::AtomicU32,
 }
 
 impl Device {
@@ -225,6 +227,7 @@ impl Device {
                 capture,
                 mac,
                 ip: cfg.ip,
+                next_pd: std::sync::atomic::AtomicU32::new(1),
             },
         ))
     }
@@ -258,13 +261,30 @@ impl Device {
             .map_err(VerbsError::Refused)
     }
 
-    /// Registers `len` zeroed bytes with `access`; the region's address is
-    /// its virtual address on the wire (as with ibverbs, the buffer's
-    /// pointer).
+    /// Allocates a protection domain (`ibv_alloc_pd`): regions registered
+    /// in it can only be used by queue pairs created in it, locally (lkeys)
+    /// and remotely (rkeys sent by the peer; a key of another PD is refused
+    /// as an invalid key, IBA 10.2.3). [`Device::reg_mr`] and
+    /// [`Device::create_qp`] use the device's default PD.
+    pub fn alloc_pd(&self) -> ProtectionDomain<'_> {
+        ProtectionDomain {
+            dev: self,
+            id: self.next_pd.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Registers `len` zeroed bytes with `access` in the default PD; the
+    /// region's address is its virtual address on the wire (as with
+    /// ibverbs, the buffer's pointer).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
+        self.reg_mr_in(0, len, access)
+    }
+
+    fn reg_mr_in(&self, pd: u32, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
         let mem = Arc::new(ExtBuf::new(vec![0u8; len.max(1)].into_boxed_slice()));
         let m2 = mem.clone();
         let (lkey, rkey) = self.call(|reply| Command::RegMr {
+            pd,
             mem: m2,
             access,
             reply,
@@ -292,10 +312,21 @@ impl Device {
         Ok(CompletionQueue { id, ring: cons })
     }
 
-    /// Creates an RC queue pair completing into `send_cq` and `recv_cq`. It
-    /// stays in INIT until [`QueuePair::connect`].
+    /// Creates an RC queue pair in the default PD, completing into
+    /// `send_cq` and `recv_cq`. It stays in INIT until
+    /// [`QueuePair::connect`].
     pub fn create_qp(
         &self,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        opts: QpOptions,
+    ) -> Result<QueuePair, VerbsError> {
+        self.create_qp_in(0, send_cq, recv_cq, opts)
+    }
+
+    fn create_qp_in(
+        &self,
+        pd: u32,
         send_cq: &CompletionQueue,
         recv_cq: &CompletionQueue,
         opts: QpOptions,
@@ -304,6 +335,7 @@ impl Device {
         let (prod, cons) = rtrb::RingBuffer::new(depth.max(2));
         let (send_cq, recv_cq) = (send_cq.id, recv_cq.id);
         let (qpn, psn) = self.call(|reply| Command::CreateQp {
+            pd,
             send_cq,
             recv_cq,
             opts,
@@ -354,6 +386,37 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A protection domain of a [`Device`] ([`Device::alloc_pd`]): what it
+/// registers and creates is isolated from other PDs' keys.
+pub struct ProtectionDomain<'a> {
+    dev: &'a Device,
+    id: u32,
+}
+
+impl ProtectionDomain<'_> {
+    /// Its number (0 is the device's default PD).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Registers `len` zeroed bytes with `access` in this PD
+    /// ([`Device::reg_mr`]).
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
+        self.dev.reg_mr_in(self.id, len, access)
+    }
+
+    /// Creates an RC queue pair in this PD ([`Device::create_qp`]): it may
+    /// only use regions of this PD.
+    pub fn create_qp(
+        &self,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        opts: QpOptions,
+    ) -> Result<QueuePair, VerbsError> {
+        self.dev.create_qp_in(self.id, send_cq, recv_cq, opts)
     }
 }
 

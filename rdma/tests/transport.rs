@@ -305,18 +305,25 @@ fn peer_vanished_retry_exceeded_and_flush() {
 }
 
 #[test]
-fn bad_rkey_range_and_permission_are_nak_0x62_and_write_nothing() {
-    for case in 0..3 {
+fn bad_rkey_range_permission_and_pd_are_nak_0x62_and_write_nothing() {
+    // Cases: unknown rkey, out of range, no REMOTE_WRITE, and an rkey of a
+    // region with every right but in another protection domain than B's QP.
+    for case in 0..4 {
         let (mut a, mut b) = pair(256, false, 0);
         fill(&mut a, A_BASE, 300, 1);
         let ro = b
             .mrs
             .register(B_BASE + 0x1000, 0x1000, Access::REMOTE_READ)
             .unwrap();
+        let other_pd = b
+            .mrs
+            .register_in(5, B_BASE, MEM_LEN as u64, Access::all())
+            .unwrap();
         let (va, rkey) = match case {
             0 => (B_BASE, b.mr.rkey ^ 0x100),
             1 => (B_BASE + MEM_LEN as u64 - 100, b.mr.rkey),
-            _ => (B_BASE + 0x1000, ro.rkey),
+            2 => (B_BASE + 0x1000, ro.rkey),
+            _ => (B_BASE, other_pd.rkey),
         };
         let ak = a.mr.lkey;
         a.qp.post_send(

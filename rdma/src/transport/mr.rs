@@ -44,6 +44,9 @@ pub struct Mr {
     pub len: u64,
     /// Permissions.
     pub access: Access,
+    /// The protection domain it belongs to: only QPs of the same PD may use
+    /// its keys (IBA 10.2.3; a key of another PD is an invalid key).
+    pub pd: u32,
 }
 
 impl Mr {
@@ -56,8 +59,9 @@ impl Mr {
     }
 }
 
-/// The table of registered regions of one protection domain. Keys encode the slot index
-/// (bits 31..8, plus one) and a generation byte (bits 7..0) so a stale key is refused.
+/// The table of registered regions of a device, each in a protection domain. Keys
+/// encode the slot index (bits 31..8, plus one) and a generation byte (bits 7..0) so a
+/// stale key is refused; a key is only valid for QPs of its region's PD.
 #[derive(Debug, Clone, Default)]
 pub struct MrTable {
     slots: Vec<Option<Mr>>,
@@ -70,9 +74,15 @@ impl MrTable {
         Self::default()
     }
 
-    /// Registers `[va, va+len)`; returns the region (keys inside). `None` if the range
-    /// overflows or the table is full (2^24 slots).
+    /// Registers `[va, va+len)` in the default protection domain (0); returns the
+    /// region (keys inside). `None` if the range overflows or the table is full (2^24
+    /// slots).
     pub fn register(&mut self, va: u64, len: u64, access: Access) -> Option<Mr> {
+        self.register_in(0, va, len, access)
+    }
+
+    /// Registers `[va, va+len)` in protection domain `pd`; as [`Self::register`].
+    pub fn register_in(&mut self, pd: u32, va: u64, len: u64, access: Access) -> Option<Mr> {
         va.checked_add(len)?;
         self.generation = self.generation.wrapping_add(1);
         let idx = match self.slots.iter().position(Option::is_none) {
@@ -92,6 +102,7 @@ impl MrTable {
             va,
             len,
             access,
+            pd,
         };
         self.slots[idx] = Some(mr);
         Some(mr)
@@ -114,8 +125,18 @@ impl MrTable {
         self.slots.get(i)?.as_ref().filter(|m| m.lkey == key)
     }
 
-    fn check(&self, key: u32, va: u64, len: u64, need: Access) -> Result<&Mr, AccessError> {
-        let mr = self.get(key).ok_or(AccessError::BadKey(key))?;
+    fn check(
+        &self,
+        pd: u32,
+        key: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<&Mr, AccessError> {
+        let mr = self
+            .get(key)
+            .filter(|m| m.pd == pd)
+            .ok_or(AccessError::BadKey(key))?;
         if !mr.access.contains(need) {
             return Err(AccessError::Permission);
         }
@@ -125,7 +146,8 @@ impl MrTable {
         Ok(mr)
     }
 
-    /// Checks a remote access (rkey from the wire) needing `need`.
+    /// Checks a remote access (rkey from the wire) needing `need`, for a QP of the
+    /// default protection domain (0).
     pub fn check_remote(
         &self,
         rkey: u32,
@@ -133,10 +155,24 @@ impl MrTable {
         len: u64,
         need: Access,
     ) -> Result<&Mr, AccessError> {
-        self.check(rkey, va, len, need)
+        self.check(0, rkey, va, len, need)
     }
 
-    /// Checks a local access (lkey from a work request) needing `need` (empty = read).
+    /// Checks a remote access for a QP of protection domain `pd`: an rkey of another
+    /// PD is a bad key (the responder NAKs it as a remote access error).
+    pub fn check_remote_in(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<&Mr, AccessError> {
+        self.check(pd, rkey, va, len, need)
+    }
+
+    /// Checks a local access (lkey from a work request) needing `need` (empty = read),
+    /// for a QP of the default protection domain (0).
     pub fn check_local(
         &self,
         lkey: u32,
@@ -144,7 +180,20 @@ impl MrTable {
         len: u64,
         need: Access,
     ) -> Result<&Mr, AccessError> {
-        self.check(lkey, va, len, need)
+        self.check(0, lkey, va, len, need)
+    }
+
+    /// Checks a local access for a QP of protection domain `pd`: an lkey of another
+    /// PD is refused (a local protection error).
+    pub fn check_local_in(
+        &self,
+        pd: u32,
+        lkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<&Mr, AccessError> {
+        self.check(pd, lkey, va, len, need)
     }
 }
 
@@ -212,6 +261,43 @@ impl MemorySpace for VecMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_valid_only_in_their_protection_domain() {
+        let mut t = MrTable::new();
+        let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let a = t.register_in(1, 0x1000, 0x100, all).unwrap();
+        let b = t.register(0x2000, 0x100, all).unwrap();
+        assert_eq!((a.pd, b.pd), (1, 0));
+        assert!(t
+            .check_remote_in(1, a.rkey, 0x1000, 8, Access::REMOTE_WRITE)
+            .is_ok());
+        assert!(t
+            .check_local_in(1, a.lkey, 0x1000, 8, Access::empty())
+            .is_ok());
+        // Another PD's QP may not use it, remotely or locally.
+        assert_eq!(
+            t.check_remote_in(2, a.rkey, 0x1000, 8, Access::REMOTE_WRITE)
+                .err(),
+            Some(AccessError::BadKey(a.rkey))
+        );
+        assert_eq!(
+            t.check_remote(a.rkey, 0x1000, 8, Access::REMOTE_WRITE)
+                .err(),
+            Some(AccessError::BadKey(a.rkey))
+        );
+        assert_eq!(
+            t.check_local_in(0, a.lkey, 0x1000, 8, Access::empty())
+                .err(),
+            Some(AccessError::BadKey(a.lkey))
+        );
+        assert!(t
+            .check_remote(b.rkey, 0x2000, 8, Access::REMOTE_READ)
+            .is_ok());
+        assert!(t
+            .check_remote_in(1, b.rkey, 0x2000, 8, Access::REMOTE_READ)
+            .is_err());
+    }
 
     #[test]
     fn bounds_and_permissions() {

@@ -104,6 +104,10 @@ pub struct QpConfig {
     pub cc_ext: bool,
     /// The requester acknowledges READ responses (LDCP section 3.1; needs `cc_ext`).
     pub ack_read_responses: bool,
+    /// The QP's protection domain: it may only use keys of regions in the same PD
+    /// (IBA 10.2.3), locally (lkeys of its work requests) and remotely (rkeys it is
+    /// sent).
+    pub pd: u32,
 }
 
 impl Default for QpConfig {
@@ -123,6 +127,7 @@ impl Default for QpConfig {
             rq_psn: 0,
             cc_ext: false,
             ack_read_responses: false,
+            pd: 0,
         }
     }
 }
@@ -638,8 +643,14 @@ impl Qp {
             return Err(QpError::LocalLength);
         }
         if wr.sge.len > 0 || wr.op.needs_response() {
-            mrs.check_local(wr.sge.lkey, wr.sge.addr, u64::from(wr.sge.len), need)
-                .map_err(QpError::LocalProtection)?;
+            mrs.check_local_in(
+                self.cfg.pd,
+                wr.sge.lkey,
+                wr.sge.addr,
+                u64::from(wr.sge.len),
+                need,
+            )
+            .map_err(QpError::LocalProtection)?;
         }
         let pm = self.cfg.pmtu;
         let (npkts, lsn_len) = match wr.op {
@@ -686,7 +697,8 @@ impl Qp {
             return Err(QpError::QueueFull);
         }
         if wr.sge.len > 0 {
-            mrs.check_local(
+            mrs.check_local_in(
+                self.cfg.pd,
                 wr.sge.lkey,
                 wr.sge.addr,
                 u64::from(wr.sge.len),
@@ -1424,7 +1436,13 @@ impl Qp {
                 ) => (va, rkey, remaining, total),
                 (None, Some(r)) => {
                     if mrs
-                        .check_remote(r.rkey, r.va, u64::from(r.dma_len), Access::REMOTE_WRITE)
+                        .check_remote_in(
+                            self.cfg.pd,
+                            r.rkey,
+                            r.va,
+                            u64::from(r.dma_len),
+                            Access::REMOTE_WRITE,
+                        )
                         .is_err()
                     {
                         self.nak(p, NakCode::RemoteAccessError, true);
@@ -1483,7 +1501,13 @@ impl Qp {
         } else if op == Opcode::ReadRequest {
             let Some(r) = f.reth else { return };
             if mrs
-                .check_remote(r.rkey, r.va, u64::from(r.dma_len), Access::REMOTE_READ)
+                .check_remote_in(
+                    self.cfg.pd,
+                    r.rkey,
+                    r.va,
+                    u64::from(r.dma_len),
+                    Access::REMOTE_READ,
+                )
                 .is_err()
             {
                 self.nak(p, NakCode::RemoteAccessError, true);
@@ -1515,7 +1539,7 @@ impl Qp {
                 return;
             }
             if mrs
-                .check_remote(a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
+                .check_remote_in(self.cfg.pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
                 .is_err()
             {
                 self.nak(p, NakCode::RemoteAccessError, true);
@@ -1584,7 +1608,13 @@ impl Qp {
             // treated as delivered for the READ-response window.
             let Some(r) = f.reth else { return };
             if mrs
-                .check_remote(r.rkey, r.va, u64::from(r.dma_len), Access::REMOTE_READ)
+                .check_remote_in(
+                    self.cfg.pd,
+                    r.rkey,
+                    r.va,
+                    u64::from(r.dma_len),
+                    Access::REMOTE_READ,
+                )
                 .is_err()
             {
                 return;
