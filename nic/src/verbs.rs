@@ -584,8 +584,10 @@ impl CompletionQueue {
             if Instant::now() >= end {
                 return None;
             }
+            // Spin briefly (a PAUSE is ~40-140 cycles), then let a thread
+            // that shares this core run (e.g. the peer of a ping-pong).
             spins = spins.saturating_add(1);
-            if spins < 2000 {
+            if spins < 64 {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();

@@ -115,6 +115,12 @@ struct Opts {
     /// CPU for the NIC engine.
     #[arg(long = "core")]
     core: Option<usize>,
+    /// Run the server and the client in this process, back to back on a
+    /// DPDK ring pair (`--dev` and the server address are not used; the
+    /// server is `--ip`, the client the next address); prints the client's
+    /// results.
+    #[arg(long = "loopback")]
+    loopback: bool,
     /// The server's address (TCP); absent: be the server.
     server: Option<std::net::IpAddr>,
 }
@@ -130,6 +136,20 @@ impl Test {
             Test::send_lat(o) => ("send_lat", o),
         }
     }
+    /// The same test with changed options.
+    fn with(&self, f: impl FnOnce(&mut Opts)) -> Test {
+        let mut t = self.clone();
+        match &mut t {
+            Test::write_bw(o)
+            | Test::read_bw(o)
+            | Test::send_bw(o)
+            | Test::write_lat(o)
+            | Test::read_lat(o)
+            | Test::send_lat(o) => f(o),
+        }
+        t
+    }
+
     fn is_lat(&self) -> bool {
         self.parts().0.ends_with("_lat")
     }
@@ -212,8 +232,9 @@ fn line_of(s: &mut TcpStream) -> Res<String> {
     Ok(line)
 }
 
-fn setup(test: &Test, eal_args: Vec<String>, buf_len: usize) -> Res<Session> {
-    let (name, o) = test.parts();
+/// Starts the EAL with the user's arguments (after `--`), or with ours:
+/// no hugepages, no PCI scan, a per-process file prefix.
+fn start_eal(eal_args: Vec<String>) -> Res<&'static Eal> {
     let mut args = vec!["roce-perf".to_string()];
     if eal_args.is_empty() {
         args.extend(
@@ -232,13 +253,17 @@ fn setup(test: &Test, eal_args: Vec<String>, buf_len: usize) -> Res<Session> {
     } else {
         args.extend(eal_args);
     }
-    let eal = Eal::init(&args)?;
+    Ok(Eal::init(&args)?)
+}
+
+/// Opens the NIC on `--dev` and waits for its link.
+fn open_device(o: &Opts, eal: &'static Eal) -> Res<Device> {
     // Wait for the link as perftest waits for the port to be ACTIVE. A TAP
     // re-attached to a persistent multi-queue interface can come up without
     // carrier (the kernel then drops all we send, so every transfer would end
     // in retry-exceeded): the port is opened again, which attaches afresh.
     let mut attempt = 1;
-    let dev = loop {
+    loop {
         let port = Port::open(eal, o.dev.as_str())?;
         let link = port.link_watch();
         let mut cfg = DeviceConfig::new(o.ip.octets());
@@ -252,7 +277,7 @@ fn setup(test: &Test, eal_args: Vec<String>, buf_len: usize) -> Res<Session> {
         cfg.pcap = o.pcap.as_ref().map(std::path::PathBuf::from);
         let dev = Device::open(eal, port, cfg)?;
         if link.wait_up(Duration::from_secs(2)) {
-            break dev;
+            return Ok(dev);
         }
         drop(link);
         dev.close();
@@ -264,6 +289,23 @@ fn setup(test: &Test, eal_args: Vec<String>, buf_len: usize) -> Res<Session> {
             "roce-perf: the link of {} is down after start; opening it again",
             o.dev
         );
+    }
+}
+
+/// Opens the device on `--dev` (or takes `given`), creates the QP and
+/// connects it with the peer's over TCP; prints perftest's preamble unless
+/// `quiet`.
+fn setup(
+    test: &Test,
+    eal: &'static Eal,
+    buf_len: usize,
+    given: Option<Device>,
+    quiet: bool,
+) -> Res<Session> {
+    let (name, o) = test.parts();
+    let dev = match given {
+        Some(d) => d,
+        None => open_device(o, eal)?,
     };
     let cq = dev.create_cq(o.tx_depth as usize * 4 + 64)?;
     let qopts = QpOptions {
@@ -302,7 +344,9 @@ fn setup(test: &Test, eal_args: Vec<String>, buf_len: usize) -> Res<Session> {
         None => {
             let l = TcpListener::bind(("0.0.0.0", o.port))
                 .map_err(|e| format!("cannot listen on TCP port {}: {e}", o.port))?;
-            println!("\n************************************\n* Waiting for client to connect... *\n************************************");
+            if !quiet {
+                println!("\n************************************\n* Waiting for client to connect... *\n************************************");
+            }
             let (mut s, _) = l.accept()?;
             s.set_read_timeout(Some(timeout))?;
             let remote = ConnInfo::parse(&line_of(&mut s)?)?;
@@ -362,6 +406,16 @@ fn setup(test: &Test, eal_args: Vec<String>, buf_len: usize) -> Res<Session> {
             format!("-q {} requested; this build runs 1 QP", o.qps),
         ));
     }
+    if quiet {
+        return Ok(Session {
+            dev,
+            cq,
+            qp,
+            mr,
+            remote,
+            stream,
+        });
+    }
     print!("{}", perftest::preamble(test.title(), &settings));
     let line = |c: &ConnInfo| AddressLine {
         qpn: c.qpn,
@@ -404,12 +458,73 @@ fn wait_wc(cq: &mut CompletionQueue) -> Res<rdma::transport::WorkCompletion> {
     Ok(wc)
 }
 
-fn run(test: Test, eal: Vec<String>) -> Res<()> {
-    let (name, o) = test.parts();
+fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
+    let (_, o) = test.parts();
     if !matches!(o.mtu, 256 | 512 | 1024 | 2048 | 4096) {
         return Err(format!("-m {}: MTU must be 256, 512, 1024, 2048 or 4096", o.mtu).into());
     }
-    let sizes = sizes(&test);
+    let eal = start_eal(eal_args)?;
+    if !o.loopback {
+        return run_side(&test, eal, None, false);
+    }
+    // Both ends here: a ring pair with both NICs' engines on one poll-mode
+    // thread (so that the two sides' own threads have the other core), the
+    // server on one end in a thread (quiet), the client on the other, the
+    // exchange over TCP on the loopback address.
+    let (pa, pb) = Port::ring_pair(eal, "roce-perf", 4096)?;
+    // The engines on the last core (or --core), both sides on the first.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let engine_core = o.core.unwrap_or(cores.saturating_sub(1));
+    let side_core = (cores > 1).then_some(0);
+    let [a, b, c, d] = o.ip.octets();
+    let client_ip = Ipv4Addr::new(a, b, c, d.wrapping_add(1));
+    let mut devs = Device::open_group(
+        eal,
+        vec![
+            (pa, DeviceConfig::new(o.ip.octets())),
+            (pb, DeviceConfig::new(client_ip.octets())),
+        ],
+        Some(engine_core),
+    )?;
+    let (dev_b, dev_a) = (devs.pop(), devs.pop());
+    // A free TCP port for the exchange, so that loopback runs side by side.
+    let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port();
+    let server_test = test.with(|o| {
+        o.port = tcp;
+        o.server = None;
+        o.dev = "ring pair (server end)".into();
+        o.out_json = None;
+        o.pcap = None;
+    });
+    let client_test = test.with(|o| {
+        o.port = tcp;
+        o.server = Some(Ipv4Addr::LOCALHOST.into());
+        o.ip = client_ip;
+        o.dev = "ring pair (loopback)".into();
+    });
+    let server = dpdk::lcore::spawn_pinned(eal, "roce-perf-server", side_core, move || {
+        run_side(&server_test, eal, dev_a, true).map_err(|e| e.to_string())
+    })?;
+    let client = dpdk::lcore::spawn_pinned(eal, "roce-perf-client", side_core, move || {
+        run_side(&client_test, eal, dev_b, false).map_err(|e| e.to_string())
+    })?;
+    // A failed client returns at once (the server may still wait for it).
+    client
+        .join()
+        .map_err(|_| "the client thread panicked".to_string())??;
+    server
+        .join()
+        .map_err(|_| "the server thread panicked".to_string())?
+        .map_err(|e| format!("server: {e}"))?;
+    Ok(())
+}
+
+/// One side (server or client) of a test.
+fn run_side(test: &Test, eal: &'static Eal, dev: Option<Device>, quiet: bool) -> Res<()> {
+    let (name, o) = test.parts();
+    let sizes = sizes(test);
     let max = *sizes.iter().max().unwrap_or(&2) as usize;
     let depth = o.tx_depth.max(1) as usize;
     let buf = if test.is_lat() {
@@ -417,21 +532,25 @@ fn run(test: Test, eal: Vec<String>) -> Res<()> {
     } else {
         (max * depth.min(64)).max(4096)
     };
-    let mut s = setup(&test, eal, buf)?;
+    let mut s = setup(test, eal, buf, dev, quiet)?;
     let server = o.server.is_none();
     let mut json = Vec::new();
-    if test.is_lat() {
-        print!("{}", perftest::lat_header());
-    } else {
-        print!("{}", perftest::bw_header(o.report_gbits));
+    if !quiet {
+        if test.is_lat() {
+            print!("{}", perftest::lat_header());
+        } else {
+            print!("{}", perftest::bw_header(o.report_gbits));
+        }
     }
     for size in sizes {
         let iters = o.iters.unwrap_or(if test.is_lat() { 1000 } else { 5000 });
         match test {
             Test::write_bw(_) | Test::read_bw(_) | Test::send_bw(_) => {
-                let row = bw(&test, &mut s, size, iters, server)?;
+                let row = bw(test, &mut s, size, iters, server)?;
                 if let Some(r) = row {
-                    print!("{}", perftest::bw_row(&r, o.report_gbits));
+                    if !quiet {
+                        print!("{}", perftest::bw_row(&r, o.report_gbits));
+                    }
                     json.push(format!(
                         "{{\"bytes\":{},\"iterations\":{},\"bw_peak_gbps\":{:.3},\"bw_avg_gbps\":{:.3},\"msg_rate_mpps\":{:.6}}}",
                         r.bytes, r.iterations, r.peak_bps * 8e-9, r.avg_bps * 8e-9, r.msg_rate / 1e6
@@ -439,9 +558,11 @@ fn run(test: Test, eal: Vec<String>) -> Res<()> {
                 }
             }
             _ => {
-                let st = lat(&test, &mut s, size, iters, server)?;
+                let st = lat(test, &mut s, size, iters, server)?;
                 if let Some(st) = st {
-                    print!("{}", perftest::lat_row(u64::from(size), iters, &st));
+                    if !quiet {
+                        print!("{}", perftest::lat_row(u64::from(size), iters, &st));
+                    }
                     json.push(format!(
                         "{{\"bytes\":{size},\"iterations\":{iters},\"t_min\":{:.3},\"t_max\":{:.3},\"t_typical\":{:.3},\"t_avg\":{:.3},\"t_stdev\":{:.3},\"p99\":{:.3},\"p99_9\":{:.3}}}",
                         st.t_min, st.t_max, st.t_typical, st.t_avg, st.t_stdev, st.p99, st.p999
@@ -450,7 +571,9 @@ fn run(test: Test, eal: Vec<String>) -> Res<()> {
             }
         }
     }
-    println!("{}", perftest::RULE);
+    if !quiet {
+        println!("{}", perftest::RULE);
+    }
     if let Some(path) = &o.out_json {
         let c = s.dev.counters();
         let text = format!(
@@ -649,6 +772,7 @@ fn lat(test: &Test, s: &mut Session, size: u32, iters: u64, server: bool) -> Res
                     })?;
                 } else {
                     let end = Instant::now() + Duration::from_secs(10);
+                    let mut spins = 0u32;
                     loop {
                         s.mr.read(off_last as usize, &mut last);
                         if last == stamp(i) {
@@ -661,7 +785,13 @@ fn lat(test: &Test, s: &mut Session, size: u32, iters: u64, server: bool) -> Res
                             )
                             .into());
                         }
-                        std::hint::spin_loop();
+                        // Spin, then let a thread that shares the core run.
+                        spins += 1;
+                        if spins < 64 {
+                            std::hint::spin_loop();
+                        } else {
+                            std::thread::yield_now();
+                        }
                     }
                 }
                 if server {

@@ -1,0 +1,72 @@
+//! `roce-perf --loopback`: server and client in one process on a ring pair,
+//! perftest's tables and units, for a bandwidth and a latency test of each
+//! kind.
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_roce-perf");
+
+fn run(args: &[&str]) -> String {
+    let o = Command::new(BIN)
+        .args(args)
+        .args(["--loopback", "--ip", "10.0.0.1", "-m", "1024"])
+        .output()
+        .expect("run roce-perf");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "roce-perf {args:?}:\n{text}");
+    text
+}
+
+/// The numbers of the row that starts with `bytes`.
+fn row(out: &str, bytes: &str) -> Vec<f64> {
+    let line = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(bytes))
+        .unwrap_or_else(|| panic!("no {bytes} row in:\n{out}"));
+    line.split_whitespace()
+        .map(|c| c.parse().expect("a number"))
+        .collect()
+}
+
+#[test]
+fn bandwidth_tests_print_perftest_rows() {
+    for test in ["write_bw", "read_bw", "send_bw"] {
+        let out = run(&[test, "-n", "300", "-s", "16384", "--report_gbits"]);
+        assert!(out.contains(" local address: LID 0000 QPN 0x"), "{out}");
+        assert!(out.contains(" remote address: LID 0000 QPN 0x"), "{out}");
+        assert!(
+            out.contains(
+                "#bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+            ),
+            "{out}"
+        );
+        let r = row(&out, "16384");
+        assert_eq!(r[1], 300.0, "{out}");
+        assert!(r[3] > 0.0 && r[2] >= r[3] * 0.99, "peak >= average: {out}");
+        // MsgRate is average bandwidth / message size.
+        let rate = r[3] * 1e9 / 8.0 / 16384.0 / 1e6;
+        assert!((r[4] - rate).abs() <= rate * 0.02 + 1e-6, "{out}");
+        // Only the client's table is printed.
+        assert_eq!(out.matches("#bytes").count(), 1, "{out}");
+    }
+}
+
+#[test]
+fn latency_tests_print_perftest_rows() {
+    for test in ["write_lat", "read_lat", "send_lat"] {
+        let out = run(&[test, "-n", "300"]);
+        assert!(out.contains("t_typical[usec]"), "{out}");
+        assert!(out.contains("99.9% percentile[usec]"), "{out}");
+        let r = row(&out, "2");
+        assert_eq!(r[1], 300.0, "{out}");
+        let (min, max, typ, avg) = (r[2], r[3], r[4], r[5]);
+        assert!(
+            min > 0.0 && min <= typ && typ <= max && min <= avg && avg <= max,
+            "{out}"
+        );
+    }
+}
