@@ -163,6 +163,31 @@ fn roce_perf_between_two_namespaces_over_tap() {
         "{out}"
     );
 
+    // A TAP in DPDK 22.11 takes no jumbo frames: a 4 KiB path MTU is refused
+    // up front (as ibverbs' active_mtu follows the netdev), and by default
+    // roce-perf takes the largest the port carries.
+    let o = finish(
+        spawn(
+            "rsnic-a",
+            &[
+                "write_bw",
+                "--dev",
+                "net_tap0,iface=rt-a",
+                "--ip",
+                "10.0.0.1",
+                "-m",
+                "4096",
+            ],
+        ),
+        Duration::from_secs(30),
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("carries RoCE MTUs up to 1024"),
+        "{}",
+        text(&o)
+    );
+
     // A mismatched test is refused on both sides with the same clear error.
     let (s, c) = pair("write_bw", "read_bw", &["-n", "10"]);
     assert!(!s.status.success() && !c.status.success());

@@ -64,10 +64,16 @@ const TIMERS_PER_QP: usize = 5;
 /// poll turn of ~5 us does not cap a QP paced at 100 Gbit/s (with 16 KiB,
 /// DCQCN at line rate got 17 Gbit/s on a ring pair, 23 with 64 KiB).
 const PACING_BURST_BYTES: u32 = 64 << 10;
+/// Idle poll turns (no packet in or out, no doorbell) before an engine with
+/// `DeviceConfig::idle_yield` yields its core once.
+const IDLE_TURNS_BEFORE_YIELD: u32 = 64;
+/// The IP MTU the engine asks of its port: jumbo, room for a 4 KiB RoCE MTU
+/// with INT and extension headers.
+const PORT_MTU: u16 = 9000;
 /// Ethernet preamble, inter-frame gap and FCS: what the wire adds to a frame.
 const WIRE_OVERHEAD: u64 = 24;
 /// Most hop records taken from one packet's INT container.
-const MAX_HOPS: usize = 8;
+pub(crate) const MAX_HOPS: usize = 8;
 /// DSCP of RoCEv2 data and control traffic.
 const ROCE_DSCP: u8 = 26;
 /// Bytes of each frame kept by the optional capture (every header, the
@@ -341,6 +347,13 @@ impl QpSlot {
 /// thread by [`Engine::run`].
 pub struct Engine {
     _port: Port,
+    /// Yield the core after [`IDLE_TURNS_BEFORE_YIELD`] idle turns.
+    idle_yield: bool,
+    /// Consecutive turns without a packet or a doorbell.
+    idle_turns: u32,
+    /// The longest frame the port carries (its driver's limit, at most
+    /// [`MAX_FRAME`]).
+    max_frame: usize,
     rx: RxQueue,
     tx: TxQueue,
     pools: TxPools,
@@ -406,9 +419,25 @@ impl Engine {
             bare: Mempool::new(eal, &format!("nic{pid}_{id}_ext"), cfg.pool_size, 256, 0)?,
             copy_threshold: cfg.copy_threshold,
         };
-        let (rx, tx) = port.configure_single(&rx_pool)?;
+        // Jumbo frames where the port allows them, so that a 4 KiB RoCE MTU
+        // (plus INT and extension headers) fits (e.g. a TAP, whose kernel side
+        // would otherwise drop frames above 1500 bytes of IP).
+        let port_cfg = dpdk::PortConfig {
+            mtu: Some(PORT_MTU),
+            ..dpdk::PortConfig::default()
+        };
+        let (mut rxs, mut txs) = port.configure(&port_cfg, &rx_pool)?;
+        let (Some(rx), Some(tx)) = (rxs.pop(), txs.pop()) else {
+            return Err(VerbsError::Refused("the port has no queue".into()));
+        };
         let clock = TscClock::new(eal);
+        let max_frame = port
+            .max_frame_len()
+            .map_or(MAX_FRAME, |n| (n as usize).min(MAX_FRAME));
         Ok(Engine {
+            idle_yield: cfg.idle_yield,
+            idle_turns: 0,
+            max_frame,
             _port: port,
             rx,
             tx,
@@ -449,6 +478,11 @@ impl Engine {
         })
     }
 
+    /// The longest frame the port carries (what bounds the RoCE path MTU).
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
     /// Runs the poll loop until the device is asked to stop; the engine is
     /// then published, dropped and marked done (as one engine of a group).
     pub fn run(self) {
@@ -467,10 +501,22 @@ impl Engine {
         }
         self.turn = self.turn.wrapping_add(1);
         let now = self.clock.now_ns();
-        self.doorbells();
+        let work = (self.counters.rx_packets, self.counters.tx_packets);
+        let rung = self.doorbells();
         self.receive(now);
         self.timers(now);
         self.transmit(now);
+        if rung || work != (self.counters.rx_packets, self.counters.tx_packets) {
+            self.idle_turns = 0;
+        } else if self.idle_yield {
+            // Idle: after a while, let a thread that shares this core run
+            // (DeviceConfig::idle_yield); never while there is work.
+            self.idle_turns += 1;
+            if self.idle_turns >= IDLE_TURNS_BEFORE_YIELD && self.txb.is_empty() {
+                self.idle_turns = 0;
+                std::thread::yield_now();
+            }
+        }
         if now.saturating_sub(self.last_publish_ns) > 1_000_000 {
             self.publish();
             self.last_publish_ns = now;
@@ -702,12 +748,16 @@ impl Engine {
 
     // ------------------------------------------------------------------ doorbells
 
-    fn doorbells(&mut self) {
+    /// Takes the work requests of every QP that rang; whether any did.
+    fn doorbells(&mut self) -> bool {
+        let mut rung = false;
         while let Some(qpn) = self.shared.doorbells.pop() {
+            rung = true;
             let i = (qpn - QPN_BASE) as usize;
             self.shared.rung[i].store(false, std::sync::atomic::Ordering::Release);
             self.take_doorbells(i);
         }
+        rung
     }
 
     fn take_doorbells(&mut self, i: usize) {

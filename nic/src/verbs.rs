@@ -75,6 +75,20 @@ pub enum VerbsError {
     NotConnected(u32),
 }
 
+/// Bytes a data frame carries besides its payload at most: Ethernet, IPv4,
+/// UDP, BTH, RETH, ImmDt, the CC extension header, an INT container of the
+/// engine's most hops, and the ICRC.
+const FRAME_OVERHEAD_MAX: usize = 14
+    + 20
+    + 8
+    + 12
+    + rdma::wire::transport_hdrs::RETH_LEN
+    + rdma::wire::transport_hdrs::IMMDT_LEN
+    + rdma::wire::ccext::BASE_LEN
+    + rdma::wire::int::HEADER_LEN
+    + crate::engine::MAX_HOPS * rdma::wire::int::HOP_LEN
+    + 4;
+
 /// Device settings.
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
@@ -97,6 +111,12 @@ pub struct DeviceConfig {
     /// Payloads up to this many bytes are copied into the frame rather than
     /// attached zero-copy ([`crate::io::TxPools::copy_threshold`]).
     pub copy_threshold: usize,
+    /// Yield the engine's core (`sched_yield`) after 64 poll turns in a row
+    /// with nothing to do: for processes that share cores (two `roce-perf`
+    /// on one 2-core host, where a busy-polling engine would hold its core
+    /// for a whole scheduler slice). Off: a pure poll-mode core, no syscall
+    /// ever.
+    pub idle_yield: bool,
 }
 
 impl DeviceConfig {
@@ -112,6 +132,7 @@ impl DeviceConfig {
             pool_size: 16383,
             pcap: None,
             copy_threshold: crate::io::COPY_THRESHOLD,
+            idle_yield: false,
         }
     }
 }
@@ -131,6 +152,8 @@ pub struct Device {
     ip: [u8; 4],
     /// The next protection domain number ([`Device::alloc_pd`]).
     next_pd: std::sync::atomic::AtomicU32,
+    /// The longest frame the port carries.
+    max_frame: usize,
 }
 
 impl Device {
@@ -218,6 +241,7 @@ impl Device {
             None => (None, None),
         };
         let engine = Engine::new(eal, port, cfg, mac, shared.clone(), cmd_rx, producer)?;
+        let max_frame = engine.max_frame();
         Ok((
             engine,
             Device {
@@ -228,8 +252,20 @@ impl Device {
                 mac,
                 ip: cfg.ip,
                 next_pd: std::sync::atomic::AtomicU32::new(1),
+                max_frame,
             },
         ))
+    }
+
+    /// The largest RoCE path MTU (256 .. 4096) whose frames, with the
+    /// headers, the CC extension and a full INT stack, the port carries
+    /// (as `ibv_port_attr.active_mtu` follows the netdev's MTU): 1024 on a
+    /// DPDK 22.11 `net_tap`, 4096 on rings and jumbo-capable NICs.
+    pub fn max_path_mtu(&self) -> u32 {
+        [4096u32, 2048, 1024, 512, 256]
+            .into_iter()
+            .find(|&m| m as usize + FRAME_OVERHEAD_MAX <= self.max_frame)
+            .unwrap_or(256)
     }
 
     /// The device's MAC address.

@@ -79,9 +79,10 @@ struct Opts {
     /// Run for this many seconds instead of a number of iterations.
     #[arg(short = 'D', long = "duration")]
     duration: Option<u64>,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096.
-    #[arg(short = 'm', long = "mtu", default_value_t = 4096)]
-    mtu: u16,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the largest the
+    /// port carries, as perftest takes the port's active MTU; 1024 on a TAP).
+    #[arg(short = 'm', long = "mtu")]
+    mtu: Option<u16>,
     /// Send queue depth (outstanding work requests).
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     tx_depth: u16,
@@ -115,6 +116,11 @@ struct Opts {
     /// CPU for the NIC engine.
     #[arg(long = "core")]
     core: Option<usize>,
+    /// Never yield the engine's core, even when idle (by default an idle
+    /// engine yields after 64 empty poll turns, so that processes sharing
+    /// cores, e.g. both ends on one host, make progress).
+    #[arg(long = "busy_poll")]
+    busy_poll: bool,
     /// Run the server and the client in this process, back to back on a
     /// DPDK ring pair (`--dev` and the server address are not used; the
     /// server is `--ip`, the client the next address); prints the client's
@@ -274,6 +280,7 @@ fn open_device(o: &Opts, eal: &'static Eal) -> Res<Device> {
                 .then_some([0x02, 0x52, 0x53, ip[1], ip[2], ip[3]])
         });
         cfg.core = o.core;
+        cfg.idle_yield = !o.busy_poll;
         cfg.pcap = o.pcap.as_ref().map(std::path::PathBuf::from);
         let dev = Device::open(eal, port, cfg)?;
         if link.wait_up(Duration::from_secs(2)) {
@@ -307,11 +314,22 @@ fn setup(
         Some(d) => d,
         None => open_device(o, eal)?,
     };
+    // As ibverbs' active_mtu follows the netdev's MTU: a path MTU whose
+    // frames the port would drop is refused up front.
+    let mtu = o.mtu.map_or(dev.max_path_mtu(), u32::from);
+    if mtu > dev.max_path_mtu() {
+        return Err(format!(
+            "-m {mtu}: {} carries RoCE MTUs up to {} (its frames are too short for more)",
+            o.dev,
+            dev.max_path_mtu()
+        )
+        .into());
+    }
     let cq = dev.create_cq(o.tx_depth as usize * 4 + 64)?;
     let qopts = QpOptions {
         sq_depth: o.tx_depth.max(1),
         rq_depth: o.tx_depth.max(1),
-        mtu: u32::from(o.mtu),
+        mtu,
         cc: cc_kind(o.cc),
         ..QpOptions::default()
     };
@@ -333,7 +351,7 @@ fn setup(
         rkey: mr.rkey(),
         va: mr.va(),
         len: buf_len as u64,
-        mtu: o.mtu,
+        mtu: mtu as u16,
         cc: cc_name(o.cc),
         ext,
         udp_sport: 0xC000 | (me.qpn as u16 & 0x3FFF),
@@ -395,7 +413,7 @@ fn setup(
         ("Transport type", "RoCEv2 (rsnic, DPDK)".to_string()),
         ("Connection type", "RC".to_string()),
         ("TX depth", o.tx_depth.to_string()),
-        ("Mtu", format!("{}[B]", o.mtu)),
+        ("Mtu", format!("{mtu}[B]")),
         ("Link type", "Ethernet".to_string()),
         ("Congestion ctl", kind.to_string()),
         ("Data ex. method", "Ethernet".to_string()),
@@ -460,8 +478,11 @@ fn wait_wc(cq: &mut CompletionQueue) -> Res<rdma::transport::WorkCompletion> {
 
 fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
     let (_, o) = test.parts();
-    if !matches!(o.mtu, 256 | 512 | 1024 | 2048 | 4096) {
-        return Err(format!("-m {}: MTU must be 256, 512, 1024, 2048 or 4096", o.mtu).into());
+    if let Some(m) = o
+        .mtu
+        .filter(|m| !matches!(m, 256 | 512 | 1024 | 2048 | 4096))
+    {
+        return Err(format!("-m {m}: MTU must be 256, 512, 1024, 2048 or 4096").into());
     }
     let eal = start_eal(eal_args)?;
     if !o.loopback {

@@ -19,6 +19,10 @@ pub struct PortConfig {
     pub tx_desc: u16,
     /// Receive every frame, whatever its destination MAC.
     pub promiscuous: bool,
+    /// IP MTU to set (`rte_eth_dev_set_mtu`, before the queues are set up so
+    /// that RX buffers are sized for it), or the driver's default. Best
+    /// effort: a PMD without MTU control (ring, null) keeps its own.
+    pub mtu: Option<u16>,
 }
 
 impl Default for PortConfig {
@@ -29,6 +33,7 @@ impl Default for PortConfig {
             rx_desc: 1024,
             tx_desc: 1024,
             promiscuous: true,
+            mtu: None,
         }
     }
 }
@@ -329,6 +334,12 @@ impl Port {
                 "rte_eth_dev_configure",
                 dpdk_sys::rte_eth_dev_configure(id, cfg.rx_queues, cfg.tx_queues, &conf),
             )?;
+            if let Some(mtu) = cfg.mtu {
+                let rc = dpdk_sys::rte_eth_dev_set_mtu(id, mtu);
+                if rc != 0 {
+                    tracing::debug!(port = id, mtu, rc, "MTU not set (kept the driver's)");
+                }
+            }
             let mut nb_rx = cfg.rx_desc;
             let mut nb_tx = cfg.tx_desc;
             check(
@@ -407,6 +418,28 @@ impl Port {
     /// The link state, without waiting.
     pub fn link(&self) -> Result<Link> {
         link_of(self.inner.id)
+    }
+
+    /// The longest frame (Ethernet header to payload end, no FCS) the
+    /// driver receives (`max_rx_pktlen`; 1522 for `net_tap` in DPDK 22.11,
+    /// so no jumbo frames there).
+    pub fn max_frame_len(&self) -> Result<u32> {
+        let mut info: dpdk_sys::rte_eth_dev_info = unsafe { std::mem::zeroed() };
+        // SAFETY: valid port, valid out pointer (zeroed POD).
+        check("rte_eth_dev_info_get", unsafe {
+            dpdk_sys::rte_eth_dev_info_get(self.inner.id, &mut info)
+        })?;
+        Ok(info.max_rx_pktlen)
+    }
+
+    /// The port's IP MTU.
+    pub fn mtu(&self) -> Result<u16> {
+        let mut mtu = 0u16;
+        // SAFETY: valid port, valid out pointer.
+        check("rte_eth_dev_get_mtu", unsafe {
+            dpdk_sys::rte_eth_dev_get_mtu(self.inner.id, &mut mtu)
+        })?;
+        Ok(mtu)
     }
 
     /// A handle that reads this port's link state from any thread while the
