@@ -1,6 +1,9 @@
 //! Single-QP RDMA WRITE goodput between two NIC engines back to back on a
 //! ring pair, 64 KiB messages, 64 outstanding, for each congestion control.
-//! Each engine has its own core; the benchmark thread only posts and polls.
+//! Both engines run on one poll-mode core (`Device::open_group`) and the
+//! benchmark thread, which only posts and polls, has the other;
+//! GOODPUT_LAYOUT=split gives each engine its own core instead (the thread
+//! then shares one).
 //!
 //! `cargo bench -p bench --bench nic_goodput` (GOODPUT_SECS per CC, default
 //! 5; GOODPUT_CC, a comma list, default all; GOODPUT_MSG bytes, default 65536).
@@ -36,15 +39,44 @@ fn main() {
     ])
     .unwrap();
     let cores = lcore::available_cores();
-    println!("single-QP RDMA WRITE goodput, ring pair, {msg} B messages, 64 outstanding, {secs} s per CC");
+    // GOODPUT_LAYOUT=split: one engine per core (the layout of two hosts);
+    // default group: both engines on one core (Device::open_group), the
+    // benchmark thread pinned to the other, as `roce-perf --loopback` runs.
+    let grouped = std::env::var("GOODPUT_LAYOUT").map_or(true, |v| v != "split");
+    if grouped && cores.len() > 1 {
+        lcore::pin_current(cores[0]);
+    }
+    println!(
+        "single-QP RDMA WRITE goodput, ring pair, {msg} B messages, 64 outstanding, {secs} s per CC, engines {}",
+        if grouped { "on one core" } else { "one per core" }
+    );
     for (n, kind) in kinds.into_iter().enumerate() {
         let (pa, pb) = Port::ring_pair(eal, &format!("gp{n}"), 4096).unwrap();
-        let mut ca = DeviceConfig::new([10, 0, 0, 1]);
-        ca.core = cores.first().copied();
-        let mut cb = DeviceConfig::new([10, 0, 0, 2]);
-        cb.core = cores.last().copied();
-        let a = Device::open(eal, pa, ca).unwrap();
-        let b = Device::open(eal, pb, cb).unwrap();
+        let (a, b) = if grouped {
+            // Both engines on one poll-mode thread on the last core; this
+            // thread has the first.
+            let mut devs = Device::open_group(
+                eal,
+                vec![
+                    (pa, DeviceConfig::new([10, 0, 0, 1])),
+                    (pb, DeviceConfig::new([10, 0, 0, 2])),
+                ],
+                cores.last().copied(),
+            )
+            .unwrap();
+            let b = devs.pop().unwrap();
+            (devs.pop().unwrap(), b)
+        } else {
+            // One engine per core; this thread shares a core with one.
+            let mut ca = DeviceConfig::new([10, 0, 0, 1]);
+            ca.core = cores.first().copied();
+            let mut cb = DeviceConfig::new([10, 0, 0, 2]);
+            cb.core = cores.last().copied();
+            (
+                Device::open(eal, pa, ca).unwrap(),
+                Device::open(eal, pb, cb).unwrap(),
+            )
+        };
         let mut cqa = a.create_cq(1024).unwrap();
         let cqb = b.create_cq(1024).unwrap();
         let opts = QpOptions {

@@ -56,6 +56,11 @@ impl Drop for LcoreRegistration {
     }
 }
 
+/// Pins the calling thread to `core`; whether the OS accepted it.
+pub fn pin_current(core: usize) -> bool {
+    core_affinity::set_for_current(core_affinity::CoreId { id: core })
+}
+
 /// Spawns a named thread pinned to `core` (if that CPU exists) and
 /// registered as an EAL lcore, running `f`.
 pub fn spawn_pinned<F, T>(
