@@ -272,24 +272,43 @@ const WHEEL_KINDS: [WheelKind; 4] = [
     WheelKind::HpccProbe,
 ];
 
-/// Moves one timer on the wheel to `want` (arming, re-arming or cancelling
-/// it); O(1).
+/// Makes sure one timer fires no later than `want`; O(1). Lazily: a timer
+/// armed earlier than wanted is left alone (the retransmit deadline moves
+/// later on every ACK), and one no longer wanted is left to fire; the
+/// handler ([`Engine::timers`]) acts only on what is really due and re-arms
+/// for the real deadline. So the wheel is touched about once per timeout,
+/// not once per packet.
+#[inline]
 fn arm(
     wheel: &mut TimerWheel<TimerKey>,
-    cur: Option<(TimerHandle, u64)>,
+    armed: &mut Option<(TimerHandle, u64)>,
     want: Option<u64>,
     key: TimerKey,
-) -> Option<(TimerHandle, u64)> {
-    match (cur, want) {
-        (Some((h, at)), Some(w)) if at == w && wheel.is_pending(h) => cur,
-        (Some((h, _)), Some(w)) if wheel.reschedule(h, w).is_ok() => Some((h, w)),
-        (_, Some(w)) => wheel.schedule(w, key).ok().map(|h| (h, w)),
-        (Some((h, _)), None) => {
-            wheel.cancel(h);
-            None
-        }
-        (None, None) => None,
+) {
+    // `armed` is Some exactly while its entry is on the wheel: the handler
+    // clears it when the entry fires, and nothing cancels one (so no wheel
+    // lookup, a likely cache miss, on this per-packet path).
+    match (*armed, want) {
+        (Some((_, at)), Some(w)) if at <= w => {}
+        (_, None) => {}
+        (cur, Some(w)) => rearm(wheel, armed, cur, w, key),
     }
+}
+
+/// The rare half of [`arm`]: a deadline earlier than the armed one, or none
+/// armed.
+#[cold]
+fn rearm(
+    wheel: &mut TimerWheel<TimerKey>,
+    armed: &mut Option<(TimerHandle, u64)>,
+    cur: Option<(TimerHandle, u64)>,
+    want: u64,
+    key: TimerKey,
+) {
+    *armed = match cur {
+        Some((h, _)) if wheel.reschedule(h, want).is_ok() => Some((h, want)),
+        _ => wheel.schedule(want, key).ok().map(|h| (h, want)),
+    };
 }
 
 /// Puts a QP's timers on the wheel where their deadlines changed: the
@@ -301,9 +320,14 @@ fn sync_timers(wheel: &mut TimerWheel<TimerKey>, i: usize, s: &mut QpSlot) {
         gen: 0,
     };
     let want = s.qp.as_ref().and_then(Qp::next_timer);
-    s.transport_timer = arm(wheel, s.transport_timer, want, key(WheelKind::Retransmit));
+    arm(
+        wheel,
+        &mut s.transport_timer,
+        want,
+        key(WheelKind::Retransmit),
+    );
     for ((armed, &d), &kind) in s.cc_armed.iter_mut().zip(&s.cc_timers).zip(&WHEEL_KINDS) {
-        *armed = arm(wheel, *armed, (d != 0).then_some(d), key(kind));
+        arm(wheel, armed, (d != 0).then_some(d), key(kind));
     }
 }
 
