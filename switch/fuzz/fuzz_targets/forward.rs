@@ -51,7 +51,10 @@ fuzz_target!(|data: &[u8]| {
         for out in [0u16, 1] {
             while let Some(p) = sw.dequeue(out, now) {
                 let n = PacketBuf::len(&p);
-                assert!(n <= longest + rdma::wire::int::HOP_LEN, "{n} > {longest} + hop");
+                assert!(
+                    n <= longest + rdma::wire::int::HOP_LEN,
+                    "{n} > {longest} + hop"
+                );
             }
         }
     }
