@@ -847,6 +847,12 @@ impl Engine {
             self.counters.rx_packets += 1;
             let len = m.pkt_len();
             self.counters.rx_bytes += len as u64;
+            if m.nb_segs() > 1
+                && self.capture.is_none()
+                && self.receive_chained(&m, &mut scratch, now)
+            {
+                continue;
+            }
             // The frame, contiguous and writable: the mbuf's own data, or a
             // copy of a chained frame in `scratch`.
             let bytes: &mut [u8] = if m.nb_segs() == 1 {
@@ -902,24 +908,96 @@ impl Engine {
     }
 
     fn dispatch(&mut self, bytes: &[u8], icrc_checked: bool, now: u64) {
+        match self.parse_frame(bytes, !icrc_checked) {
+            Ok(f) => self.deliver(&f, now),
+            Err(e) => self.count_rx_error(&e),
+        }
+    }
+
+    /// Parses a contiguous frame (the CC extension where the QP negotiated
+    /// it), verifying its ICRC if `verify_icrc`.
+    fn parse_frame<'b>(
+        &self,
+        bytes: &'b [u8],
+        verify_icrc: bool,
+    ) -> Result<rdma::wire::RoceFrame<'b>, WireError> {
         let qps = &self.qps;
         let opts = ParseOptions {
-            verify_icrc: !icrc_checked,
+            verify_icrc,
             ..self.parse
         };
-        let f = match parse_rx(bytes, &opts, |bth| {
+        parse_rx(bytes, &opts, |bth| {
             bth.dest_qp
                 .checked_sub(QPN_BASE)
                 .and_then(|i| qps.get(i as usize))
                 .and_then(Option::as_ref)
                 .is_some_and(|s| s.cc_ext)
-        }) {
+        })
+    }
+
+    /// A frame chained as the sender built it (or as a NIC scatters it):
+    /// every header in the first segment, then the payload, then the pad
+    /// and ICRC, in at most two more segments. Parsed without copying the
+    /// payload: the headers and the last bytes go to `scratch` where the
+    /// parser reads them, the ICRC is computed over the segments, and the
+    /// QP copies the payload straight from its segment into the region.
+    /// `false`: not of that shape (the caller linearises it).
+    fn receive_chained(&mut self, m: &dpdk::Mbuf, scratch: &mut [u8], now: u64) -> bool {
+        let mut segs = m.segments();
+        let (Some(head), Some(body)) = (segs.next(), segs.next()) else {
+            return false;
+        };
+        let tail = segs.next().unwrap_or(&[]);
+        let (h, b) = (head.len(), body.len());
+        let total = h + b + tail.len();
+        if segs.next().is_some() || total > scratch.len() || b < 8 || tail.len() > 7 {
+            return false;
+        }
+        scratch[..h].copy_from_slice(head);
+        scratch[h + b - 8..h + b].copy_from_slice(&body[b - 8..]);
+        scratch[h + b..total].copy_from_slice(tail);
+        let mut f = match self.parse_frame(&scratch[..total], false) {
             Ok(f) => f,
             Err(e) => {
                 self.count_rx_error(&e);
-                return;
+                return true;
             }
         };
+        let n = f.payload.len();
+        if f.payload_offset != h || n > b {
+            return false;
+        }
+        // ICRC: masked headers (INT container skipped), then every byte up
+        // to the ICRC (payload, pad), from the segments.
+        let Ok(mut icrc) = rdma::wire::icrc::IcrcHasher::start_headers(
+            head,
+            rdma::wire::ethernet::HEADER_LEN,
+            f.int_len,
+        ) else {
+            self.counters.rx_drop_malformed += 1;
+            return true;
+        };
+        let upto = total - 4 - h;
+        icrc.update(&body[..upto.min(b)]);
+        if upto > b {
+            icrc.update(&tail[..upto - b]);
+        }
+        let computed = icrc.finalize();
+        if computed != f.icrc {
+            self.count_rx_error(&WireError::BadIcrc {
+                found: f.icrc,
+                computed,
+            });
+            return true;
+        }
+        f.payload = &body[..n];
+        self.deliver(&f, now);
+        true
+    }
+
+    /// Hands a parsed, verified frame to its QP (and the receiver side of
+    /// its CC), counting it.
+    fn deliver(&mut self, f: &rdma::wire::RoceFrame<'_>, now: u64) {
         let Some(i) = f
             .bth
             .dest_qp
@@ -971,7 +1049,7 @@ impl Engine {
             s.apply(a);
         }
         if let Some(qp) = s.qp.as_mut() {
-            qp.on_rx(&f, now, &self.mrs, &mut RawMemory);
+            qp.on_rx(f, now, &self.mrs, &mut RawMemory);
         }
         self.after_qp_work(i, now);
     }
