@@ -124,8 +124,12 @@ fn roce_perf_between_two_namespaces_over_tap() {
             &["-n", "200", "-s", "16384"],
             &["--out_json", &json_s],
         );
-        assert!(s.status.success(), "server {test}:\n{}", text(&s));
-        assert!(c.status.success(), "client {test}:\n{}", text(&c));
+        assert!(
+            s.status.success() && c.status.success(),
+            "{test}\n--- server:\n{}\n--- client:\n{}",
+            text(&s),
+            text(&c)
+        );
         let out = String::from_utf8_lossy(&c.stdout);
         assert!(out.contains(" local address: LID 0000 QPN 0x"), "{out}");
         assert!(out.contains(" remote address: LID 0000 QPN 0x"), "{out}");
