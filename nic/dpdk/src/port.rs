@@ -334,7 +334,10 @@ impl Port {
                 "rte_eth_dev_configure",
                 dpdk_sys::rte_eth_dev_configure(id, cfg.rx_queues, cfg.tx_queues, &conf),
             )?;
-            if let Some(mtu) = cfg.mtu {
+            // Asked only where the driver's frame limit allows it (DPDK
+            // logs an error for every refused MTU).
+            let fits = |mtu: u16| self.max_frame_len().is_ok_and(|m| u32::from(mtu) + 18 <= m);
+            if let Some(mtu) = cfg.mtu.filter(|&m| fits(m)) {
                 let rc = dpdk_sys::rte_eth_dev_set_mtu(id, mtu);
                 if rc != 0 {
                     tracing::debug!(port = id, mtu, rc, "MTU not set (kept the driver's)");
