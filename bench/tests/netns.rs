@@ -192,6 +192,17 @@ fn roce_perf_between_two_namespaces_over_tap() {
         text(&o)
     );
 
+    // A different number of QPs is a different test: refused on both sides.
+    let (s, c) = pair_with("write_bw", "write_bw", &["-n", "10"], &["-q", "2"]);
+    assert!(!s.status.success() && !c.status.success());
+    for o in [&s, &c] {
+        assert!(
+            text(o).contains("server runs write_bw, client asked for write_bw-q2"),
+            "{}",
+            text(o)
+        );
+    }
+
     // A mismatched test is refused on both sides with the same clear error.
     let (s, c) = pair("write_bw", "read_bw", &["-n", "10"]);
     assert!(!s.status.success() && !c.status.success());

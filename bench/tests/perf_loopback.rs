@@ -70,3 +70,22 @@ fn latency_tests_print_perftest_rows() {
         );
     }
 }
+
+#[test]
+fn several_qps_share_the_work() {
+    for test in ["write_bw", "send_bw"] {
+        let out = run(&[test, "-q", "3", "-n", "300", "-s", "8192"]);
+        assert!(out.contains(" Number of qps   : 3"), "{out}");
+        assert_eq!(out.matches(" local address: LID").count(), 3, "{out}");
+        assert_eq!(out.matches(" remote address: LID").count(), 3, "{out}");
+        let r = row(&out, "8192");
+        assert_eq!(r[1], 300.0, "{out}");
+    }
+    // Latency tests use one QP, as perftest's.
+    let o = Command::new(BIN)
+        .args(["write_lat", "-q", "2", "--loopback", "--ip", "10.0.0.1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("-q applies to the bandwidth tests"));
+}

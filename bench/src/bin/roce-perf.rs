@@ -222,9 +222,11 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 struct Session {
     dev: Device,
     cq: CompletionQueue,
-    qp: QueuePair,
+    /// The test's QPs (`-q`; one for latency tests).
+    qps: Vec<QueuePair>,
     mr: MemoryRegion,
-    remote: ConnInfo,
+    /// The peer's QP parameters, by QP.
+    remotes: Vec<ConnInfo>,
     stream: TcpStream,
 }
 
@@ -333,32 +335,54 @@ fn setup(
         cc: cc_kind(o.cc),
         ..QpOptions::default()
     };
-    let mut qp = dev.create_qp(&cq, &cq, qopts)?;
+    // -q N: N RC QPs (bandwidth tests), posted to round robin, sharing the
+    // CQ and the buffer; one exchange line per QP, in lock step, and the
+    // count in the test name so that both sides must agree.
+    if test.is_lat() && o.qps > 1 {
+        return Err(
+            "-q applies to the bandwidth tests (perftest's latency tests use one QP)".into(),
+        );
+    }
+    let nq = usize::from(o.qps.max(1));
+    let mut qps = Vec::with_capacity(nq);
+    for _ in 0..nq {
+        qps.push(dev.create_qp(&cq, &cq, qopts)?);
+    }
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let mr = dev.reg_mr(buf_len, access)?;
-    let me = qp.remote_info();
     let kind = cc_kind(o.cc);
+    let test_name = if nq > 1 {
+        format!("{name}-q{nq}")
+    } else {
+        name.to_string()
+    };
     let ext: Vec<String> = if kind.uses_extensions() {
         vec!["cc".into()]
     } else {
         Vec::new()
     };
-    let local = ConnInfo {
-        qpn: me.qpn,
-        psn: me.psn,
-        ip: o.ip,
-        mac: dev.mac(),
-        rkey: mr.rkey(),
-        va: mr.va(),
-        len: buf_len as u64,
-        mtu: mtu as u16,
-        cc: cc_name(o.cc),
-        ext,
-        udp_sport: 0xC000 | (me.qpn as u16 & 0x3FFF),
-        test: name.to_string(),
-    };
+    let locals: Vec<ConnInfo> = qps
+        .iter()
+        .map(|qp| {
+            let me = qp.remote_info();
+            ConnInfo {
+                qpn: me.qpn,
+                psn: me.psn,
+                ip: o.ip,
+                mac: dev.mac(),
+                rkey: mr.rkey(),
+                va: mr.va(),
+                len: buf_len as u64,
+                mtu: mtu as u16,
+                cc: cc_name(o.cc),
+                ext: ext.clone(),
+                udp_sport: 0xC000 | (me.qpn as u16 & 0x3FFF),
+                test: test_name.clone(),
+            }
+        })
+        .collect();
     let timeout = Duration::from_secs(60);
-    let (mut stream, remote) = match o.server {
+    let (stream, remotes) = match o.server {
         None => {
             let l = TcpListener::bind(("0.0.0.0", o.port))
                 .map_err(|e| format!("cannot listen on TCP port {}: {e}", o.port))?;
@@ -367,10 +391,14 @@ fn setup(
             }
             let (mut s, _) = l.accept()?;
             s.set_read_timeout(Some(timeout))?;
-            let remote = ConnInfo::parse(&line_of(&mut s)?)?;
-            s.write_all(local.format()?.as_bytes())?;
-            check_compatible(&local, &remote)?;
-            (s, remote)
+            let mut remotes = Vec::with_capacity(nq);
+            for l in &locals {
+                let remote = ConnInfo::parse(&line_of(&mut s)?)?;
+                s.write_all(l.format()?.as_bytes())?;
+                check_compatible(l, &remote)?;
+                remotes.push(remote);
+            }
+            (s, remotes)
         }
         Some(addr) => {
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -391,25 +419,31 @@ fn setup(
                 }
             };
             s.set_read_timeout(Some(timeout))?;
-            s.write_all(local.format()?.as_bytes())?;
-            let remote = ConnInfo::parse(&line_of(&mut s)?)?;
-            check_compatible(&remote, &local)?;
-            (s, remote)
+            let mut remotes = Vec::with_capacity(nq);
+            for l in &locals {
+                s.write_all(l.format()?.as_bytes())?;
+                let remote = ConnInfo::parse(&line_of(&mut s)?)?;
+                check_compatible(&remote, l)?;
+                remotes.push(remote);
+            }
+            (s, remotes)
         }
     };
     stream.set_nodelay(true)?;
-    qp.connect(&RemoteQp {
-        qpn: remote.qpn,
-        psn: remote.psn,
-        ip: remote.ip.octets(),
-        mac: remote.mac,
-        mtu: u32::from(remote.mtu),
-        cc: kind,
-    })?;
-    let mut settings = vec![
+    for (qp, remote) in qps.iter_mut().zip(&remotes) {
+        qp.connect(&RemoteQp {
+            qpn: remote.qpn,
+            psn: remote.psn,
+            ip: remote.ip.octets(),
+            mac: remote.mac,
+            mtu: u32::from(remote.mtu),
+            cc: kind,
+        })?;
+    }
+    let settings = vec![
         ("Dual-port", "OFF".to_string()),
         ("Device", o.dev.as_str().to_string()),
-        ("Number of qps", "1".to_string()),
+        ("Number of qps", nq.to_string()),
         ("Transport type", "RoCEv2 (rsnic, DPDK)".to_string()),
         ("Connection type", "RC".to_string()),
         ("TX depth", o.tx_depth.to_string()),
@@ -418,19 +452,13 @@ fn setup(
         ("Congestion ctl", kind.to_string()),
         ("Data ex. method", "Ethernet".to_string()),
     ];
-    if o.qps > 1 {
-        settings.push((
-            "Note",
-            format!("-q {} requested; this build runs 1 QP", o.qps),
-        ));
-    }
     if quiet {
         return Ok(Session {
             dev,
             cq,
-            qp,
+            qps,
             mr,
-            remote,
+            remotes,
             stream,
         });
     }
@@ -442,16 +470,20 @@ fn setup(
         vaddr: c.va,
         ip: c.ip.octets(),
     };
-    print!("{}", line(&local).format("local"));
-    print!("{}", line(&remote).format("remote"));
+    // As perftest: one local and one remote line per QP.
+    for l in &locals {
+        print!("{}", line(l).format("local"));
+    }
+    for r in &remotes {
+        print!("{}", line(r).format("remote"));
+    }
     println!("{}", perftest::RULE);
-    let _ = &mut stream;
     Ok(Session {
         dev,
         cq,
-        qp,
+        qps,
         mr,
-        remote,
+        remotes,
         stream,
     })
 }
@@ -628,7 +660,8 @@ fn bw(test: &Test, s: &mut Session, size: u32, iters: u64, server: bool) -> Res<
         let (mut posted, mut done) = (0u64, 0u64);
         let post = |s: &mut Session, posted: &mut u64| -> Res<()> {
             let off = (*posted % slots) * u64::from(size);
-            s.qp.post_recv(RecvWr {
+            let q = (*posted % s.qps.len() as u64) as usize;
+            s.qps[q].post_recv(RecvWr {
                 wr_id: *posted,
                 sge: Sge {
                     addr: s.mr.va() + off,
@@ -672,18 +705,21 @@ fn bw(test: &Test, s: &mut Session, size: u32, iters: u64, server: bool) -> Res<
         while posted < total && posted - done < depth && deadline.is_none_or(|d| Instant::now() < d)
         {
             let off = (posted % slots) * u64::from(size);
+            // Round robin over the QPs (-q), as the server posts receives.
+            let q = (posted % s.qps.len() as u64) as usize;
+            let remote = &s.remotes[q];
             let op = match test {
                 Test::read_bw(_) => SendOp::Read {
-                    remote_va: s.remote.va + off % s.remote.len.max(1),
-                    rkey: s.remote.rkey,
+                    remote_va: remote.va + off % remote.len.max(1),
+                    rkey: remote.rkey,
                 },
                 Test::send_bw(_) => SendOp::Send,
                 _ => SendOp::Write {
-                    remote_va: s.remote.va + off % s.remote.len.max(1),
-                    rkey: s.remote.rkey,
+                    remote_va: remote.va + off % remote.len.max(1),
+                    rkey: remote.rkey,
                 },
             };
-            s.qp.post_send(SendWr {
+            s.qps[q].post_send(SendWr {
                 wr_id: posted,
                 op,
                 sge: Sge {
@@ -735,11 +771,11 @@ fn lat(test: &Test, s: &mut Session, size: u32, iters: u64, server: bool) -> Res
             line_of(&mut s.stream)?;
             for i in 0..iters {
                 let t = Instant::now();
-                s.qp.post_send(SendWr {
+                s.qps[0].post_send(SendWr {
                     wr_id: i,
                     op: SendOp::Read {
-                        remote_va: s.remote.va,
-                        rkey: s.remote.rkey,
+                        remote_va: s.remotes[0].va,
+                        rkey: s.remotes[0].rkey,
                     },
                     sge: Sge {
                         addr: s.mr.va(),
@@ -759,7 +795,7 @@ fn lat(test: &Test, s: &mut Session, size: u32, iters: u64, server: bool) -> Res
             let mut last = [0u8; 8];
             // The server answers each message; the client times the round trip.
             if send {
-                s.qp.post_recv(RecvWr {
+                s.qps[0].post_recv(RecvWr {
                     wr_id: 0,
                     sge: Sge {
                         addr: s.mr.va() + incoming,
@@ -783,7 +819,7 @@ fn lat(test: &Test, s: &mut Session, size: u32, iters: u64, server: bool) -> Res
                             break;
                         }
                     }
-                    s.qp.post_recv(RecvWr {
+                    s.qps[0].post_recv(RecvWr {
                         wr_id: i + 1,
                         sge: Sge {
                             addr: s.mr.va() + incoming,
@@ -849,11 +885,11 @@ fn post_ping(s: &mut Session, send: bool, size: u32, i: u64) -> Res<()> {
         SendOp::Send
     } else {
         SendOp::Write {
-            remote_va: s.remote.va + s.remote.len / 2,
-            rkey: s.remote.rkey,
+            remote_va: s.remotes[0].va + s.remotes[0].len / 2,
+            rkey: s.remotes[0].rkey,
         }
     };
-    s.qp.post_send(SendWr {
+    s.qps[0].post_send(SendWr {
         wr_id: i,
         op,
         sge: Sge {
