@@ -702,6 +702,22 @@ impl QueuePair {
             .map_err(VerbsError::Refused)
     }
 
+    /// One line describing the QP's transport, scheduler and timer state
+    /// (like `rdma resource show qp -d`): for diagnosing a QP that does not
+    /// progress.
+    pub fn describe(&self) -> Result<String, VerbsError> {
+        let (tx, rx) = bounded(1);
+        self.cmd
+            .send(Command::DescribeQp {
+                qpn: self.qpn,
+                reply: tx,
+            })
+            .map_err(|_| VerbsError::EngineGone)?;
+        rx.recv()
+            .map_err(|_| VerbsError::EngineGone)?
+            .map_err(VerbsError::Refused)
+    }
+
     fn ring(&mut self, d: Doorbell) -> Result<(), VerbsError> {
         self.ring.push(d).map_err(|_| VerbsError::QueueFull)?;
         self.shared.ring_doorbell(self.qpn);

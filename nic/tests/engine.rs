@@ -154,7 +154,12 @@ fn run_with_depth(p: &mut Pair, read: bool, total: usize, depth: usize) -> f64 {
             } else {
                 assert!(
                     Instant::now() < deadline,
-                    "stalled at {done}/{msgs} in pass {pass}"
+                    "stalled at {done}/{msgs} in pass {pass}\n  A: {}\n  B: {}\n  \
+                     counters A: {:?}\n  counters B: {:?}",
+                    p.qa.describe().unwrap_or_default(),
+                    p._qb.describe().unwrap_or_default(),
+                    p.a.counters(),
+                    p.b.counters(),
                 );
                 // Leave the CPU to the two engines.
                 std::thread::yield_now();
