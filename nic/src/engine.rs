@@ -299,10 +299,13 @@ const WHEEL_KINDS: [WheelKind; 4] = [
     WheelKind::HpccProbe,
 ];
 
-/// Moves one timer on the wheel to `want` (arming, re-arming or cancelling
-/// it); O(1). (A lazy variant, which left an earlier entry on the wheel and
-/// re-armed when it fired, stalled a QP about once in five runs of the HPCC
-/// engine test; this exact one passed 20 of 20.)
+/// Makes sure one timer fires no later than `want`; O(1). Lazily: a timer
+/// armed earlier than wanted is left alone (the retransmit deadline moves
+/// later on every ACK), and one no longer wanted is left to fire; the
+/// handler ([`Engine::timers`]) acts only on what is really due and re-arms
+/// for the real deadline. So the wheel is touched about once per timeout,
+/// not once per packet. (This variant was once suspected of stalling a QP;
+/// the stall was a lost doorbell, see [`EngineShared::take_rung`].)
 #[inline]
 fn arm(
     wheel: &mut TimerWheel<TimerKey>,
@@ -310,18 +313,18 @@ fn arm(
     want: Option<u64>,
     key: TimerKey,
 ) {
+    // `armed` is Some exactly while its entry is on the wheel: the handler
+    // clears it when the entry fires, and nothing cancels one (so no wheel
+    // lookup, a likely cache miss, on this per-packet path).
     match (*armed, want) {
-        (Some((h, at)), Some(w)) if at == w && wheel.is_pending(h) => {}
-        (Some((h, _)), None) => {
-            wheel.cancel(h);
-            *armed = None;
-        }
-        (None, None) => {}
+        (Some((_, at)), Some(w)) if at <= w => {}
+        (_, None) => {}
         (cur, Some(w)) => rearm(wheel, armed, cur, w, key),
     }
 }
 
-/// The rare half of [`arm`]: a new deadline, or none armed.
+/// The rare half of [`arm`]: a deadline earlier than the armed one, or none
+/// armed.
 #[cold]
 fn rearm(
     wheel: &mut TimerWheel<TimerKey>,
