@@ -19,6 +19,11 @@ macro_rules! counters {
             pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
                 [$( (stringify!($name), self.$name), )*].into_iter()
             }
+
+            /// Adds `o` counter by counter (a sharded device sums its engines).
+            pub fn accumulate(&mut self, o: &Counters) {
+                $( self.$name = self.$name.wrapping_add(o.$name); )*
+            }
         }
 
         /// The published copy of [`Counters`], readable from any thread.
@@ -102,6 +107,9 @@ counters! {
     completion_errors,
     /// Capture records dropped because the capture ring was full.
     capture_drops,
+    /// Frames a sharded device's dispatcher dropped because the ring to the
+    /// QP's shard was full (like a NIC's per-queue RX overflow).
+    rx_drop_shard_full,
 }
 
 impl std::fmt::Display for Counters {

@@ -26,7 +26,9 @@ use cc::{
 };
 use crossbeam_channel::{Receiver, Sender};
 use crossbeam_queue::ArrayQueue;
-use dpdk::{Burst, Eal, ExtBuf, Mempool, Port, RxQueue, TscClock, TxQueue};
+use dpdk::{
+    Burst, Eal, ExtBuf, Mempool, Port, RingConsumer, RingProducer, RxQueue, TscClock, TxQueue,
+};
 use rdma::transport::qp::{Payload as QpPayload, QpEvent};
 use rdma::transport::{
     Access, MemorySpace, MrTable, Qp, QpConfig, QpError, QpState, RecvWr, SendWr, TxPacket,
@@ -170,11 +172,14 @@ pub struct EngineShared {
     pub(crate) counters: SharedCounters,
     doorbells: ArrayQueue<u32>,
     rung: Vec<AtomicBool>,
+    /// The engine's first QPN (each shard of a device has its own range).
+    qpn_base: u32,
 }
 
 impl EngineShared {
-    pub(crate) fn new(max_qps: usize) -> Self {
+    pub(crate) fn new(max_qps: usize, qpn_base: u32) -> Self {
         EngineShared {
+            qpn_base,
             stop: AtomicBool::new(false),
             done: AtomicBool::new(false),
             counters: SharedCounters::default(),
@@ -186,7 +191,7 @@ impl EngineShared {
     /// Tells the engine that QP `qpn` has new work (each QP is queued at
     /// most once until the engine takes it, so the queue never overflows).
     pub(crate) fn ring_doorbell(&self, qpn: u32) {
-        let i = (qpn - QPN_BASE) as usize;
+        let i = qpn.wrapping_sub(self.qpn_base) as usize;
         if let Some(flag) = self.rung.get(i) {
             if !flag.swap(true, std::sync::atomic::Ordering::AcqRel) {
                 let _ = self.doorbells.push(qpn);
@@ -208,9 +213,47 @@ impl EngineShared {
     /// the engine's read of the ring.
     pub(crate) fn take_rung(&self) -> Option<usize> {
         let qpn = self.doorbells.pop()?;
-        let i = (qpn - QPN_BASE) as usize;
+        let i = (qpn - self.qpn_base) as usize;
         self.rung[i].swap(false, std::sync::atomic::Ordering::AcqRel);
         Some(i)
+    }
+}
+
+/// Where an engine's frames come from and go to: a port's queues, or, for
+/// one shard of a sharded device, the rings to and from the device's
+/// dispatcher (crate::shard; DESIGN.md §5 "QPs sharded").
+pub(crate) enum PacketIo {
+    /// The port's RX and TX queue (an unsharded device).
+    Port {
+        /// RX queue.
+        rx: RxQueue,
+        /// TX queue.
+        tx: TxQueue,
+    },
+    /// A shard: frames for its QPs from the dispatcher, frames to send back.
+    Shard {
+        /// Frames steered to this shard.
+        rx: RingConsumer,
+        /// Frames for the dispatcher to send.
+        tx: RingProducer,
+    },
+}
+
+impl PacketIo {
+    #[inline]
+    fn recv(&mut self, b: &mut Burst) -> usize {
+        match self {
+            PacketIo::Port { rx, .. } => rx.recv(b),
+            PacketIo::Shard { rx, .. } => rx.dequeue(b),
+        }
+    }
+
+    #[inline]
+    fn send(&mut self, b: &mut Burst) -> usize {
+        match self {
+            PacketIo::Port { tx, .. } => tx.send(b),
+            PacketIo::Shard { tx, .. } => tx.enqueue(b),
+        }
     }
 }
 
@@ -398,7 +441,7 @@ impl QpSlot {
 /// The engine. Built on the caller's thread, then moved to its poll-mode
 /// thread by [`Engine::run`].
 pub struct Engine {
-    _port: Port,
+    _port: Option<Port>,
     /// Yield the core after [`IDLE_TURNS_BEFORE_YIELD`] idle turns.
     idle_yield: bool,
     /// Consecutive turns without a packet or a doorbell.
@@ -406,8 +449,10 @@ pub struct Engine {
     /// The longest frame the port carries (its driver's limit, at most
     /// [`MAX_FRAME`]).
     max_frame: usize,
-    rx: RxQueue,
-    tx: TxQueue,
+    io: PacketIo,
+    /// The first QPN of this engine's range (QP index `i` is QPN
+    /// `qpn_base + i`).
+    qpn_base: u32,
     pools: TxPools,
     _rx_pool: Arc<Mempool>,
     clock: TscClock,
@@ -441,6 +486,51 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// A unique name for one of this process's mempools.
+    fn pool_name(kind: &str) -> String {
+        static POOL_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let id = POOL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("nic{}_{id}_{kind}", std::process::id())
+    }
+
+    /// The pool a port receives into.
+    pub(crate) fn rx_pool(
+        eal: &'static Eal,
+        cfg: &DeviceConfig,
+    ) -> Result<Arc<Mempool>, VerbsError> {
+        Ok(Mempool::new(
+            eal,
+            &Self::pool_name("rx"),
+            cfg.pool_size,
+            256,
+            Mempool::DEFAULT_DATA_ROOM,
+        )?)
+    }
+
+    /// Configures `port` with one RX and one TX queue receiving into
+    /// `rx_pool`; returns the queues and the longest frame the port carries.
+    pub(crate) fn open_port(
+        port: &mut Port,
+        rx_pool: &Arc<Mempool>,
+    ) -> Result<(RxQueue, TxQueue, usize), VerbsError> {
+        // Jumbo frames where the port allows them, so that a 4 KiB RoCE MTU
+        // (plus INT and extension headers) fits (e.g. a TAP, whose kernel side
+        // would otherwise drop frames above 1500 bytes of IP).
+        let port_cfg = dpdk::PortConfig {
+            mtu: Some(PORT_MTU),
+            ..dpdk::PortConfig::default()
+        };
+        let (mut rxs, mut txs) = port.configure(&port_cfg, rx_pool)?;
+        let (Some(rx), Some(tx)) = (rxs.pop(), txs.pop()) else {
+            return Err(VerbsError::Refused("the port has no queue".into()));
+        };
+        let max_frame = port
+            .max_frame_len()
+            .map_or(MAX_FRAME, |n| (n as usize).min(MAX_FRAME));
+        Ok((rx, tx, max_frame))
+    }
+
+    /// An engine on its own port (configured here).
     pub(crate) fn new(
         eal: &'static Eal,
         mut port: Port,
@@ -450,49 +540,79 @@ impl Engine {
         cmd: Receiver<Command>,
         capture: Option<CaptureProducer<CAPTURE_SNAP>>,
     ) -> Result<Engine, VerbsError> {
-        static POOL_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let id = POOL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let pid = std::process::id();
-        let rx_pool = Mempool::new(
+        let rx_pool = Self::rx_pool(eal, cfg)?;
+        let (rx, tx, max_frame) = Self::open_port(&mut port, &rx_pool)?;
+        Self::build(
             eal,
-            &format!("nic{pid}_{id}_rx"),
-            cfg.pool_size,
-            256,
-            Mempool::DEFAULT_DATA_ROOM,
-        )?;
+            Some(port),
+            PacketIo::Port { rx, tx },
+            rx_pool,
+            max_frame,
+            cfg,
+            mac,
+            shared,
+            cmd,
+            capture,
+        )
+    }
+
+    /// An engine for one shard of a sharded device: its frames come from and
+    /// go to the device's dispatcher over `io` (crate::shard); `rx_pool` is
+    /// the pool those frames were received into (kept alive while frames
+    /// from it may still wait in the rings).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_shard(
+        eal: &'static Eal,
+        io: PacketIo,
+        rx_pool: Arc<Mempool>,
+        max_frame: usize,
+        cfg: &DeviceConfig,
+        mac: [u8; 6],
+        shared: Arc<EngineShared>,
+        cmd: Receiver<Command>,
+    ) -> Result<Engine, VerbsError> {
+        Self::build(
+            eal, None, io, rx_pool, max_frame, cfg, mac, shared, cmd, None,
+        )
+    }
+
+    /// The TX pools of an engine.
+    pub(crate) fn tx_pools(&self) -> &TxPools {
+        &self.pools
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        eal: &'static Eal,
+        port: Option<Port>,
+        io: PacketIo,
+        rx_pool: Arc<Mempool>,
+        max_frame: usize,
+        cfg: &DeviceConfig,
+        mac: [u8; 6],
+        shared: Arc<EngineShared>,
+        cmd: Receiver<Command>,
+        capture: Option<CaptureProducer<CAPTURE_SNAP>>,
+    ) -> Result<Engine, VerbsError> {
         let pools = TxPools {
             hdr: Mempool::new(
                 eal,
-                &format!("nic{pid}_{id}_hdr"),
+                &Self::pool_name("hdr"),
                 cfg.pool_size,
                 256,
                 Mempool::DEFAULT_DATA_ROOM,
             )?,
-            bare: Mempool::new(eal, &format!("nic{pid}_{id}_ext"), cfg.pool_size, 256, 0)?,
+            bare: Mempool::new(eal, &Self::pool_name("ext"), cfg.pool_size, 256, 0)?,
             copy_threshold: cfg.copy_threshold,
         };
-        // Jumbo frames where the port allows them, so that a 4 KiB RoCE MTU
-        // (plus INT and extension headers) fits (e.g. a TAP, whose kernel side
-        // would otherwise drop frames above 1500 bytes of IP).
-        let port_cfg = dpdk::PortConfig {
-            mtu: Some(PORT_MTU),
-            ..dpdk::PortConfig::default()
-        };
-        let (mut rxs, mut txs) = port.configure(&port_cfg, &rx_pool)?;
-        let (Some(rx), Some(tx)) = (rxs.pop(), txs.pop()) else {
-            return Err(VerbsError::Refused("the port has no queue".into()));
-        };
         let clock = TscClock::new(eal);
-        let max_frame = port
-            .max_frame_len()
-            .map_or(MAX_FRAME, |n| (n as usize).min(MAX_FRAME));
         Ok(Engine {
             idle_yield: cfg.idle_yield,
             idle_turns: 0,
             max_frame,
             _port: port,
-            rx,
-            tx,
+            io,
+            qpn_base: shared.qpn_base,
             pools,
             _rx_pool: rx_pool,
             psn_seed: clock.cycles() | 1,
@@ -669,7 +789,7 @@ impl Engine {
     /// One line of a QP's state for [`Command::DescribeQp`].
     fn describe_qp(&self, qpn: u32, now: u64) -> Result<String, String> {
         let s = self.slot(qpn).ok_or_else(|| format!("no QP {qpn:#x}"))?;
-        let i = qpn - QPN_BASE;
+        let i = qpn - self.qpn_base;
         let timer = |t: Option<(TimerHandle, u64)>| match t {
             Some((h, at)) => format!(
                 "{}@{:+}ns(wheel {:?})",
@@ -728,7 +848,7 @@ impl Engine {
     }
 
     fn slot(&self, qpn: u32) -> Option<&QpSlot> {
-        let i = qpn.checked_sub(QPN_BASE)? as usize;
+        let i = qpn.checked_sub(self.qpn_base)? as usize;
         self.qps.get(i)?.as_deref()
     }
 
@@ -777,7 +897,7 @@ impl Engine {
                 dst_mac: EthernetAddress([0; 6]),
                 src_ip: Ipv4Address(self.ip),
                 dst_ip: Ipv4Address([0; 4]),
-                udp_src_port: 0xC000 | ((QPN_BASE + i as u32) & 0x3FFF) as u16,
+                udp_src_port: 0xC000 | ((self.qpn_base + i as u32) & 0x3FFF) as u16,
                 dscp: ROCE_DSCP,
                 ttl: 64,
             },
@@ -808,12 +928,12 @@ impl Engine {
         }));
         let now = self.clock.now_ns();
         let _ = self.sched.reset_qp(i as u32, now);
-        Ok((QPN_BASE + i as u32, psn))
+        Ok((self.qpn_base + i as u32, psn))
     }
 
     fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), String> {
         let int_dscp = self.int_dscp;
-        let i = qpn.checked_sub(QPN_BASE).ok_or("bad QPN")? as usize;
+        let i = qpn.checked_sub(self.qpn_base).ok_or("bad QPN")? as usize;
         let s = self
             .qps
             .get_mut(i)
@@ -928,7 +1048,7 @@ impl Engine {
     // ------------------------------------------------------------------ RX
 
     fn receive(&mut self, now: u64) {
-        if self.rx.recv(&mut self.rxb) == 0 {
+        if self.io.recv(&mut self.rxb) == 0 {
             return;
         }
         let mut burst = std::mem::take(&mut self.rxb);
@@ -1018,7 +1138,7 @@ impl Engine {
         };
         parse_rx(bytes, &opts, |bth| {
             bth.dest_qp
-                .checked_sub(QPN_BASE)
+                .checked_sub(self.qpn_base)
                 .and_then(|i| qps.get(i as usize))
                 .and_then(Option::as_ref)
                 .is_some_and(|s| s.cc_ext)
@@ -1091,7 +1211,7 @@ impl Engine {
         let Some(i) = f
             .bth
             .dest_qp
-            .checked_sub(QPN_BASE)
+            .checked_sub(self.qpn_base)
             .map(|i| i as usize)
             .filter(|&i| i < MAX_QPS)
         else {
@@ -1303,7 +1423,7 @@ impl Engine {
     fn transmit(&mut self, now: u64) {
         // What the port did not take last time goes first.
         if !self.txb.is_empty() {
-            self.tx.send(&mut self.txb);
+            self.io.send(&mut self.txb);
             if !self.txb.is_empty() {
                 return;
             }
@@ -1325,7 +1445,7 @@ impl Engine {
             }
         }
         if !self.txb.is_empty() {
-            self.tx.send(&mut self.txb);
+            self.io.send(&mut self.txb);
         }
     }
 
@@ -1539,7 +1659,7 @@ mod tests {
     /// taken; a lost doorbell leaves one in the ring with nobody to take it.
     #[test]
     fn doorbells_are_never_lost() {
-        let shared = Arc::new(EngineShared::new(4));
+        let shared = Arc::new(EngineShared::new(4, QPN_BASE));
         let taken = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (mut post, mut ring) = rtrb::RingBuffer::<u64>::new(64);

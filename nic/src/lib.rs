@@ -10,5 +10,6 @@ pub mod impair;
 pub mod io;
 pub mod pcapng;
 pub mod scheduler;
+pub mod shard;
 pub mod timer_wheel;
 pub mod verbs;

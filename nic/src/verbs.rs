@@ -137,11 +137,23 @@ impl DeviceConfig {
     }
 }
 
-/// A RoCEv2 NIC on one DPDK port, with its engine running.
-pub struct Device {
+/// One engine of a device: how the API reaches it.
+struct EngineHandle {
     shared: Arc<EngineShared>,
     cmd: Sender<Command>,
-    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A RoCEv2 NIC on one DPDK port, with its engine running (or, sharded,
+/// its engines and their dispatcher: [`Device::open_sharded`]).
+pub struct Device {
+    /// The engines: one, or one per shard (shard `k` owns the QPNs from
+    /// [`crate::shard::shard_base`]`(k)`).
+    engines: Vec<EngineHandle>,
+    /// A sharded device's dispatcher (its stop/done flags and counters).
+    dispatcher: Option<Arc<EngineShared>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    /// The shard of the next completion queue (round robin).
+    next_cq: std::sync::atomic::AtomicUsize,
     #[allow(clippy::type_complexity)]
     capture: Option<
         std::thread::JoinHandle<
@@ -164,8 +176,147 @@ impl Device {
         let (engine, mut dev) = Self::prepare(eal, port, &cfg)?;
         let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || engine.run())
             .map_err(|e| VerbsError::Refused(format!("cannot start the engine thread: {e}")))?;
-        dev.thread = Some(thread);
+        dev.threads.push(thread);
         Ok(dev)
+    }
+
+    /// Starts a device on `port` whose QPs are sharded over one engine per
+    /// entry of `shard_cores` (each pinned to that CPU, or not pinned for
+    /// `None`), with a dispatcher on `cfg.core` that owns the port's queues
+    /// and steers received frames to the shard of their destination QPN
+    /// (crate::shard; DESIGN.md §5 "QPs sharded").
+    ///
+    /// Completion queues are spread over the shards round robin; a QP lives
+    /// on the shard of its CQs (both must be on the same one). Memory regions
+    /// are registered with every shard, under the same keys. Not available
+    /// with a capture file (`cfg.pcap`), which is per engine.
+    pub fn open_sharded(
+        eal: &'static Eal,
+        mut port: Port,
+        cfg: DeviceConfig,
+        shard_cores: &[Option<usize>],
+    ) -> Result<Device, VerbsError> {
+        use crate::engine::{Engine, PacketIo};
+        if shard_cores.is_empty() {
+            return Err(VerbsError::Refused(
+                "a sharded device needs at least one shard".into(),
+            ));
+        }
+        if cfg.pcap.is_some() {
+            return Err(VerbsError::Refused(
+                "pcap capture is per engine: open the device unsharded to capture".into(),
+            ));
+        }
+        let mac = match cfg.mac {
+            Some(m) => m,
+            None => port.mac()?,
+        };
+        let rx_pool = Engine::rx_pool(eal, &cfg)?;
+        let (rx, tx, max_frame) = Engine::open_port(&mut port, &rx_pool)?;
+        static RING_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let mut engines = Vec::new();
+        let mut handles = Vec::new();
+        let (mut to_shard, mut from_shard, mut pools) = (Vec::new(), Vec::new(), Vec::new());
+        for k in 0..shard_cores.len() {
+            let id = RING_ID.fetch_add(1, Ordering::Relaxed);
+            let pid = std::process::id();
+            let (in_p, in_c) = dpdk::Ring::spsc(eal, &format!("rsnic{pid}_{id}_in"), 4096)?;
+            let (out_p, out_c) = dpdk::Ring::spsc(eal, &format!("rsnic{pid}_{id}_out"), 4096)?;
+            let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+            let shared = Arc::new(EngineShared::new(
+                crate::engine::MAX_QPS,
+                crate::shard::shard_base(k),
+            ));
+            let e = Engine::new_shard(
+                eal,
+                PacketIo::Shard {
+                    rx: in_c,
+                    tx: out_p,
+                },
+                rx_pool.clone(),
+                max_frame,
+                &cfg,
+                mac,
+                shared.clone(),
+                cmd_rx,
+            )?;
+            pools.push(e.tx_pools().clone());
+            to_shard.push(in_p);
+            from_shard.push(out_c);
+            engines.push(e);
+            handles.push(EngineHandle {
+                shared,
+                cmd: cmd_tx,
+            });
+        }
+        let dshared = Arc::new(EngineShared::new(1, crate::engine::QPN_BASE));
+        let dispatcher = crate::shard::Dispatcher::new(
+            port,
+            rx,
+            tx,
+            rx_pool,
+            to_shard,
+            from_shard,
+            pools,
+            cfg.int_dscp,
+            cfg.idle_yield,
+            dshared.clone(),
+        );
+        let mut dev = Device {
+            engines: handles,
+            dispatcher: Some(dshared),
+            threads: Vec::new(),
+            next_cq: std::sync::atomic::AtomicUsize::new(0),
+            capture: None,
+            mac,
+            ip: cfg.ip,
+            next_pd: std::sync::atomic::AtomicU32::new(1),
+            max_frame,
+        };
+        // From here on, `dev`'s drop stops whatever was started.
+        let started =
+            dpdk::lcore::spawn_pinned(eal, "rsnic-dispatch", cfg.core, move || dispatcher.run());
+        match started {
+            Ok(t) => dev.threads.push(t),
+            Err(e) => {
+                if let Some(d) = &dev.dispatcher {
+                    d.done.store(true, Ordering::Release);
+                }
+                for h in &dev.engines {
+                    h.shared.done.store(true, Ordering::Release);
+                }
+                return Err(VerbsError::Refused(format!(
+                    "cannot start the dispatcher thread: {e}"
+                )));
+            }
+        }
+        for ((e, core), k) in engines.into_iter().zip(shard_cores).zip(0..) {
+            match dpdk::lcore::spawn_pinned(eal, "rsnic-shard", *core, move || e.run()) {
+                Ok(t) => dev.threads.push(t),
+                Err(err) => {
+                    for h in &dev.engines[k..] {
+                        h.shared.done.store(true, Ordering::Release);
+                    }
+                    return Err(VerbsError::Refused(format!(
+                        "cannot start the thread of shard {k}: {err}"
+                    )));
+                }
+            }
+        }
+        Ok(dev)
+    }
+
+    /// How many engines (shards) run this device's QPs.
+    pub fn shards(&self) -> usize {
+        self.engines.len()
+    }
+
+    /// Each engine's counters, by shard (one entry for an unsharded device).
+    pub fn shard_counters(&self) -> Vec<Counters> {
+        self.engines
+            .iter()
+            .map(|h| h.shared.counters.snapshot())
+            .collect()
     }
 
     /// Starts one device per `(port, config)` with all their engines on ONE
@@ -191,7 +342,7 @@ impl Device {
             Err(e) => {
                 // The engines were dropped with the closure: nothing to wait for.
                 for d in &devices {
-                    d.shared.done.store(true, Ordering::Release);
+                    d.engines[0].shared.done.store(true, Ordering::Release);
                 }
                 Err(VerbsError::Refused(format!(
                     "cannot start the engine thread: {e}"
@@ -211,7 +362,10 @@ impl Device {
             None => port.mac()?,
         };
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
-        let shared = Arc::new(EngineShared::new(crate::engine::MAX_QPS));
+        let shared = Arc::new(EngineShared::new(
+            crate::engine::MAX_QPS,
+            crate::engine::QPN_BASE,
+        ));
         let (producer, capture) = match &cfg.pcap {
             Some(path) => {
                 let file = std::fs::File::create(path).map_err(|e| {
@@ -245,9 +399,13 @@ impl Device {
         Ok((
             engine,
             Device {
-                shared,
-                cmd: cmd_tx,
-                thread: None,
+                engines: vec![EngineHandle {
+                    shared,
+                    cmd: cmd_tx,
+                }],
+                dispatcher: None,
+                threads: Vec::new(),
+                next_cq: std::sync::atomic::AtomicUsize::new(0),
                 capture,
                 mac,
                 ip: cfg.ip,
@@ -280,16 +438,27 @@ impl Device {
 
     /// The device's counters (as last published by the engine, at most
     /// about a millisecond old).
+    /// (Summed over the shards of a sharded device, with its dispatcher's.)
     pub fn counters(&self) -> Counters {
-        self.shared.counters.snapshot()
+        let mut c = Counters::default();
+        for h in &self.engines {
+            c.accumulate(&h.shared.counters.snapshot());
+        }
+        if let Some(d) = &self.dispatcher {
+            c.accumulate(&d.counters.snapshot());
+        }
+        c
     }
 
+    /// A slow-path request to engine `k`.
     fn call<T>(
         &self,
+        k: usize,
         make: impl FnOnce(Sender<Result<T, String>>) -> Command,
     ) -> Result<T, VerbsError> {
         let (tx, rx) = bounded(1);
-        self.cmd
+        self.engines[k]
+            .cmd
             .send(make(tx))
             .map_err(|_| VerbsError::EngineGone)?;
         rx.recv()
@@ -318,13 +487,25 @@ impl Device {
 
     fn reg_mr_in(&self, pd: u32, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
         let mem = Arc::new(ExtBuf::new(vec![0u8; len.max(1)].into_boxed_slice()));
-        let m2 = mem.clone();
-        let (lkey, rkey) = self.call(|reply| Command::RegMr {
-            pd,
-            mem: m2,
-            access,
-            reply,
-        })?;
+        // Every shard knows every region, under the same keys (each shard's
+        // table hands out keys in the order of the same requests).
+        let mut keys = None;
+        for k in 0..self.engines.len() {
+            let m2 = mem.clone();
+            let got = self.call(k, |reply| Command::RegMr {
+                pd,
+                mem: m2,
+                access,
+                reply,
+            })?;
+            if keys.is_some_and(|k0| k0 != got) {
+                return Err(VerbsError::Refused(format!(
+                    "shard {k} registered the region under other keys ({got:?} vs {keys:?})"
+                )));
+            }
+            keys = Some(got);
+        }
+        let (lkey, rkey) = keys.expect("a device has at least one engine");
         Ok(MemoryRegion {
             mem,
             lkey,
@@ -335,17 +516,25 @@ impl Device {
 
     /// Deregisters a region (it stays alive while packets still use it).
     pub fn dereg_mr(&self, mr: MemoryRegion) -> Result<(), VerbsError> {
-        self.call(|reply| Command::DeregMr {
-            lkey: mr.lkey,
-            reply,
-        })
+        for k in 0..self.engines.len() {
+            self.call(k, |reply| Command::DeregMr {
+                lkey: mr.lkey,
+                reply,
+            })?;
+        }
+        Ok(())
     }
 
     /// Creates a completion queue of `depth` entries.
     pub fn create_cq(&self, depth: usize) -> Result<CompletionQueue, VerbsError> {
         let (prod, cons) = rtrb::RingBuffer::new(depth.max(1));
-        let id = self.call(|reply| Command::CreateCq { ring: prod, reply })?;
-        Ok(CompletionQueue { id, ring: cons })
+        let shard = self.next_cq.fetch_add(1, Ordering::Relaxed) % self.engines.len();
+        let id = self.call(shard, |reply| Command::CreateCq { ring: prod, reply })?;
+        Ok(CompletionQueue {
+            id,
+            shard,
+            ring: cons,
+        })
     }
 
     /// Creates an RC queue pair in the default PD, completing into
@@ -367,10 +556,18 @@ impl Device {
         recv_cq: &CompletionQueue,
         opts: QpOptions,
     ) -> Result<QueuePair, VerbsError> {
+        if send_cq.shard != recv_cq.shard {
+            return Err(VerbsError::Refused(format!(
+                "the send CQ is on shard {} and the receive CQ on shard {}: a QP's CQs must \
+                 be on one shard (CQs are spread over the shards in creation order)",
+                send_cq.shard, recv_cq.shard
+            )));
+        }
+        let shard = send_cq.shard;
         let depth = opts.sq_depth as usize + opts.rq_depth as usize;
         let (prod, cons) = rtrb::RingBuffer::new(depth.max(2));
         let (send_cq, recv_cq) = (send_cq.id, recv_cq.id);
-        let (qpn, psn) = self.call(|reply| Command::CreateQp {
+        let (qpn, psn) = self.call(shard, |reply| Command::CreateQp {
             pd,
             send_cq,
             recv_cq,
@@ -383,8 +580,8 @@ impl Device {
             psn,
             opts,
             ring: prod,
-            shared: self.shared.clone(),
-            cmd: self.cmd.clone(),
+            shared: self.engines[shard].shared.clone(),
+            cmd: self.engines[shard].cmd.clone(),
             mac: self.mac,
             ip: self.ip,
             connected: false,
@@ -397,14 +594,28 @@ impl Device {
     }
 
     fn stop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
+        let all = || {
+            self.engines
+                .iter()
+                .map(|h| &h.shared)
+                .chain(&self.dispatcher)
+        };
+        for s in all() {
+            s.stop.store(true, Ordering::Relaxed);
+        }
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
         // Every engine, alone or in a group, is marked done once dropped (its
         // port released), also when its thread unwinds; so this returns at
         // once when called again (from `Drop` after `close`).
-        while !self.shared.done.load(Ordering::Acquire) {
+        let all = || {
+            self.engines
+                .iter()
+                .map(|h| &h.shared)
+                .chain(&self.dispatcher)
+        };
+        while !all().all(|s| s.done.load(Ordering::Acquire)) {
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
         // The engine dropped its end of the capture ring: the writer drains
@@ -583,6 +794,8 @@ impl MemoryRegion {
 /// A completion queue: the consumer end of the engine's completion ring.
 pub struct CompletionQueue {
     id: u32,
+    /// The engine (shard) that completes into it.
+    shard: usize,
     ring: rtrb::Consumer<WorkCompletion>,
 }
 

@@ -1,0 +1,303 @@
+//! A device's QPs sharded over several poll-mode cores (DESIGN.md §5:
+//! "the same build runs on one core (all stages in one loop) or several
+//! (TX, RX, scheduler apart, QPs sharded)").
+//!
+//! # Layout
+//!
+//! ```text
+//!              +--------------------+   ring (SP/SC)   +---------------------+
+//!  port RX --> |                    | ---------------> | shard 0: engine     |
+//!              |     dispatcher     | <--------------- | (QPNs base0 ..)     |
+//!  port TX <-- |  (the port's only  |                  +---------------------+
+//!              |   RX and TX queue) | ---------------> | shard 1: engine     |
+//!              |                    | <--------------- | (QPNs base1 ..)     |
+//!              +--------------------+                  +---------------------+
+//! ```
+//!
+//! Each shard is a whole [`crate::engine::Engine`] (RX pipeline, flow
+//! scheduler, TX pipeline, CC, timers) for its own range of QPNs
+//! ([`shard_base`]), on its own lcore; instead of a port queue it reads and
+//! writes two single-producer/single-consumer DPDK rings. The dispatcher owns
+//! the port: it steers every received frame to the shard that owns the
+//! frame's destination QPN (read from the BTH, past an INT container when
+//! there is one: [`dest_qpn`]) and sends what the shards built, taking from
+//! each in turn. It is the software form of a NIC's flow director: it works
+//! on any PMD, including those with one queue (rings, TAP, null).
+//!
+//! A frame that is not RoCEv2 or names no shard goes to shard 0, whose
+//! engine counts it as it would unsharded (not RoCE, unknown QP, ...). A
+//! frame for a shard whose ring is full is dropped and counted
+//! (`rx_drop_shard_full`), as a NIC drops on a full RX queue; the transport
+//! recovers it like any loss.
+//!
+//! Nothing here allocates, locks or makes a syscall per frame: the rings
+//! and bursts are made before the loop starts.
+
+use std::sync::Arc;
+
+use dpdk::{Burst, Mempool, Port, RingConsumer, RingProducer, RxQueue, TxQueue};
+use rdma::wire::int;
+
+use crate::counters::Counters;
+use crate::engine::{EngineShared, MAX_QPS, QPN_BASE};
+use crate::io::TxPools;
+
+/// UDP destination port of RoCEv2 (IBA Annex A17).
+const ROCEV2_PORT: u16 = 4791;
+
+/// The first QPN of shard `k`: each shard owns [`MAX_QPS`] QPNs.
+pub fn shard_base(k: usize) -> u32 {
+    QPN_BASE + (k * MAX_QPS) as u32
+}
+
+/// The shard (of `shards`) that owns `qpn`; `None` for a QPN outside every
+/// shard's range.
+pub fn shard_of_qpn(qpn: u32, shards: usize) -> Option<usize> {
+    let k = (qpn.checked_sub(QPN_BASE)? as usize) / MAX_QPS;
+    (k < shards).then_some(k)
+}
+
+/// The destination QPN of a RoCEv2 frame (Ethernet / IPv4 / UDP 4791 /
+/// [INT container when the DSCP is `int_dscp`] / BTH), from its first bytes;
+/// `None` for anything else or a frame too short to tell. It reads only
+/// what steering needs: the shard's engine parses and verifies the frame.
+pub fn dest_qpn(frame: &[u8], int_dscp: u8) -> Option<u32> {
+    const L3: usize = 14;
+    if frame.get(12..14)? != [0x08, 0x00] {
+        return None;
+    }
+    let vihl = *frame.get(L3)?;
+    if vihl >> 4 != 4 || *frame.get(L3 + 9)? != 17 {
+        return None;
+    }
+    let udp = L3 + usize::from(vihl & 0x0F) * 4;
+    let dport = u16::from_be_bytes(frame.get(udp + 2..udp + 4)?.try_into().ok()?);
+    if dport != ROCEV2_PORT {
+        return None;
+    }
+    let dscp = frame.get(L3 + 1)? >> 2;
+    let bth = if dscp == int_dscp {
+        let loc = int::locate(frame, L3, int_dscp).ok()?;
+        loc.int_off + loc.int_len
+    } else {
+        udp + 8
+    };
+    let q = frame.get(bth + 5..bth + 8)?;
+    Some(u32::from_be_bytes([0, q[0], q[1], q[2]]))
+}
+
+/// The dispatcher of a sharded device (module docs): owns the port's queues
+/// and the rings to and from every shard.
+pub(crate) struct Dispatcher {
+    rx: RxQueue,
+    tx: TxQueue,
+    to_shard: Vec<RingProducer>,
+    from_shard: Vec<RingConsumer>,
+    /// Frames of one RX burst, by shard, before they go into the rings.
+    staged: Vec<Burst>,
+    rxb: Burst,
+    txb: Burst,
+    /// The shard the TX side takes from first next time (round robin).
+    next_shard: usize,
+    int_dscp: u8,
+    idle_yield: bool,
+    idle_turns: u32,
+    turn: u64,
+    counters: Counters,
+    shared: Arc<EngineShared>,
+    // Dropped after the rings and bursts above (declaration order), so that
+    // frames still in them go back to pools that exist.
+    _pools: Vec<TxPools>,
+    _rx_pool: Arc<Mempool>,
+    _port: Port,
+}
+
+impl Dispatcher {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        port: Port,
+        rx: RxQueue,
+        tx: TxQueue,
+        rx_pool: Arc<Mempool>,
+        to_shard: Vec<RingProducer>,
+        from_shard: Vec<RingConsumer>,
+        pools: Vec<TxPools>,
+        int_dscp: u8,
+        idle_yield: bool,
+        shared: Arc<EngineShared>,
+    ) -> Self {
+        Dispatcher {
+            rx,
+            tx,
+            staged: (0..to_shard.len()).map(|_| Burst::new()).collect(),
+            to_shard,
+            from_shard,
+            rxb: Burst::new(),
+            txb: Burst::new(),
+            next_shard: 0,
+            int_dscp,
+            idle_yield,
+            idle_turns: 0,
+            turn: 0,
+            counters: Counters::default(),
+            shared,
+            _pools: pools,
+            _rx_pool: rx_pool,
+            _port: port,
+        }
+    }
+
+    /// Runs until the device is asked to stop, then publishes its counters
+    /// and marks itself done (the port is released when it is dropped).
+    pub(crate) fn run(mut self) {
+        while self.poll_turn() {}
+        self.shared.counters.publish(&self.counters);
+        let shared = self.shared.clone();
+        drop(self);
+        shared
+            .done
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// One turn: steer a burst from the port into the shards' rings, then
+    /// send what the shards built. `false` once asked to stop.
+    fn poll_turn(&mut self) -> bool {
+        if self.turn.is_multiple_of(256) {
+            if crate::verbs::stopping(&self.shared.stop) {
+                return false;
+            }
+            self.shared.counters.publish(&self.counters);
+        }
+        self.turn = self.turn.wrapping_add(1);
+        let got = self.steer();
+        let sent = self.transmit();
+        if got + sent > 0 {
+            self.idle_turns = 0;
+        } else if self.idle_yield {
+            self.idle_turns += 1;
+            if self.idle_turns >= 64 {
+                self.idle_turns = 0;
+                std::thread::yield_now();
+            }
+        }
+        true
+    }
+
+    /// Port RX -> the rings of the shards that own the frames' QPs.
+    fn steer(&mut self) -> usize {
+        let n = self.rx.recv(&mut self.rxb);
+        if n == 0 {
+            return 0;
+        }
+        let shards = self.staged.len();
+        for m in self.rxb.drain() {
+            let k = dest_qpn(m.data(), self.int_dscp)
+                .and_then(|q| shard_of_qpn(q, shards))
+                .unwrap_or(0);
+            // A staged burst holds a whole RX burst: never full here.
+            if let Err(m) = self.staged[k].push(m) {
+                self.counters.rx_drop_shard_full += 1;
+                drop(m);
+            }
+        }
+        for (ring, staged) in self.to_shard.iter_mut().zip(&mut self.staged) {
+            if !staged.is_empty() {
+                ring.enqueue(staged);
+                self.counters.rx_drop_shard_full += staged.clear() as u64;
+            }
+        }
+        n
+    }
+
+    /// The shards' frames -> port TX, taking from each shard in turn; what
+    /// the port does not take waits in the burst (the shards' rings then
+    /// fill and their engines hold their frames, as with a full TX queue).
+    fn transmit(&mut self) -> usize {
+        let mut sent = 0;
+        if !self.txb.is_empty() {
+            sent += self.tx.send(&mut self.txb);
+            if !self.txb.is_empty() {
+                return sent;
+            }
+        }
+        let shards = self.from_shard.len();
+        for j in 0..shards {
+            if self.txb.is_full() {
+                break;
+            }
+            let k = (self.next_shard + j) % shards;
+            self.from_shard[k].dequeue(&mut self.txb);
+        }
+        self.next_shard = (self.next_shard + 1) % shards;
+        if !self.txb.is_empty() {
+            sent += self.tx.send(&mut self.txb);
+        }
+        sent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders, RoceRepr};
+    use rdma::wire::{BthRepr, Ecn, EthernetAddress, Ipv4Address, Opcode};
+
+    fn frame(qpn: u32, int: bool) -> Vec<u8> {
+        let fb = FrameBuilder {
+            net: NetHeaders {
+                src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+                dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+                src_ip: Ipv4Address([10, 0, 0, 1]),
+                dst_ip: Ipv4Address([10, 0, 0, 2]),
+                udp_src_port: 0xC011,
+                dscp: 26,
+                ttl: 64,
+            },
+            int: int.then_some(IntInsert {
+                int_dscp: 0x18,
+                max_hops: 4,
+            }),
+        };
+        let mut buf = vec![0u8; 512];
+        let pkt = RoceRepr::new(BthRepr::new(Opcode::SendOnly, qpn, 7));
+        let n = fb
+            .emit_frame(&pkt, &[1, 2, 3], Ecn::Ect0, &mut buf)
+            .unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn finds_the_destination_qpn_with_and_without_int() {
+        for qpn in [QPN_BASE, shard_base(1) + 5, 0xFF_FFFF] {
+            assert_eq!(dest_qpn(&frame(qpn, false), 0x18), Some(qpn));
+            assert_eq!(dest_qpn(&frame(qpn, true), 0x18), Some(qpn));
+        }
+    }
+
+    #[test]
+    fn refuses_what_is_not_rocev2_or_too_short() {
+        let f = frame(0x1234, true);
+        for cut in 0..f.len().min(14 + 20 + 8 + 8 + 8) {
+            // A cut inside the headers never reads out of bounds.
+            let _ = dest_qpn(&f[..cut], 0x18);
+        }
+        assert_eq!(dest_qpn(&f[..20], 0x18), None);
+        let mut not_ip = f.clone();
+        not_ip[12] = 0x86;
+        assert_eq!(dest_qpn(&not_ip, 0x18), None);
+        let mut other_port = frame(0x1234, false);
+        other_port[14 + 20 + 3] ^= 1;
+        assert_eq!(dest_qpn(&other_port, 0x18), None);
+    }
+
+    #[test]
+    fn shards_own_contiguous_qpn_ranges() {
+        assert_eq!(shard_of_qpn(QPN_BASE, 3), Some(0));
+        assert_eq!(shard_of_qpn(shard_base(1) - 1, 3), Some(0));
+        assert_eq!(shard_of_qpn(shard_base(1), 3), Some(1));
+        assert_eq!(shard_of_qpn(shard_base(2) + 77, 3), Some(2));
+        assert_eq!(shard_of_qpn(shard_base(3), 3), None);
+        assert_eq!(shard_of_qpn(QPN_BASE - 1, 3), None);
+    }
+}
