@@ -316,6 +316,9 @@ struct QpSlot {
     cc_timers: [u64; 4],
     /// A CNP is owed to the peer (DCQCN notification point).
     cnp_pending: bool,
+    /// The QP holds completions its full CQ could not take; it is in the
+    /// engine's `cq_waiting` list.
+    cq_waiting: bool,
 }
 
 fn timer_index(k: TimerKind) -> usize {
@@ -402,6 +405,34 @@ fn sync_timers(wheel: &mut TimerWheel<TimerKey>, i: usize, s: &mut QpSlot) {
     }
 }
 
+/// Moves QP `s`'s completions into its CQs while both have room; whether
+/// none is left in the QP.
+fn move_completions(
+    cqs: &mut [rtrb::Producer<WorkCompletion>],
+    counters: &mut Counters,
+    s: &mut QpSlot,
+) -> bool {
+    let Some(qp) = s.qp.as_mut() else {
+        return true;
+    };
+    loop {
+        let room = |c: u32| cqs.get(c as usize).is_some_and(|r| r.slots() > 0);
+        if !(room(s.send_cq) && room(s.recv_cq)) {
+            return qp.pending_completions() == 0;
+        }
+        let Some(wc) = qp.poll_cq() else { return true };
+        if wc.status != WcStatus::Success {
+            counters.completion_errors += 1;
+        }
+        let cq = if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+            s.recv_cq
+        } else {
+            s.send_cq
+        };
+        let _ = cqs[cq as usize].push(wc);
+    }
+}
+
 fn to_int_hop(h: &HopRecord) -> IntHop {
     IntHop {
         switch_id: h.switch_id,
@@ -470,6 +501,9 @@ pub struct Engine {
     qps: Vec<Option<Box<QpSlot>>>,
     /// Indices of connected QPs (whose counters are published).
     connected: Vec<usize>,
+    /// QPs holding completions that a full CQ could not take, retried every
+    /// turn until the program polls room free (preallocated: MAX_QPS).
+    cq_waiting: Vec<u32>,
     /// The flow scheduler: control first, then round robin over QPs with
     /// data, paced by credit (crate::scheduler).
     sched: Scheduler<u32>,
@@ -633,6 +667,7 @@ impl Engine {
             cqs: Vec::new(),
             qps: (0..MAX_QPS).map(|_| None).collect(),
             connected: Vec::with_capacity(MAX_QPS),
+            cq_waiting: Vec::with_capacity(MAX_QPS),
             sched: Scheduler::new(MAX_QPS as u32, PACING_BURST_BYTES, MAX_QPS),
             wheel: TimerWheel::with_start(
                 TIMER_TICK_NS,
@@ -677,6 +712,9 @@ impl Engine {
         let rung = self.doorbells();
         self.receive(now);
         self.timers(now);
+        if !self.cq_waiting.is_empty() {
+            self.retry_completions();
+        }
         self.transmit(now);
         if rung || work != (self.counters.rx_packets, self.counters.tx_packets) {
             self.idle_turns = 0;
@@ -918,6 +956,7 @@ impl Engine {
             tpl: None,
             doorbell_blocked: false,
             ctrl_queued: false,
+            cq_waiting: false,
             sched_rate: u64::MAX,
             next_bytes: opts.mtu + 100,
             transport_timer: None,
@@ -1341,25 +1380,14 @@ impl Engine {
         if events > 0 {
             s.update_window();
         }
-        let Some(qp) = s.qp.as_mut() else { return };
         // Completions, as long as both CQs have room (a full CQ holds them
-        // in the QP instead of losing them).
-        loop {
-            let room = |c: u32| self.cqs.get(c as usize).is_some_and(|r| r.slots() > 0);
-            if !(room(s.send_cq) && room(s.recv_cq)) {
-                break;
-            }
-            let Some(wc) = qp.poll_cq() else { break };
-            if wc.status != WcStatus::Success {
-                self.counters.completion_errors += 1;
-            }
-            let cq = if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
-                s.recv_cq
-            } else {
-                s.send_cq
-            };
-            let _ = self.cqs[cq as usize].push(wc);
+        // in the QP instead of losing them, and the QP waits in `cq_waiting`
+        // until the program makes room).
+        if !move_completions(&mut self.cqs, &mut self.counters, s) && !s.cq_waiting {
+            s.cq_waiting = true;
+            self.cq_waiting.push(i as u32);
         }
+        let Some(qp) = s.qp.as_mut() else { return };
         let control = s.cnp_pending || qp.has_control();
         sync_timers(&mut self.wheel, i, s);
         let q = i as u32;
@@ -1379,6 +1407,21 @@ impl Engine {
         if s.doorbell_blocked {
             self.take_doorbells(i);
         }
+    }
+
+    /// Gives the QPs whose CQ was full their held completions, now that the
+    /// program may have polled room free; those drained leave the list.
+    #[cold]
+    fn retry_completions(&mut self) {
+        let (qps, cqs, counters) = (&mut self.qps, &mut self.cqs, &mut self.counters);
+        self.cq_waiting.retain(|&i| {
+            let Some(s) = qps[i as usize].as_deref_mut() else {
+                return false;
+            };
+            let drained = move_completions(cqs, counters, s);
+            s.cq_waiting = !drained;
+            !drained
+        });
     }
 
     // ------------------------------------------------------------------ timers

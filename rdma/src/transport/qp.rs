@@ -715,6 +715,11 @@ impl Qp {
         self.cq.pop_front()
     }
 
+    /// Completions waiting to be taken with [`Self::poll_cq`].
+    pub fn pending_completions(&self) -> usize {
+        self.cq.len()
+    }
+
     /// Next event for CC / the NIC.
     pub fn poll_event(&mut self) -> Option<QpEvent> {
         self.events.pop_front()
