@@ -89,3 +89,34 @@ fn several_qps_share_the_work() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("-q applies to the bandwidth tests"));
 }
+
+#[test]
+fn sharded_nics_run_every_test_kind() {
+    // --shards 2: each NIC's QPs over two engines behind a dispatcher; the
+    // 4 QPs land on both shards (QPNs 16384 apart).
+    for test in ["write_bw", "read_bw", "send_bw"] {
+        let out = run(&[test, "-q", "4", "--shards", "2", "-n", "200", "-s", "8192"]);
+        let qpns: Vec<u32> = out
+            .lines()
+            .filter(|l| l.contains(" local address: LID"))
+            .map(|l| {
+                let h = l
+                    .split("QPN 0x")
+                    .nth(1)
+                    .expect("QPN")
+                    .split(' ')
+                    .next()
+                    .unwrap();
+                u32::from_str_radix(h, 16).unwrap()
+            })
+            .collect();
+        assert_eq!(qpns.len(), 4, "{out}");
+        assert!(
+            qpns.iter().max().unwrap() - qpns.iter().min().unwrap() >= 16384,
+            "QPs on one shard only: {qpns:x?}\n{out}"
+        );
+        assert_eq!(row(&out, "8192")[1], 200.0, "{out}");
+    }
+    let out = run(&["write_lat", "--shards", "2", "-n", "200"]);
+    assert!(row(&out, "2").len() >= 5, "{out}");
+}

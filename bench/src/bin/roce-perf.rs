@@ -121,6 +121,11 @@ struct Opts {
     /// cores, e.g. both ends on one host, make progress).
     #[arg(long = "busy_poll")]
     busy_poll: bool,
+    /// Shard this NIC's QPs over N engine threads behind a dispatcher that
+    /// owns the port (`nic::verbs::Device::open_sharded`; the dispatcher on
+    /// `--core`); QPs (`-q`) go to the shards in turn. 1: one engine.
+    #[arg(long = "shards", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    shards: u16,
     /// Run the server and the client in this process, back to back on a
     /// DPDK ring pair (`--dev` and the server address are not used; the
     /// server is `--ip`, the client the next address); prints the client's
@@ -219,9 +224,53 @@ fn main() {
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// The session's completion queues: one per shard of the device (a QP
+/// completes into its shard's), polled in turn.
+struct Cqs {
+    cqs: Vec<CompletionQueue>,
+    next: usize,
+}
+
+impl Cqs {
+    fn poll_one(&mut self) -> Option<rdma::transport::WorkCompletion> {
+        let n = self.cqs.len();
+        for j in 0..n {
+            let k = (self.next + j) % n;
+            if let Some(wc) = self.cqs[k].poll_one() {
+                self.next = (k + 1) % n;
+                return Some(wc);
+            }
+        }
+        None
+    }
+
+    /// As [`CompletionQueue::wait`], over every CQ.
+    fn wait(&mut self, timeout: Duration) -> Option<rdma::transport::WorkCompletion> {
+        if self.cqs.len() == 1 {
+            return self.cqs[0].wait(timeout);
+        }
+        let end = Instant::now() + timeout;
+        let mut spins = 0u32;
+        loop {
+            if let Some(wc) = self.poll_one() {
+                return Some(wc);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            spins = spins.saturating_add(1);
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
 struct Session {
     dev: Device,
-    cq: CompletionQueue,
+    cq: Cqs,
     /// The test's QPs (`-q`; one for latency tests).
     qps: Vec<QueuePair>,
     mr: MemoryRegion,
@@ -284,7 +333,12 @@ fn open_device(o: &Opts, eal: &'static Eal) -> Res<Device> {
         cfg.core = o.core;
         cfg.idle_yield = !o.busy_poll;
         cfg.pcap = o.pcap.as_ref().map(std::path::PathBuf::from);
-        let dev = Device::open(eal, port, cfg)?;
+        let dev = if o.shards > 1 {
+            let cores = vec![None; usize::from(o.shards)];
+            Device::open_sharded(eal, port, cfg, &cores)?
+        } else {
+            Device::open(eal, port, cfg)?
+        };
         if link.wait_up(Duration::from_secs(2)) {
             return Ok(dev);
         }
@@ -327,7 +381,14 @@ fn setup(
         )
         .into());
     }
-    let cq = dev.create_cq(o.tx_depth as usize * 4 + 64)?;
+    // One CQ per shard (a QP completes on its own shard); QP j on CQ j.
+    let mut cq = Cqs {
+        cqs: Vec::new(),
+        next: 0,
+    };
+    for _ in 0..dev.shards() {
+        cq.cqs.push(dev.create_cq(o.tx_depth as usize * 4 + 64)?);
+    }
     let qopts = QpOptions {
         sq_depth: o.tx_depth.max(1),
         rq_depth: o.tx_depth.max(1),
@@ -345,8 +406,9 @@ fn setup(
     }
     let nq = usize::from(o.qps.max(1));
     let mut qps = Vec::with_capacity(nq);
-    for _ in 0..nq {
-        qps.push(dev.create_qp(&cq, &cq, qopts)?);
+    for j in 0..nq {
+        let c = &cq.cqs[j % cq.cqs.len()];
+        qps.push(dev.create_qp(c, c, qopts)?);
     }
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let mr = dev.reg_mr(buf_len, access)?;
@@ -498,7 +560,7 @@ fn sizes(test: &Test) -> Vec<u32> {
     }
 }
 
-fn wait_wc(cq: &mut CompletionQueue) -> Res<rdma::transport::WorkCompletion> {
+fn wait_wc(cq: &mut Cqs) -> Res<rdma::transport::WorkCompletion> {
     let wc = cq
         .wait(Duration::from_secs(10))
         .ok_or("no completion within 10 s (peer gone?)")?;
@@ -531,15 +593,28 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
     let side_core = (cores > 1).then_some(0);
     let [a, b, c, d] = o.ip.octets();
     let client_ip = Ipv4Addr::new(a, b, c, d.wrapping_add(1));
-    let mut devs = Device::open_group(
-        eal,
-        vec![
-            (pa, DeviceConfig::new(o.ip.octets())),
-            (pb, DeviceConfig::new(client_ip.octets())),
-        ],
-        Some(engine_core),
-    )?;
-    let (dev_b, dev_a) = (devs.pop(), devs.pop());
+    let (dev_a, dev_b) = if o.shards > 1 {
+        // Sharded: each side's dispatcher and shards on threads of their
+        // own (unpinned), yielding when idle.
+        let shards = vec![None; usize::from(o.shards)];
+        let open = |port, ip: Ipv4Addr| {
+            let mut cfg = DeviceConfig::new(ip.octets());
+            cfg.idle_yield = !o.busy_poll;
+            Device::open_sharded(eal, port, cfg, &shards)
+        };
+        (Some(open(pa, o.ip)?), Some(open(pb, client_ip)?))
+    } else {
+        let mut devs = Device::open_group(
+            eal,
+            vec![
+                (pa, DeviceConfig::new(o.ip.octets())),
+                (pb, DeviceConfig::new(client_ip.octets())),
+            ],
+            Some(engine_core),
+        )?;
+        let (dev_b, dev_a) = (devs.pop(), devs.pop());
+        (dev_a, dev_b)
+    };
     // A free TCP port for the exchange, so that loopback runs side by side.
     let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()?
