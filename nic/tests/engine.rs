@@ -44,6 +44,10 @@ fn connect_pair(pa: Port, pb: Port, cc: CcKind) -> Pair {
     let eal = Eal::for_tests();
     let a = Device::open(eal, pa, DeviceConfig::new([10, 0, 0, 1])).unwrap();
     let b = Device::open(eal, pb, DeviceConfig::new([10, 0, 0, 2])).unwrap();
+    connect_devices(a, b, cc)
+}
+
+fn connect_devices(a: Device, b: Device, cc: CcKind) -> Pair {
     let cq_a = a.create_cq(1024).unwrap();
     let cq_b = b.create_cq(1024).unwrap();
     let opts = QpOptions {
@@ -62,6 +66,22 @@ fn connect_pair(pa: Port, pb: Port, cc: CcKind) -> Pair {
         qa,
         _qb: qb,
     }
+}
+
+/// As [`connect_pair`], with both engines on one poll-mode thread.
+fn connect_group(pa: Port, pb: Port, cc: CcKind) -> Pair {
+    let eal = Eal::for_tests();
+    let mut devs = Device::open_group(
+        eal,
+        vec![
+            (pa, DeviceConfig::new([10, 0, 0, 1])),
+            (pb, DeviceConfig::new([10, 0, 0, 2])),
+        ],
+        None,
+    )
+    .unwrap();
+    let (b, a) = (devs.pop().unwrap(), devs.pop().unwrap());
+    connect_devices(a, b, cc)
 }
 
 fn fill(mr: &MemoryRegion, pass: u64) {
@@ -234,20 +254,27 @@ fn write_and_read_cc_ldcp() {
 }
 
 /// Loss, duplication and reordering between the NICs (an impairment stage
-/// on its own thread between two ring pairs): go-back-N and the timer
-/// recover, contents stay exact, the QP never stalls.
-#[test]
-fn write_and_read_through_a_lossy_reordering_duplicating_link() {
+/// on its own thread between two ring pairs), 1 GiB by WRITE and 1 GiB by
+/// READ per CC as the clean tests: go-back-N and the timer recover, contents
+/// stay exact, the QP never stalls. Both engines share one poll thread
+/// (`Device::open_group`), so the stage and the NICs have a core each.
+fn lossy(cc: CcKind) {
     use nic::impair::{run as impair, ImpairCounters, ImpairedPath, Impairment};
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let eal = Eal::for_tests();
-    let (pa, mut m1) = Port::ring_pair(eal, "lossy1", 4096).unwrap();
-    let (mut m2, pb) = Port::ring_pair(eal, "lossy2", 4096).unwrap();
-    let pool =
-        dpdk::Mempool::new(eal, "lossy_dup", 8191, 64, dpdk::Mempool::DEFAULT_DATA_ROOM).unwrap();
+    let (pa, mut m1) = Port::ring_pair(eal, &format!("lossy1{cc}"), 4096).unwrap();
+    let (mut m2, pb) = Port::ring_pair(eal, &format!("lossy2{cc}"), 4096).unwrap();
+    let pool = dpdk::Mempool::new(
+        eal,
+        &format!("lossy_dup{cc}"),
+        8191,
+        64,
+        dpdk::Mempool::DEFAULT_DATA_ROOM,
+    )
+    .unwrap();
     let (r1, t1) = m1.configure_single(&pool).unwrap();
     let (r2, t2) = m2.configure_single(&pool).unwrap();
     let cfg = Impairment {
@@ -263,12 +290,11 @@ fn write_and_read_through_a_lossy_reordering_duplicating_link() {
         let mut paths = [ImpairedPath::new(r1, t2), ImpairedPath::new(r2, t1)];
         impair(&mut paths, &cfg, &p2, &c2, &s2);
     });
-    let mut p = connect_pair(pa, pb, CcKind::None);
-    // Volume: a quarter of the clean tests' (three spinning threads share
-    // two cores here), 16 messages in flight so a go-back-N costs 1 MiB.
-    let total = (total_bytes() / 4).max(BUF);
-    run_with_depth(&mut p, false, total, 16);
-    run_with_depth(&mut p, true, total, 16);
+    let mut p = connect_group(pa, pb, cc);
+    // 16 messages in flight, so that a go-back-N costs at most 1 MiB.
+    let total = total_bytes();
+    let w = run_with_depth(&mut p, false, total, 16);
+    let r = run_with_depth(&mut p, true, total, 16);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     stage.join().unwrap();
     let (ca, cb) = (p.a.counters(), p.b.counters());
@@ -280,7 +306,7 @@ fn write_and_read_through_a_lossy_reordering_duplicating_link() {
         .reordered
         .load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "lossy: {} MiB each way; stage dropped {dropped}, duplicated {dup}, reordered {reo}; A retransmits {} timeouts {}; B duplicates {} out-of-sequence {} seq NAKs {}",
+        "lossy {cc}: {} MiB each way (WRITE {w:.2}, READ {r:.2} Gbit/s); stage dropped {dropped}, duplicated {dup}, reordered {reo}; A retransmits {} timeouts {}; B duplicates {} out-of-sequence {} seq NAKs {}",
         total >> 20,
         ca.retransmits,
         ca.timeouts,
@@ -297,6 +323,31 @@ fn write_and_read_through_a_lossy_reordering_duplicating_link() {
         "losses were recovered by retransmission"
     );
     assert!(cb.rx_duplicates > 0, "duplicates were seen and dropped");
+}
+
+#[test]
+fn lossy_link_cc_none() {
+    lossy(CcKind::None);
+}
+
+#[test]
+fn lossy_link_cc_dcqcn() {
+    lossy(CcKind::Dcqcn);
+}
+
+#[test]
+fn lossy_link_cc_hpcc() {
+    lossy(CcKind::Hpcc);
+}
+
+#[test]
+fn lossy_link_cc_rx_hpcc() {
+    lossy(CcKind::RxHpcc);
+}
+
+#[test]
+fn lossy_link_cc_ldcp() {
+    lossy(CcKind::Ldcp);
 }
 
 /// Both NICs' engines on ONE poll-mode thread (`Device::open_group`, how the
