@@ -77,8 +77,15 @@ pub fn dest_qpn(frame: &[u8], int_dscp: u8) -> Option<u32> {
     }
     let dscp = frame.get(L3 + 1)? >> 2;
     let bth = if dscp == int_dscp {
-        let loc = int::locate(frame, L3, int_dscp).ok()?;
-        loc.int_off + loc.int_len
+        // The container's own length (shim byte 1, in words; rdma::wire::int),
+        // not a check of the whole frame: the first segment of a chained
+        // frame holds the headers only.
+        let shim = frame.get(udp + 8..udp + 8 + int::SHIM_LEN)?;
+        let len = usize::from(shim[1]) * 4;
+        if shim[0] >> 4 != int::TYPE_INT_MD || len < int::HEADER_LEN {
+            return None;
+        }
+        udp + 8 + len
     } else {
         udp + 8
     };
@@ -272,6 +279,17 @@ mod tests {
         for qpn in [QPN_BASE, shard_base(1) + 5, 0xFF_FFFF] {
             assert_eq!(dest_qpn(&frame(qpn, false), 0x18), Some(qpn));
             assert_eq!(dest_qpn(&frame(qpn, true), 0x18), Some(qpn));
+        }
+    }
+
+    /// A chained frame's first segment holds the headers only: the QPN is
+    /// found from them, with and without INT.
+    #[test]
+    fn finds_the_qpn_in_the_headers_of_a_chained_frame() {
+        for int in [false, true] {
+            let f = frame(shard_base(1) + 3, int);
+            let headers = 14 + 20 + 8 + if int { int::HEADER_LEN } else { 0 } + 12;
+            assert_eq!(dest_qpn(&f[..headers], 0x18), Some(shard_base(1) + 3));
         }
     }
 
