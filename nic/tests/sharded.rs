@@ -23,20 +23,34 @@ fn config(ip: u8) -> DeviceConfig {
     c
 }
 
-/// One QP of A and its peer on B, with A's CQ and regions.
+/// One QP of A and its peer on B, with A's CQ; the flow uses its own
+/// `BUF` window (at `off`) of the two regions every flow shares, so QPs on
+/// both shards send from the same registered memory at once.
 struct Flow {
     qa: QueuePair,
     _qb: QueuePair,
     cq: CompletionQueue,
     _cq_b: CompletionQueue,
+    off: usize,
+}
+
+/// A's region and B's, shared by the flows.
+struct Regions {
     local: MemoryRegion,
     remote: MemoryRegion,
 }
 
-fn flows(a: &Device, b: &Device, cc: CcKind) -> Vec<Flow> {
+fn regions(a: &Device, b: &Device) -> Regions {
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    Regions {
+        local: a.reg_mr(QPS * BUF, all).unwrap(),
+        remote: b.reg_mr(QPS * BUF, all).unwrap(),
+    }
+}
+
+fn flows(a: &Device, b: &Device, cc: CcKind) -> Vec<Flow> {
     (0..QPS)
-        .map(|_| {
+        .map(|k| {
             let (cq, cq_b) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
             let opts = QpOptions {
                 cc,
@@ -51,8 +65,7 @@ fn flows(a: &Device, b: &Device, cc: CcKind) -> Vec<Flow> {
                 _qb: qb,
                 cq,
                 _cq_b: cq_b,
-                local: a.reg_mr(BUF, all).unwrap(),
-                remote: b.reg_mr(BUF, all).unwrap(),
+                off: k * BUF,
             }
         })
         .collect()
@@ -66,37 +79,37 @@ fn pattern(flow: usize, pass: usize) -> Vec<u8> {
 
 /// Every flow WRITEs its local buffer into the remote one, then READs it
 /// back into the (cleared) local one, all flows at once; contents checked.
-fn write_then_read(fl: &mut [Flow]) {
+fn write_then_read(fl: &mut [Flow], r: &Regions) {
     for (k, f) in fl.iter().enumerate() {
-        f.local.write(0, &pattern(k, 1));
+        r.local.write(f.off, &pattern(k, 1));
     }
     for read in [false, true] {
         if read {
             for f in fl.iter() {
-                f.local.write(0, &vec![0u8; BUF]);
+                r.local.write(f.off, &vec![0u8; BUF]);
             }
         }
         for f in fl.iter_mut() {
             for m in 0..BUF / MSG {
-                let off = (m * MSG) as u64;
+                let off = (f.off + m * MSG) as u64;
                 let op = if read {
                     SendOp::Read {
-                        remote_va: f.remote.va() + off,
-                        rkey: f.remote.rkey(),
+                        remote_va: r.remote.va() + off,
+                        rkey: r.remote.rkey(),
                     }
                 } else {
                     SendOp::Write {
-                        remote_va: f.remote.va() + off,
-                        rkey: f.remote.rkey(),
+                        remote_va: r.remote.va() + off,
+                        rkey: r.remote.rkey(),
                     }
                 };
                 f.qa.post_send(SendWr {
                     wr_id: m as u64,
                     op,
                     sge: Sge {
-                        addr: f.local.va() + off,
+                        addr: r.local.va() + off,
                         len: MSG as u32,
-                        lkey: f.local.lkey(),
+                        lkey: r.local.lkey(),
                     },
                     signaled: true,
                     solicited: false,
@@ -121,9 +134,9 @@ fn write_then_read(fl: &mut [Flow]) {
         for (k, f) in fl.iter().enumerate() {
             let mut got = vec![0u8; BUF];
             if read {
-                f.local.read(0, &mut got);
+                r.local.read(f.off, &mut got);
             } else {
-                f.remote.read(0, &mut got);
+                r.remote.read(f.off, &mut got);
             }
             assert!(
                 got == pattern(k, 1),
@@ -152,6 +165,7 @@ fn qps_on_every_shard_write_and_read_against_sharded_and_unsharded_peers() {
         };
         assert_eq!(a.shards(), 2);
         let mut fl = flows(&a, &b, cc);
+        let r = regions(&a, &b);
         // CQs go round robin: the QPs are on both shards, in QPN ranges apart.
         let mut qpns: Vec<u32> = fl.iter().map(|f| f.qa.qpn()).collect();
         qpns.sort_unstable();
@@ -159,7 +173,11 @@ fn qps_on_every_shard_write_and_read_against_sharded_and_unsharded_peers() {
             qpns[QPS - 1] - qpns[0] >= nic::engine::MAX_QPS as u32,
             "{qpns:x?}"
         );
-        write_then_read(&mut fl);
+        // Several rounds: the race a shared region invites (two shards
+        // attaching mbufs to it at once) needs many chances.
+        for _ in 0..8 {
+            write_then_read(&mut fl, &r);
+        }
         // Counters are published about every millisecond.
         std::thread::sleep(Duration::from_millis(20));
         let per_shard = a.shard_counters();
@@ -176,7 +194,7 @@ fn qps_on_every_shard_write_and_read_against_sharded_and_unsharded_peers() {
         );
         assert_eq!(total.rx_drop_icrc + total.rx_drop_malformed, 0);
         assert_eq!(total.rx_drop_unknown_qp, 0, "{total}");
-        drop(fl);
+        drop((fl, r));
         a.close();
         b.close();
     }

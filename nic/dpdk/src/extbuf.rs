@@ -21,10 +21,10 @@ struct Block {
 
 /// A block of memory that mbufs can be attached to.
 ///
-/// The `ExtBuf` holds one reference and every attached mbuf one more; the
-/// memory is freed by whichever goes last (the handle's drop, or DPDK's free
-/// callback when the last mbuf is freed, possibly by a driver on another
-/// thread).
+/// The `ExtBuf` holds [`HANDLE_REFS`] references and every attached mbuf one
+/// more; the memory is freed by whichever goes last (the handle's drop, or
+/// DPDK's free callback when the last mbuf is freed, possibly by a driver on
+/// another thread).
 pub struct ExtBuf {
     block: NonNull<Block>,
 }
@@ -32,6 +32,17 @@ pub struct ExtBuf {
 // SAFETY: the block is only freed through the atomic reference count.
 unsafe impl Send for ExtBuf {}
 unsafe impl Sync for ExtBuf {}
+
+/// References the handle holds. Two, not one: DPDK's
+/// `rte_mbuf_ext_refcnt_update` takes a non-atomic shortcut when it reads a
+/// count of 1 (read, then plain store), which is only safe while a single
+/// thread can touch the count. Two threads attaching mbufs to the same
+/// buffer (two NIC shards sending from one registered region) could both
+/// read 1 and both store 2, losing a reference, and the block would be freed
+/// under the handle. With the handle holding two, the count is never 1 while
+/// attaches can happen, so every update is atomic; once the handle is gone
+/// only mbufs hold references, and the one that reads 1 is the last.
+const HANDLE_REFS: u16 = 2;
 
 unsafe extern "C" fn free_block(_addr: *mut c_void, opaque: *mut c_void) {
     // SAFETY: `opaque` is the Box<Block> leaked in ExtBuf::new, and this runs
@@ -55,7 +66,7 @@ impl ExtBuf {
             let b = block.as_ptr();
             (*b).shinfo.free_cb = Some(free_block);
             (*b).shinfo.fcb_opaque = b.cast();
-            dpdk_sys::shim_rte_mbuf_ext_refcnt_set(&mut (*b).shinfo, 1);
+            dpdk_sys::shim_rte_mbuf_ext_refcnt_set(&mut (*b).shinfo, HANDLE_REFS);
         }
         ExtBuf { block }
     }
@@ -95,10 +106,12 @@ impl ExtBuf {
         unsafe { self.block.as_ref().base }
     }
 
-    /// References held: this handle plus one per attached mbuf.
+    /// References held: this handle (counted once) plus one per attached
+    /// mbuf.
     pub fn refs(&self) -> u16 {
         // SAFETY: the block lives while we hold a reference.
-        unsafe { dpdk_sys::shim_rte_mbuf_ext_refcnt_read(&self.block.as_ref().shinfo) }
+        let n = unsafe { dpdk_sys::shim_rte_mbuf_ext_refcnt_read(&self.block.as_ref().shinfo) };
+        n - (HANDLE_REFS - 1)
     }
 
     /// Attaches `m` (an empty mbuf, typically from a pool with no data room)
@@ -140,7 +153,11 @@ impl Drop for ExtBuf {
         // SAFETY: drop our reference; free the block if it was the last one.
         unsafe {
             let b = self.block.as_ptr();
-            if dpdk_sys::shim_rte_mbuf_ext_refcnt_update(&mut (*b).shinfo, -1) == 0 {
+            // The count is at least HANDLE_REFS here, so this update is
+            // DPDK's atomic one.
+            if dpdk_sys::shim_rte_mbuf_ext_refcnt_update(&mut (*b).shinfo, -(HANDLE_REFS as i16))
+                == 0
+            {
                 drop(Box::from_raw(b));
             }
         }
