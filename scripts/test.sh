@@ -18,5 +18,11 @@ cargo test --workspace --release
 echo "== the verbs example (nic/examples/verbs.rs) runs"
 cargo run --release -p nic --example verbs -- --cc dcqcn --size 262144
 
+echo "== pipeline benchmarks against dpdk-testpmd, smoke run (each checks its frames; the figures of record, with longer runs, are in docs/benchmarks.md)"
+IO_FWD_SECS=3 IO_FWD_ROUNDS=1 cargo bench -p bench --bench io_fwd
+TXP_SECS=3 TXP_ROUNDS=1 cargo bench -p bench --bench tx_pipeline
+SWITCH_FWD_SECS=3 SWITCH_FWD_ROUNDS=1 cargo bench -p bench --bench switch_fwd
+GOODPUT_SECS=1 cargo bench -p bench --bench nic_goodput
+
 echo "== fuzz smoke (${FUZZ_SECONDS:-5} s per target)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-5}"
