@@ -520,8 +520,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// A unique name for one of this process's mempools.
-    fn pool_name(kind: &str) -> String {
+    /// A unique name for one of this process's DPDK objects (mempools,
+    /// rings: their names share one namespace).
+    pub(crate) fn unique_name(kind: &str) -> String {
         static POOL_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let id = POOL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         format!("nic{}_{id}_{kind}", std::process::id())
@@ -534,7 +535,7 @@ impl Engine {
     ) -> Result<Arc<Mempool>, VerbsError> {
         Ok(Mempool::new(
             eal,
-            &Self::pool_name("rx"),
+            &Self::unique_name("rx"),
             cfg.pool_size,
             256,
             Mempool::DEFAULT_DATA_ROOM,
@@ -631,12 +632,12 @@ impl Engine {
         let pools = TxPools {
             hdr: Mempool::new(
                 eal,
-                &Self::pool_name("hdr"),
+                &Self::unique_name("hdr"),
                 cfg.pool_size,
                 256,
                 Mempool::DEFAULT_DATA_ROOM,
             )?,
-            bare: Mempool::new(eal, &Self::pool_name("ext"), cfg.pool_size, 256, 0)?,
+            bare: Mempool::new(eal, &Self::unique_name("ext"), cfg.pool_size, 256, 0)?,
             copy_threshold: cfg.copy_threshold,
         };
         let clock = TscClock::new(eal);

@@ -213,15 +213,12 @@ impl Device {
         };
         let rx_pool = Engine::rx_pool(eal, &cfg)?;
         let (rx, tx, max_frame) = Engine::open_port(&mut port, &rx_pool)?;
-        static RING_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let mut engines = Vec::new();
         let mut handles = Vec::new();
         let (mut to_shard, mut from_shard, mut pools) = (Vec::new(), Vec::new(), Vec::new());
         for k in 0..shard_cores.len() {
-            let id = RING_ID.fetch_add(1, Ordering::Relaxed);
-            let pid = std::process::id();
-            let (in_p, in_c) = dpdk::Ring::spsc(eal, &format!("rsnic{pid}_{id}_in"), 4096)?;
-            let (out_p, out_c) = dpdk::Ring::spsc(eal, &format!("rsnic{pid}_{id}_out"), 4096)?;
+            let (in_p, in_c) = dpdk::Ring::spsc(eal, &Engine::unique_name("in"), 4096)?;
+            let (out_p, out_c) = dpdk::Ring::spsc(eal, &Engine::unique_name("out"), 4096)?;
             let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
             let shared = Arc::new(EngineShared::new(
                 crate::engine::MAX_QPS,
@@ -456,14 +453,7 @@ impl Device {
         k: usize,
         make: impl FnOnce(Sender<Result<T, String>>) -> Command,
     ) -> Result<T, VerbsError> {
-        let (tx, rx) = bounded(1);
-        self.engines[k]
-            .cmd
-            .send(make(tx))
-            .map_err(|_| VerbsError::EngineGone)?;
-        rx.recv()
-            .map_err(|_| VerbsError::EngineGone)?
-            .map_err(VerbsError::Refused)
+        request(&self.engines[k].cmd, make)
     }
 
     /// Allocates a protection domain (`ibv_alloc_pd`): regions registered
@@ -824,24 +814,7 @@ impl CompletionQueue {
     /// while, then yielding the CPU between polls (on a host with fewer cores
     /// than spinning threads, the engine needs it to make progress).
     pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
-        let end = Instant::now() + timeout;
-        let mut spins = 0u32;
-        loop {
-            if let Some(wc) = self.poll_one() {
-                return Some(wc);
-            }
-            if Instant::now() >= end {
-                return None;
-            }
-            // Spin briefly (a PAUSE is ~40-140 cycles), then let a thread
-            // that shares this core run (e.g. the peer of a ping-pong).
-            spins = spins.saturating_add(1);
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        wait_until(timeout, || self.poll_one())
     }
 }
 
@@ -886,49 +859,24 @@ impl QueuePair {
                 self.opts.cc, remote.cc
             )));
         }
-        let (tx, rx) = bounded(1);
-        self.cmd
-            .send(Command::Connect {
-                qpn: self.qpn,
-                remote: *remote,
-                reply: tx,
-            })
-            .map_err(|_| VerbsError::EngineGone)?;
-        rx.recv()
-            .map_err(|_| VerbsError::EngineGone)?
-            .map_err(VerbsError::Refused)?;
+        let (qpn, remote) = (self.qpn, *remote);
+        request(&self.cmd, |reply| Command::Connect { qpn, remote, reply })?;
         self.connected = true;
         Ok(())
     }
 
     /// The QP's state as the engine sees it.
     pub fn state(&self) -> Result<QpState, VerbsError> {
-        let (tx, rx) = bounded(1);
-        self.cmd
-            .send(Command::QueryQp {
-                qpn: self.qpn,
-                reply: tx,
-            })
-            .map_err(|_| VerbsError::EngineGone)?;
-        rx.recv()
-            .map_err(|_| VerbsError::EngineGone)?
-            .map_err(VerbsError::Refused)
+        let qpn = self.qpn;
+        request(&self.cmd, |reply| Command::QueryQp { qpn, reply })
     }
 
     /// One line describing the QP's transport, scheduler and timer state
     /// (like `rdma resource show qp -d`): for diagnosing a QP that does not
     /// progress.
     pub fn describe(&self) -> Result<String, VerbsError> {
-        let (tx, rx) = bounded(1);
-        self.cmd
-            .send(Command::DescribeQp {
-                qpn: self.qpn,
-                reply: tx,
-            })
-            .map_err(|_| VerbsError::EngineGone)?;
-        rx.recv()
-            .map_err(|_| VerbsError::EngineGone)?
-            .map_err(VerbsError::Refused)
+        let qpn = self.qpn;
+        request(&self.cmd, |reply| Command::DescribeQp { qpn, reply })
     }
 
     fn ring(&mut self, d: Doorbell) -> Result<(), VerbsError> {
@@ -962,4 +910,43 @@ impl QueuePair {
 /// Whether the engine was asked to stop.
 pub(crate) fn stopping(flag: &AtomicBool) -> bool {
     flag.load(Ordering::Relaxed)
+}
+
+/// Sends an engine the command `make` builds around a reply channel and
+/// waits for the reply (the slow path, DESIGN.md §5).
+fn request<T>(
+    cmd: &Sender<Command>,
+    make: impl FnOnce(Sender<Result<T, String>>) -> Command,
+) -> Result<T, VerbsError> {
+    let (tx, rx) = bounded(1);
+    cmd.send(make(tx)).map_err(|_| VerbsError::EngineGone)?;
+    rx.recv()
+        .map_err(|_| VerbsError::EngineGone)?
+        .map_err(VerbsError::Refused)
+}
+
+/// Calls `poll` until it returns something or `timeout` has passed: busy
+/// for a short while, then yielding the CPU between polls (on a host with
+/// fewer cores than spinning threads, the engine needs it to make progress).
+/// [`CompletionQueue::wait`] is this over one CQ; a program polling several
+/// CQs can use it the same way.
+pub fn wait_until<T>(timeout: Duration, mut poll: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + timeout;
+    let mut spins = 0u32;
+    loop {
+        if let Some(v) = poll() {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        // Spin briefly (a PAUSE is ~40-140 cycles), then let a thread
+        // that shares this core run (e.g. the peer of a ping-pong).
+        spins = spins.saturating_add(1);
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
 }

@@ -358,35 +358,7 @@ fn two_engines_on_one_thread() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let eal = Eal::for_tests();
     let (pa, pb) = Port::ring_pair(eal, "grp", 4096).unwrap();
-    let mut devs = Device::open_group(
-        eal,
-        vec![
-            (pa, DeviceConfig::new([10, 0, 0, 1])),
-            (pb, DeviceConfig::new([10, 0, 0, 2])),
-        ],
-        None,
-    )
-    .unwrap();
-    let b = devs.pop().unwrap();
-    let a = devs.pop().unwrap();
-    let cq_a = a.create_cq(1024).unwrap();
-    let cq_b = b.create_cq(1024).unwrap();
-    let opts = QpOptions {
-        cc: CcKind::Hpcc,
-        ..QpOptions::default()
-    };
-    let mut qa = a.create_qp(&cq_a, &cq_a, opts).unwrap();
-    let mut qb = b.create_qp(&cq_b, &cq_b, opts).unwrap();
-    qa.connect(&qb.remote_info()).unwrap();
-    qb.connect(&qa.remote_info()).unwrap();
-    let mut p = Pair {
-        a,
-        b,
-        cq_a,
-        _cq_b: cq_b,
-        qa,
-        _qb: qb,
-    };
+    let mut p = connect_group(pa, pb, CcKind::Hpcc);
     let total = (total_bytes() / 8).max(BUF);
     let w = run(&mut p, false, total);
     let r = run(&mut p, true, total);

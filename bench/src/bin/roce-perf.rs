@@ -246,25 +246,7 @@ impl Cqs {
 
     /// As [`CompletionQueue::wait`], over every CQ.
     fn wait(&mut self, timeout: Duration) -> Option<rdma::transport::WorkCompletion> {
-        if self.cqs.len() == 1 {
-            return self.cqs[0].wait(timeout);
-        }
-        let end = Instant::now() + timeout;
-        let mut spins = 0u32;
-        loop {
-            if let Some(wc) = self.poll_one() {
-                return Some(wc);
-            }
-            if Instant::now() >= end {
-                return None;
-            }
-            spins = spins.saturating_add(1);
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        nic::verbs::wait_until(timeout, || self.poll_one())
     }
 }
 
