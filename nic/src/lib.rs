@@ -1,9 +1,13 @@
 //! The poll-mode RoCEv2 NIC engine (DESIGN.md §5).
 //!
 //! Pure building blocks (testable without DPDK) and the DPDK shell that runs
-//! them on poll-mode lcores.
+//! them on poll-mode lcores. A program opens a device ([`device`]) and uses
+//! the handles of [`verbs`]; the engine ([`engine`]) runs the datapath; the
+//! two meet only in [`contract`].
 
+pub mod contract;
 pub mod counters;
+pub mod device;
 pub mod engine;
 pub mod exchange;
 pub mod impair;
