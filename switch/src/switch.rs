@@ -243,12 +243,6 @@ enum IntPush {
     Error,
 }
 
-/// UDP header length.
-const UDP_LEN: usize = rdma::wire::udp::HEADER_LEN;
-/// E bit of the MD header's flags, as a bit of the MD header's first byte (INT v2.0
-/// section 5.7; `MdFlags::E` is bit 26 of the big-endian first word).
-const MD_E_BIT: u8 = 0x04;
-
 /// The IPv4 header checksum over `h` (a whole header, a multiple of 4 bytes): the
 /// ones' complement sum taken over 32-bit words and folded, which is the same value as
 /// `rdma::wire::internet_checksum` (2^16 = 1 modulo 2^16 - 1) in a third of the steps.
@@ -267,69 +261,28 @@ fn ipv4_header_checksum(h: &[u8]) -> u16 {
 }
 
 /// Pushes `hop` after the MD header of a frame that [`classify`] accepted with an INT
-/// container (and that nothing but [`rewrite`] changed since): prepend 16 bytes of
-/// headroom, move the headers (Ethernet .. MD header, 58 bytes without IPv4 options)
-/// forward into it, write the record, fix the shim length, RemainingHopCnt, IPv4 total
-/// length, UDP length (checksum 0, as RoCEv2 sends) and IPv4 checksum (incrementally). When
-/// RemainingHopCnt is 0 (or the stack is at its wire maximum) it sets E instead (INT v2.0
-/// section 5.7). The ICRC is computed as if the container were absent, so it is
-/// untouched. Byte for byte what `rdma::wire::int::push_hop_front` does (tested), but
-/// with the offsets the classifier already checked instead of parsing the frame again.
-/// Every index is checked; a frame that does not fit is an `Error`, untouched.
-fn push_int<P: PacketBuf>(pkt: &mut P, hop: &HopRecord) -> IntPush {
-    let b = pkt.bytes();
-    let Some(&ver_ihl) = b.get(L3_OFF) else {
-        return IntPush::Error;
+/// container, through `rdma::wire::int::push_hop_front` (INT v2.0 section 5.7: the
+/// headers move 16 bytes into the headroom that [`PacketBuf::prepend`] opens, the
+/// payload stays; E is set instead when RemainingHopCnt is 0 or the stack is full).
+/// A frame without headroom, or that the push refuses, is an `Error` and untouched.
+fn push_int<P: PacketBuf>(pkt: &mut P, hop: &HopRecord, int_dscp: u8) -> IntPush {
+    let len = pkt.len();
+    let start = if pkt.prepend(int::HOP_LEN) {
+        int::HOP_LEN
+    } else {
+        0
     };
-    let udp_off = L3_OFF + usize::from(ver_ihl & 0xF) * 4;
-    let int_off = udp_off + UDP_LEN;
-    let md_off = int_off + int::SHIM_LEN;
-    let hdr_end = int_off + int::HEADER_LEN;
-    if hdr_end > b.len() {
-        return IntPush::Error;
+    match int::push_hop_front(pkt.bytes_mut(), start, len, L3_OFF, int_dscp, hop) {
+        Ok(int::PushOutcome::Pushed { .. }) => IntPush::Pushed,
+        Ok(int::PushOutcome::Full) => {
+            pkt.trim_front(start);
+            IntPush::Full
+        }
+        Err(_) => {
+            pkt.trim_front(start);
+            IntPush::Error
+        }
     }
-    let (words, remaining) = (b[int_off + 1], b[md_off + 3]);
-    let int_len = usize::from(words) * 4;
-    if remaining == 0
-        || int_len + int::HOP_LEN > int::MAX_HOPS_WIRE * int::HOP_LEN + int::HEADER_LEN
-    {
-        pkt.bytes_mut()[md_off] |= MD_E_BIT;
-        return IntPush::Full;
-    }
-    let tl_old = u16::from_be_bytes([b[L3_OFF + 2], b[L3_OFF + 3]]);
-    let hc = u16::from_be_bytes([b[L3_OFF + 10], b[L3_OFF + 11]]);
-    let ul = u16::from_be_bytes([b[udp_off + 4], b[udp_off + 5]]);
-    let (Some(tl), Some(ul)) = (
-        tl_old.checked_add(int::HOP_LEN as u16),
-        ul.checked_add(int::HOP_LEN as u16),
-    ) else {
-        return IntPush::Error;
-    };
-    if !pkt.prepend(int::HOP_LEN) {
-        return IntPush::Error;
-    }
-    let f = pkt.bytes_mut();
-    f.copy_within(int::HOP_LEN..int::HOP_LEN + hdr_end, 0);
-    if hop.emit(&mut f[hdr_end..hdr_end + int::HOP_LEN]).is_err() {
-        // Cannot happen (16 bytes given); undo the move rather than send a torn frame.
-        f.copy_within(0..hdr_end, int::HOP_LEN);
-        pkt.trim_front(int::HOP_LEN);
-        return IntPush::Error;
-    }
-    // Plain stores of values read before the move (a read-modify-write of bytes the
-    // move just wrote would wait for store forwarding).
-    f[int_off + 1] = words + int::HOP_ML_WORDS;
-    f[md_off + 3] = remaining - 1;
-    f[L3_OFF + 2..L3_OFF + 4].copy_from_slice(&tl.to_be_bytes());
-    f[udp_off + 4..udp_off + 6].copy_from_slice(&ul.to_be_bytes());
-    f[udp_off + 6] = 0;
-    f[udp_off + 7] = 0;
-    // Incremental (RFC 1624 eq. 3) from the checksum the classifier verified: only the
-    // total length changed. Equal to a full recompute (the total length is never 0xFFFF
-    // before the push), and it does not read back the bytes just moved (a full
-    // recompute right after the move stalls on store forwarding).
-    f[L3_OFF + 10..L3_OFF + 12].copy_from_slice(&csum_adjust(hc, tl_old, tl).to_be_bytes());
-    IntPush::Pushed
 }
 
 /// The switch core over packets of type `P`.
@@ -503,7 +456,7 @@ impl<P: PacketBuf> Switch<P> {
     /// this dequeue, txBytes before this frame, B, switch_ID, port_ID).
     pub fn dequeue(&mut self, port_out: u16, now: u64) -> Option<P> {
         let idx = self.idx(port_out)?;
-        let (switch_id, fcs) = (self.switch_id, self.fcs_in_frame);
+        let (switch_id, fcs, int_dscp) = (self.switch_id, self.fcs_in_frame, self.int_dscp);
         let port = &mut self.ports[idx];
         if !port.shaper.ready(now) {
             return None;
@@ -527,7 +480,7 @@ impl<P: PacketBuf> Switch<P> {
                 port.counters.queue_bytes,
                 port.speed_bps,
             );
-            match push_int(&mut pkt, &hop) {
+            match push_int(&mut pkt, &hop, int_dscp) {
                 IntPush::Pushed => port.counters.int_pushed += 1,
                 IntPush::Full => port.counters.int_e_set += 1,
                 IntPush::Error => port.counters.int_errors += 1,
@@ -658,7 +611,7 @@ mod tests {
     }
 
     #[test]
-    fn int_push_is_byte_identical_to_rdma_push_hop_front() {
+    fn int_push_through_packet_headroom_equals_push_hop_front() {
         let hop = HopRecord::from_units(3, 2, 123_456_789, 987_654, 12_800, 25e9 as u64);
         let mut cases = 0;
         for (max_hops, have) in [
@@ -685,7 +638,7 @@ mod tests {
                     PushOutcome::Full => (IntPush::Full, r[128..].to_vec()),
                 };
                 let mut f = crate::FrameBuf::from_frame(&frame).unwrap();
-                let got = push_int(&mut f, &hop);
+                let got = push_int(&mut f, &hop, 0x18);
                 assert_eq!(
                     (got, f.bytes().to_vec()),
                     want,
@@ -693,7 +646,7 @@ mod tests {
                 );
                 // Without headroom: E still set on a full stack, else an error, frame intact.
                 let mut f = crate::FrameBuf::new(&frame, 0, frame.len()).unwrap();
-                let got = push_int(&mut f, &hop);
+                let got = push_int(&mut f, &hop, 0x18);
                 if want.0 == IntPush::Full {
                     assert_eq!((got, f.bytes().to_vec()), want);
                 } else {
@@ -707,7 +660,7 @@ mod tests {
         let frame = int_frame(8, 1, 0);
         for cut in [0, 10, 14, 40, 57] {
             let mut f = crate::FrameBuf::from_frame(&frame[..cut]).unwrap();
-            assert_eq!(push_int(&mut f, &hop), IntPush::Error, "cut {cut}");
+            assert_eq!(push_int(&mut f, &hop, 0x18), IntPush::Error, "cut {cut}");
         }
     }
 
