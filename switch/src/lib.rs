@@ -31,5 +31,5 @@ pub use counters::{PortCounters, StatsLine};
 pub use packet::{FrameBuf, PacketBuf};
 pub use queue::PktQueue;
 pub use shaper::{wire_bytes, Shaper};
-pub use switch::{Class, DropReason, Enqueued, Rejected, Switch, CTRL_OPCODES};
+pub use switch::{ecmp_hash, Class, DropReason, Enqueued, Rejected, Switch, CTRL_OPCODES};
 pub use wred::{Rng, Wred, WredAction};

@@ -128,13 +128,14 @@ struct Classified(u64);
 
 impl Classified {
     #[inline(always)]
-    fn new(dst: u32, ecn: u8, ttl: u8, ctrl: bool, int: bool) -> Self {
+    fn new(dst: u32, ecn: u8, ttl: u8, ctrl: bool, int: bool, sport: u16) -> Self {
         Self(
             u64::from(dst)
                 | u64::from(ecn & 3) << 32
-                | u64::from(ttl) << 40
-                | u64::from(ctrl) << 48
-                | u64::from(int) << 49,
+                | u64::from(ttl) << 34
+                | u64::from(ctrl) << 42
+                | u64::from(int) << 43
+                | u64::from(sport) << 48,
         )
     }
     #[inline(always)]
@@ -147,15 +148,20 @@ impl Classified {
     }
     #[inline(always)]
     fn ttl(self) -> u8 {
-        (self.0 >> 40) as u8
+        (self.0 >> 34) as u8
     }
     #[inline(always)]
     fn ctrl(self) -> bool {
-        self.0 >> 48 & 1 != 0
+        self.0 >> 42 & 1 != 0
     }
     #[inline(always)]
     fn int(self) -> bool {
-        self.0 >> 49 & 1 != 0
+        self.0 >> 43 & 1 != 0
+    }
+    /// UDP source port (0 for non-UDP): the ECMP flow key.
+    #[inline(always)]
+    fn sport(self) -> u16 {
+        (self.0 >> 48) as u16
     }
 }
 
@@ -177,18 +183,20 @@ fn classify(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
     let h = ip.header();
     let dst = u32::from_be_bytes(h.dst);
     let (ecn, ttl) = (h.tos & 3, h.ttl);
-    let done = |ctrl: bool, int: bool| Ok(Classified::new(dst, ecn, ttl, ctrl, int));
+    let done =
+        |ctrl: bool, int: bool, sport: u16| Ok(Classified::new(dst, ecn, ttl, ctrl, int, sport));
     // Only unfragmented UDP can be RoCEv2 (RoCEv2 never fragments); other IPv4 is
     // forwarded without looking further.
     let ff = h.flags_frag.get();
     if h.protocol != rdma::wire::ipv4::PROTO_UDP || ff & 0x3FFF != 0 {
-        return done(false, false);
+        return done(false, false, 0);
     }
     let udp_off = L3_OFF + ip.header_len();
     let ip_end = L3_OFF + ip.total_len() as usize;
     let udp = UdpPacket::new_checked(&b[udp_off..ip_end]).map_err(|_| DropReason::Malformed)?;
+    let sport = udp.src_port();
     if udp.dst_port() != ROCEV2_UDP_PORT {
-        return done(false, false);
+        return done(false, false, sport);
     }
     let udp_end = udp_off + udp.len_field() as usize;
     let mut bth_off = udp_off + rdma::wire::udp::HEADER_LEN;
@@ -203,7 +211,17 @@ fn classify(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
     if bth_off + BTH_LEN > udp_end {
         return Err(DropReason::Malformed);
     }
-    done(CTRL_OPCODES.contains(&b[bth_off]), int)
+    done(CTRL_OPCODES.contains(&b[bth_off]), int, sport)
+}
+
+/// The ECMP flow hash of a UDP source port under a switch's seed (a splitmix64 finaliser:
+/// every input bit reaches every output bit, so `hash % members` spreads evenly).
+#[inline]
+pub fn ecmp_hash(sport: u16, seed: u64) -> u32 {
+    let mut z = u64::from(sport) ^ seed;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) as u32
 }
 
 /// RFC 1624 eq. 3 incremental checksum update for one 16-bit word.
@@ -295,6 +313,9 @@ pub struct Switch<P> {
     id_to_idx: Box<[u32]>,
     ports: Box<[Port<P>]>,
     fib: Fib,
+    /// Per-switch ECMP hash seed (from the settings' seed), so that the layers of a
+    /// fabric do not all pick the same member for a flow (hash polarisation).
+    ecmp_seed: u64,
     unknown_port_rx: u64,
 }
 
@@ -323,6 +344,7 @@ impl<P: PacketBuf> Switch<P> {
             id_to_idx,
             ports: ports.into_boxed_slice(),
             fib,
+            ecmp_seed: s.seed ^ u64::from(s.switch_id).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             unknown_port_rx: 0,
         }
     }
@@ -376,7 +398,10 @@ impl<P: PacketBuf> Switch<P> {
         let Ok(len32) = u32::try_from(len) else {
             return reject(ic, pkt, DropReason::Malformed);
         };
-        let Some(nh) = self.fib.lookup(c.dst()) else {
+        let Some(nh) = self
+            .fib
+            .lookup(c.dst(), ecmp_hash(c.sport(), self.ecmp_seed))
+        else {
             return reject(ic, pkt, DropReason::Unroutable);
         };
         if c.ttl() <= 1 {
