@@ -13,7 +13,9 @@ pub mod exchange;
 pub mod impair;
 pub mod io;
 pub mod pcapng;
-pub mod scheduler;
 pub mod shard;
-pub mod timer_wheel;
 pub mod verbs;
+
+/// The flow scheduler and the timing wheel live in the pure `sched` crate (shared with
+/// `roce-sim`); re-exported under their old paths.
+pub use sched::{scheduler, timer_wheel};
