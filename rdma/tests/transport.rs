@@ -958,25 +958,6 @@ fn delayed_ack_is_flushed_before_a_read_response() {
     );
 }
 
-/// Delivers a packet built from `p` (payload read from `from`'s memory) to `to`.
-fn deliver(from: &Host, p: &TxPacket, to: &mut Host) {
-    let payload: Vec<u8> = match p.payload {
-        rdma::transport::qp::Payload::None => vec![],
-        rdma::transport::qp::Payload::Local { va, len, .. }
-        | rdma::transport::qp::Payload::Remote { va, len, .. } => {
-            from.mem.read(va, len as usize).to_vec()
-        }
-    };
-    let mut buf = vec![0u8; 4096];
-    let n = from
-        .fb
-        .emit_frame(&p.repr, &payload, p.ecn, &mut buf)
-        .unwrap();
-    let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| true).unwrap();
-    let Host { qp, mrs, mem, .. } = to;
-    qp.on_rx(&f, 0, mrs, mem);
-}
-
 /// `poll_tx_control` hands out ACKs and only ACKs (what the NIC's scheduler
 /// sends ahead of data, uncharged); data and READ responses stay for `poll_tx`.
 #[test]

@@ -80,6 +80,10 @@ enum Refusal {
 /// The answer of one check of the chain.
 type Check<T> = Result<T, Refusal>;
 
+/// The largest message IBA allows (2^31 bytes); a RETH asking for more is an invalid
+/// request.
+pub(super) const MAX_MESSAGE: u32 = 1 << 31;
+
 /// Shorthand for the fatal refusals.
 const fn fatal(code: NakCode, local: WcStatus) -> Refusal {
     Refusal::Fatal { code, local }
@@ -285,7 +289,7 @@ impl Responder {
             .check_op_seq(f.bth.opcode)
             .and_then(|()| self.check_length(f, cfg))
             .inspect(|()| ext.on_in_order_request(f))
-            .and_then(|()| self.check_resource(f))
+            .and_then(|()| self.check_resource(f, cfg, mrs))
             .and_then(|t| self.check_rkey(t, cfg, mrs));
         match checked {
             Ok(t) => {
@@ -328,7 +332,8 @@ impl Responder {
         ok.then_some(()).ok_or(INVALID)
     }
 
-    /// Length (rxe `check_length`): FIRST/MIDDLE carry exactly one PMTU, no packet more.
+    /// Length (rxe `check_length`): FIRST/MIDDLE carry exactly one PMTU, no packet more;
+    /// a WRITE or READ asks for at most [`MAX_MESSAGE`] bytes.
     fn check_length(&self, f: &RoceFrame<'_>, cfg: &QpConfig) -> Check<()> {
         let op = f.bth.opcode;
         let pm = cfg.pmtu as usize;
@@ -336,13 +341,19 @@ impl Responder {
         if (op.is_first() || op.is_middle()) && len != pm || len > pm {
             return Err(INVALID);
         }
+        if f.reth.is_some_and(|r| r.dma_len > MAX_MESSAGE) {
+            return Err(INVALID);
+        }
         Ok(())
     }
 
     /// Resources (rxe `check_resource`): a receive WQE for SEND and WRITE with
-    /// immediate, the message's bytes within it or within the WRITE's announced
-    /// length, room for a READ or ATOMIC response.
-    fn check_resource(&self, f: &RoceFrame<'_>) -> Check<Target> {
+    /// immediate, the message's bytes within it (a longer SEND is an invalid request
+    /// that completes the WQE with LOC_LEN_ERR) and within a region it may still
+    /// write (its region deregistered since the post: a malformed WQE, NAK remote
+    /// operational error, class A) or within the WRITE's announced length, room for a
+    /// READ or ATOMIC response.
+    fn check_resource(&self, f: &RoceFrame<'_>, cfg: &QpConfig, mrs: &MrTable) -> Check<Target> {
         let op = f.bth.opcode;
         let len = f.payload.len() as u32;
         if op.is_send() {
@@ -353,6 +364,20 @@ impl Responder {
             };
             if u64::from(offset) + u64::from(len) > u64::from(wqe.sge.len) {
                 return Err(fatal(NakCode::InvalidRequest, WcStatus::LocLenErr));
+            }
+            let va = wqe.sge.addr + u64::from(offset);
+            if len > 0
+                && mrs
+                    .check_local_in(
+                        cfg.pd,
+                        wqe.sge.lkey,
+                        va,
+                        u64::from(len),
+                        Access::LOCAL_WRITE,
+                    )
+                    .is_err()
+            {
+                return Err(fatal(NakCode::RemoteOperationalError, WcStatus::LocQpOpErr));
             }
             return Ok(Target::Recv { wqe, offset });
         }

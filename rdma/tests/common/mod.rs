@@ -258,3 +258,59 @@ pub fn run(
     }
     now
 }
+
+/// Delivers a packet built from `p` (payload read from `from`'s memory) to `to` at
+/// time `now`, through a real frame (built, parsed, ICRC checked).
+pub fn deliver_at(from: &Host, p: &TxPacket, to: &mut Host, now: u64) {
+    let payload: Vec<u8> = match p.payload {
+        Payload::None => vec![],
+        Payload::Local { va, len, .. } | Payload::Remote { va, len, .. } => {
+            from.mem.read(va, len as usize).to_vec()
+        }
+    };
+    let mut buf = vec![0u8; 8192];
+    let n = from
+        .fb
+        .emit_frame(&p.repr, &payload, p.ecn, &mut buf)
+        .unwrap();
+    let cc = to.qp.config().cc_ext;
+    let f = parse_frame(&buf[..n], &ParseOptions::default(), |_| cc).unwrap();
+    let Host { qp, mrs, mem, .. } = to;
+    qp.on_rx(&f, now, mrs, mem);
+    to.drain();
+}
+
+/// [`deliver_at`] at time 0.
+pub fn deliver(from: &Host, p: &TxPacket, to: &mut Host) {
+    deliver_at(from, p, to, 0);
+}
+
+/// Runs A and B in lockstep without a link (time 0): every packet A sends goes through
+/// `tamper` and to B, every packet B sends goes to A, until both are quiet. Returns
+/// what B sent.
+pub fn exchange(
+    a: &mut Host,
+    b: &mut Host,
+    mut tamper: impl FnMut(&mut TxPacket),
+) -> Vec<TxPacket> {
+    let mut answers = vec![];
+    for _ in 0..1000 {
+        let mut quiet = true;
+        while let Some(mut p) = a.qp.poll_tx(0) {
+            quiet = false;
+            tamper(&mut p);
+            deliver(a, &p, b);
+        }
+        while let Some(p) = b.qp.poll_tx(0) {
+            quiet = false;
+            deliver(b, &p, a);
+            answers.push(p);
+        }
+        if quiet {
+            break;
+        }
+    }
+    a.drain();
+    b.drain();
+    answers
+}
