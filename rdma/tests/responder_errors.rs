@@ -11,16 +11,6 @@ use rdma::transport::*;
 use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
 use rdma::wire::Opcode;
 
-fn wr(id: u64, op: SendOp, addr: u64, len: u32, lkey: u32) -> SendWr {
-    SendWr {
-        wr_id: id,
-        op,
-        sge: Sge { addr, len, lkey },
-        signaled: true,
-        solicited: false,
-    }
-}
-
 fn recv(h: &mut Host, id: u64, addr: u64, len: u32, lkey: u32) {
     let r = RecvWr {
         wr_id: id,
