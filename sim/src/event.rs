@@ -1,4 +1,4 @@
-//! The event queue: a binary min-heap of 16-byte entries `(time, seq << 32 | event)`.
+//! The event queue: 16-byte entries `(time, seq << 32 | event)` in a calendar queue.
 //!
 //! Events at the same nanosecond leave in the order they were scheduled (the sequence
 //! number), so a run is a pure function of its inputs and seed. An event is a 32-bit
@@ -54,50 +54,127 @@ impl Event {
     }
 }
 
-/// The future event list.
-#[derive(Debug, Default)]
+/// Bucket width of the calendar: 2^4 = 16 ns.
+const WIDTH_SHIFT: u32 = 4;
+/// Buckets: 2^18 x 16 ns = 4.2 ms ahead; later events wait in a heap.
+const BUCKETS: usize = 1 << 18;
+
+/// The future event list: a calendar queue (buckets of 16 ns over a 4.2 ms horizon,
+/// each sorted only when the clock reaches it) with a binary heap for events beyond
+/// the horizon (retransmit timeouts). Entries are `(time, seq << 32 | event)`, so the
+/// order is total and the same in every run.
+#[derive(Debug)]
 pub struct EventQueue {
-    heap: BinaryHeap<Reverse<(u64, u64)>>,
+    buckets: Vec<Vec<(u64, u64)>>,
+    /// Start time of the current bucket (a multiple of the width).
+    cur_start: u64,
+    cur: usize,
+    /// The current bucket is sorted, latest first.
+    cur_sorted: bool,
+    in_buckets: usize,
+    far: BinaryHeap<Reverse<(u64, u64)>>,
     seq: u32,
     popped: u64,
 }
 
+impl Default for EventQueue {
+    fn default() -> Self {
+        Self::with_capacity(0)
+    }
+}
+
 impl EventQueue {
-    /// An empty queue with room for `cap` pending events.
+    /// An empty queue (`cap`: pending events expected beyond the horizon).
     pub fn with_capacity(cap: usize) -> Self {
         Self {
-            heap: BinaryHeap::with_capacity(cap),
+            buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            cur_start: 0,
+            cur: 0,
+            cur_sorted: true,
+            in_buckets: 0,
+            far: BinaryHeap::with_capacity(cap),
             seq: 0,
             popped: 0,
         }
     }
 
-    /// Schedules `ev` at `time` (ns).
+    #[inline]
+    fn horizon(&self) -> u64 {
+        self.cur_start + ((BUCKETS as u64) << WIDTH_SHIFT)
+    }
+
+    #[inline]
+    fn insert(&mut self, e: (u64, u64)) {
+        let t = e.0.max(self.cur_start);
+        let e = (t, e.1);
+        if t >= self.horizon() {
+            self.far.push(Reverse(e));
+            return;
+        }
+        let i = ((t >> WIDTH_SHIFT) as usize) & (BUCKETS - 1);
+        let b = &mut self.buckets[i];
+        if i == self.cur && self.cur_sorted {
+            // Latest first: keep it sorted.
+            let pos = b.partition_point(|x| *x > e);
+            b.insert(pos, e);
+        } else {
+            b.push(e);
+        }
+        self.in_buckets += 1;
+    }
+
+    /// Schedules `ev` at `time` (ns); a time before the current bucket counts as now.
     #[inline]
     pub fn push(&mut self, time: u64, ev: Event) {
         // The sequence number wraps after 2^32 events; it only orders events of the
         // same nanosecond, which are never that far apart.
         let key = (u64::from(self.seq) << 32) | u64::from(ev.encode());
         self.seq = self.seq.wrapping_add(1);
-        self.heap.push(Reverse((time, key)));
+        self.insert((time, key));
     }
 
     /// The earliest event, if any.
     #[inline]
     pub fn pop(&mut self) -> Option<(u64, Event)> {
-        let Reverse((t, key)) = self.heap.pop()?;
-        self.popped += 1;
-        Some((t, Event::decode(key as u32)))
+        loop {
+            if !self.cur_sorted {
+                self.buckets[self.cur].sort_unstable_by(|a, b| b.cmp(a));
+                self.cur_sorted = true;
+            }
+            if let Some((t, key)) = self.buckets[self.cur].pop() {
+                self.in_buckets -= 1;
+                self.popped += 1;
+                return Some((t, Event::decode(key as u32)));
+            }
+            if self.in_buckets == 0 {
+                // Jump to the first far event (or stop).
+                let &Reverse((t, _)) = self.far.peek()?;
+                self.cur_start = t >> WIDTH_SHIFT << WIDTH_SHIFT;
+            } else {
+                self.cur_start += 1 << WIDTH_SHIFT;
+            }
+            self.cur = ((self.cur_start >> WIDTH_SHIFT) as usize) & (BUCKETS - 1);
+            self.cur_sorted = false;
+            // Far events that the horizon now covers move into their buckets.
+            let h = self.horizon();
+            while let Some(&Reverse(e)) = self.far.peek() {
+                if e.0 >= h {
+                    break;
+                }
+                self.far.pop();
+                self.insert(e);
+            }
+        }
     }
 
     /// Events pending.
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.in_buckets + self.far.len()
     }
 
     /// No event pending.
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.len() == 0
     }
 
     /// Events taken so far.
@@ -133,5 +210,42 @@ mod tests {
         );
         assert_eq!(q.popped(), 6);
         assert!(q.is_empty());
+    }
+
+    /// Against a plain sorted reference: random times near and far (beyond the
+    /// calendar's horizon), pushes interleaved with pops, never in the past.
+    #[test]
+    fn matches_a_sorted_reference() {
+        let mut rng = switch::Rng::new(9);
+        let mut q = EventQueue::default();
+        let mut reference: Vec<(u64, u64, u32)> = Vec::new();
+        let (mut now, mut seq) = (0u64, 0u64);
+        for round in 0..20_000u32 {
+            let n = rng.next_u32() % 3;
+            for _ in 0..n {
+                let d = match rng.next_u32() % 10 {
+                    0 => u64::from(rng.next_u32()) * 8, // up to 34 s: beyond the horizon
+                    1 => 0,
+                    _ => u64::from(rng.next_u32() % 5_000),
+                };
+                q.push(now + d, Event::HostWake(round));
+                reference.push((now + d, seq, round));
+                seq += 1;
+            }
+            if rng.next_u32() % 2 == 0 {
+                reference.sort();
+                let want = (!reference.is_empty()).then(|| reference.remove(0));
+                let got = q.pop();
+                assert_eq!(got, want.map(|(t, _, id)| (t, Event::HostWake(id))));
+                if let Some((t, _)) = got {
+                    now = t;
+                }
+            }
+        }
+        reference.sort();
+        for (t, _, id) in reference {
+            assert_eq!(q.pop(), Some((t, Event::HostWake(id))));
+        }
+        assert!(q.pop().is_none());
     }
 }

@@ -354,9 +354,14 @@ impl Sim {
                 Ok(e) => {
                     let out = self.port_link[s as usize][usize::from(e.port)] as usize;
                     if !self.links[out].tx_pending {
-                        self.links[out].tx_pending = true;
                         let free = self.switches[s as usize].port_free_at(e.port).unwrap_or(0);
-                        self.q.push(free.max(self.now), Event::PortTx(out as u32));
+                        if free <= self.now {
+                            // An idle port sends at once (one event less per hop).
+                            self.port_tx(out);
+                        } else {
+                            self.links[out].tx_pending = true;
+                            self.q.push(free, Event::PortTx(out as u32));
+                        }
                     }
                 }
                 Err(r) => self.pool.put(r.pkt),

@@ -39,7 +39,7 @@ pub const INT_MAX_HOPS: usize = 8;
 const QPN_BASE: u32 = 0x11;
 /// QP slot index bits of a QPN; the bits above carry the slot's generation so that a
 /// late frame for a closed QP never reaches the QP that reuses its slot.
-const SLOT_BITS: u32 = 13;
+const SLOT_BITS: u32 = 12;
 /// Most QPs (requester and responder) a simulated NIC holds at once.
 pub const MAX_QPS: u32 = 1 << SLOT_BITS;
 /// The engine's timer wheel: 1 us ticks, 4096 slots.
@@ -150,6 +150,10 @@ pub struct Nic {
     free: Vec<u32>,
     sched: Scheduler<u32>,
     wheel: TimerWheel<TimerKey>,
+    /// Never later than the wheel's next deadline (lowered when a timer is armed,
+    /// recomputed after timers fire): what the fabric wakes the NIC for, without a
+    /// scan of the wheel per packet.
+    timer_hint: u64,
     mrs: MrTable,
     rkey: u32,
     lkey: u32,
@@ -207,12 +211,14 @@ impl QpSlot {
 }
 
 /// Makes a timer fire no later than `want` (the engine's lazy re-arming: one armed
-/// earlier stays, the handler acts only on what is really due).
+/// earlier stays, the handler acts only on what is really due); lowers `hint` to
+/// what it armed.
 fn arm(
     wheel: &mut TimerWheel<TimerKey>,
     armed: &mut Option<(TimerHandle, u64)>,
     want: Option<u64>,
     key: TimerKey,
+    hint: &mut u64,
 ) {
     match (*armed, want) {
         (Some((_, at)), Some(w)) if at <= w => {}
@@ -222,6 +228,7 @@ fn arm(
                 Some((h, _)) if wheel.reschedule(h, w).is_ok() => Some((h, w)),
                 _ => wheel.schedule(w, key).ok().map(|h| (h, w)),
             };
+            *hint = (*hint).min(w);
         }
     }
 }
@@ -252,6 +259,7 @@ impl Nic {
             free: (0..MAX_QPS).rev().collect(),
             sched: Scheduler::new(MAX_QPS, PACING_BURST_BYTES, MAX_QPS as usize),
             wheel: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, 5 * MAX_QPS as usize),
+            timer_hint: u64::MAX,
             rkey: mr.rkey,
             lkey: mr.lkey,
             mrs,
@@ -596,14 +604,22 @@ impl Nic {
             gen,
         };
         let want = s.qp.next_timer();
+        let hint = &mut self.timer_hint;
         arm(
             &mut self.wheel,
             &mut s.transport_timer,
             want,
             key(WheelKind::Retransmit),
+            hint,
         );
         for ((armed, &d), &(_, kind)) in s.cc_armed.iter_mut().zip(&s.cc_timers).zip(&CC_TIMERS) {
-            arm(&mut self.wheel, armed, (d != 0).then_some(d), key(kind));
+            arm(
+                &mut self.wheel,
+                armed,
+                (d != 0).then_some(d),
+                key(kind),
+                hint,
+            );
         }
     }
 
@@ -635,11 +651,12 @@ impl Nic {
             }
             self.after_qp_work(i, now);
         }
+        self.timer_hint = self.wheel.next_deadline().unwrap_or(u64::MAX);
     }
 
-    /// The earliest time a timer is due, if any.
+    /// The earliest time a timer may be due (never later than the real one), if any.
     pub fn next_timer(&self) -> Option<u64> {
-        self.wheel.next_deadline()
+        (self.timer_hint != u64::MAX).then_some(self.timer_hint)
     }
 
     /// The next frame the scheduler lets out at `now` (control first, then round robin
