@@ -69,8 +69,10 @@ fn cc_timer_index(k: TimerKind) -> usize {
 /// Per-NIC settings.
 #[derive(Debug, Clone, Copy)]
 pub struct NicConfig {
-    /// Link (and CC line) rate, bit/s.
+    /// Line rate as the CC and pacer know it, bit/s.
     pub line_rate_bps: u64,
+    /// Rate of the host's link, bit/s (the NIC serialises frames at it).
+    pub link_bps: u64,
     /// The CCs' base RTT T, ns.
     pub base_rtt_ns: u64,
     /// RoCE path MTU (256..4096).
@@ -264,7 +266,7 @@ impl Nic {
             lkey: mr.lkey,
             mrs,
             psn_seed: seed | 1,
-            shaper: Shaper::new(cfg.line_rate_bps, 0),
+            shaper: Shaper::new(cfg.link_bps, 0),
             counters: NicCounters::default(),
             finished: Vec::new(),
             mem: NullMemory::default(),

@@ -245,7 +245,13 @@ impl CcReport {
                 u64::from(q[k - 1])
             }
         };
-        let span = last.saturating_sub(first.min(last)).max(1) as f64;
+        // The run ends at the last completion (or the time limit).
+        let span = o
+            .totals
+            .end_ns
+            .max(last)
+            .saturating_sub(first.min(last))
+            .max(1) as f64;
         let utilisation = if o.monitored_bps.is_empty() {
             0.0
         } else {

@@ -31,6 +31,9 @@ pub struct Params {
     pub timeout_ns: u64,
     /// Control-class buffer per port, bytes.
     pub ctrl_buf: u64,
+    /// The NICs' line rate as their CC and pacer know it, bit/s (0: the host link's).
+    /// roce-testbed gives its NICs the bottleneck's rate while their ports run faster.
+    pub nic_line_bps: u64,
 }
 
 /// The outcome of one run.
@@ -56,7 +59,12 @@ pub fn run(
     };
     let cfg = RunConfig {
         nic: NicConfig {
-            line_rate_bps: topo.host_rate_bps,
+            line_rate_bps: if p.nic_line_bps > 0 {
+                p.nic_line_bps
+            } else {
+                topo.host_rate_bps
+            },
+            link_bps: topo.host_rate_bps,
             base_rtt_ns,
             mtu: p.mtu,
             cc,

@@ -23,6 +23,7 @@ fn params(seed: u64) -> Params {
         max_time_ns: 1_000_000_000,
         timeout_ns: 67_108_864,
         ctrl_buf: 256 << 10,
+        nic_line_bps: 0,
     }
 }
 
@@ -83,6 +84,7 @@ fn ecmp_spreads_flows_over_the_uplinks_and_keeps_each_on_one_path() {
         .collect();
     let nic = NicConfig {
         line_rate_bps: G100,
+        link_bps: G100,
         base_rtt_ns: topo.base_rtt_ns(1024),
         mtu: 1024,
         cc: CcKind::None,

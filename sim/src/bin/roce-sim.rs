@@ -122,9 +122,13 @@ struct Incast {
     /// Speed of the switch port to the receiver.
     #[arg(long, default_value = "1Gbps")]
     bottleneck: String,
-    /// Host link (NIC line) rate (default: the bottleneck's, as roce-testbed).
+    /// Host link rate (roce-testbed's switch ports to the senders: 100 Gbit/s).
+    #[arg(long, default_value = "100Gbps")]
+    host_rate: String,
+    /// The NICs' line rate for CC and pacing (default: the bottleneck's, as
+    /// roce-testbed's DeviceConfig::line_rate_bps).
     #[arg(long)]
-    host_rate: Option<String>,
+    nic_rate: Option<String>,
     /// WRITE size the flows are posted as.
     #[arg(long, default_value = "32KiB")]
     msg: String,
@@ -173,6 +177,7 @@ fn params(c: &Common, msg: u32, outstanding: u16, sample_default_us: f64) -> Par
         max_time_ns: (c.max_ms * 1e6) as u64,
         timeout_ns: (c.timeout_us * 1000.0) as u64,
         ctrl_buf: 256 << 10,
+        nic_line_bps: 0,
     }
 }
 
@@ -367,8 +372,9 @@ fn fattree(a: FatTree) -> Result<(), String> {
 fn incast(a: Incast) -> Result<(), String> {
     let c = &a.common;
     let bottleneck = speed(&a.bottleneck, "bottleneck")?;
-    let host = match &a.host_rate {
-        Some(s) => speed(s, "host-rate")?,
+    let host = speed(&a.host_rate, "host-rate")?;
+    let nic = match &a.nic_rate {
+        Some(s) => speed(s, "nic-rate")?,
         None => bottleneck,
     };
     if a.senders == 0 || a.senders > 250 {
@@ -392,6 +398,7 @@ fn incast(a: Incast) -> Result<(), String> {
     let flows = workload::incast(a.senders, bytes);
     let msg = size(&a.msg, "msg")?.min(u64::from(u32::MAX >> 1)) as u32;
     let mut p = params(c, msg, a.outstanding, 5.0);
+    p.nic_line_bps = nic;
     if c.base_rtt_us.is_none() {
         // roce-testbed's default T.
         p.base_rtt_ns = 100_000;
@@ -407,7 +414,7 @@ fn incast(a: Incast) -> Result<(), String> {
         &flows,
         c,
         &p,
-        json!({"senders": a.senders, "size": bytes, "bottleneck_bps": bottleneck, "host_bps": host,
+        json!({"senders": a.senders, "size": bytes, "bottleneck_bps": bottleneck, "host_bps": host, "nic_line_bps": nic,
                "msg": msg, "outstanding": a.outstanding, "k_min": port.k_min, "k_max": port.k_max,
                "p_max": port.p_max, "buf_max": port.buf_max, "base_rtt_ns": p.base_rtt_ns}),
     )
