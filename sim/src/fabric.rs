@@ -86,6 +86,8 @@ pub struct RunTotals {
     pub qp_exhausted: u64,
     /// Completions in error.
     pub completion_errors: u64,
+    /// Frames the NICs could not build.
+    pub tx_build_errors: u64,
     /// Events processed.
     pub events: u64,
     /// Simulated time at the end, ns.
@@ -316,6 +318,7 @@ impl Sim {
             t.nic_rx_dropped += c.rx_dropped;
             t.qp_exhausted += c.qp_exhausted;
             t.completion_errors += c.completion_errors;
+            t.tx_build_errors += c.tx_build_errors;
         }
         t.monitored_tx_wire = self
             .monitored

@@ -6,11 +6,15 @@
 use rdma::transport::MemorySpace;
 use switch::PacketBuf;
 
-/// Bytes in front of a new frame: room for INT hop records pushed at dequeue
-/// (16 bytes a hop, [`crate::nic::INT_MAX_HOPS`] hops at most).
-pub const HEADROOM: usize = 192;
-/// Buffer size: headroom plus the largest frame (4 KiB MTU, headers, INT container).
-pub const BUF_LEN: usize = HEADROOM + 4096 + 512;
+/// Bytes in front of a new frame: room for the INT hop records pushed at dequeue
+/// (16 bytes a hop, [`crate::nic::INT_MAX_HOPS`] hops).
+pub const HEADROOM: usize = 128;
+/// Largest RoCE MTU the buffers hold (with every header, an INT container and a CC
+/// extension header echoing a full hop stack, in [`BUF_LEN`]). Small buffers keep
+/// the frames in flight of a 320-host fabric in cache-friendly memory.
+pub const MAX_MTU: u32 = 1024;
+/// Buffer size.
+pub const BUF_LEN: usize = HEADROOM + MAX_MTU as usize + 384;
 
 /// A frame buffer laid out like an mbuf: the frame is `data[start..start + len]`.
 pub struct FrameData {

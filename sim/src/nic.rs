@@ -104,6 +104,9 @@ pub struct NicCounters {
     pub qp_exhausted: u64,
     /// Completions with an error status.
     pub completion_errors: u64,
+    /// Packets whose frame could not be built (never expected; the transport goes on
+    /// as if sent, and retransmits).
+    pub tx_build_errors: u64,
 }
 
 /// A requester QP's flow: bytes to write as messages of at most `msg` bytes, with at
@@ -777,6 +780,7 @@ impl Nic {
                 Some(Tx::Frame(f, wire_bytes(n, false)))
             }
             Err(_) => {
+                self.counters.tx_build_errors += 1;
                 pool.put(f);
                 None
             }

@@ -82,10 +82,11 @@ pub fn run(
         max_time_ns: p.max_time_ns,
         ctrl_buf: p.ctrl_buf,
     };
-    if !matches!(p.mtu, 256 | 512 | 1024 | 2048 | 4096) {
+    if !matches!(p.mtu, 256 | 512 | 1024) {
         return Err(format!(
-            "--mtu {}: one of 256, 512, 1024, 2048, 4096",
-            p.mtu
+            "--mtu {}: one of 256, 512, 1024 (the simulator's frame buffers hold MTU {})",
+            p.mtu,
+            crate::frame::MAX_MTU
         ));
     }
     let mut sim = Sim::new(topo, flows.to_vec(), cfg)?;
