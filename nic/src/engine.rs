@@ -1003,7 +1003,13 @@ impl Engine {
         for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
             qp.modify(st).map_err(|e| e.to_string())?;
         }
-        s.fb.net.dst_mac = EthernetAddress(remote.mac);
+        let Some(mac) = remote.mac else {
+            return Err(format!(
+                "QP {qpn:#x}: no MAC for {:?} given and ARP resolution is not available yet",
+                remote.ip
+            ));
+        };
+        s.fb.net.dst_mac = EthernetAddress(mac);
         s.fb.net.dst_ip = Ipv4Address(remote.ip);
         if s.int_on_data {
             s.fb.int = Some(IntInsert {

@@ -705,8 +705,12 @@ pub struct RemoteQp {
     pub psn: u32,
     /// IPv4 address.
     pub ip: [u8; 4],
-    /// MAC address (next hop).
-    pub mac: [u8; 6],
+    /// MAC address of the next hop towards the peer. `Some` is used as
+    /// given (an out-of-band exchange that carries it, or a router's MAC);
+    /// `None`: the engine resolves the peer's IP by ARP before the QP sends
+    /// (rxe resolves the path the same way when the QP goes to RTR;
+    /// perftest's exchange carries no MAC).
+    pub mac: Option<[u8; 6]>,
     /// Path MTU.
     pub mtu: u32,
     /// Congestion control (must match).
@@ -843,7 +847,7 @@ impl QueuePair {
             qpn: self.qpn,
             psn: self.psn,
             ip: self.ip,
-            mac: self.mac,
+            mac: Some(self.mac),
             mtu: self.opts.mtu,
             cc: self.opts.cc,
         }

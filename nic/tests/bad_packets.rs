@@ -56,7 +56,7 @@ fn bad_packets_are_counted_and_answered_and_never_touch_memory() {
         qpn: PEER_QPN,
         psn: 100,
         ip: [10, 0, 0, 1],
-        mac: my_mac,
+        mac: Some(my_mac),
         mtu: 4096,
         cc: CcKind::None,
     })
@@ -149,7 +149,7 @@ fn bad_packets_are_counted_and_answered_and_never_touch_memory() {
             qpn: PEER_QPN,
             psn: 100,
             ip: [10, 0, 0, 1],
-            mac: my_mac,
+            mac: Some(my_mac),
             mtu: 4096,
             cc: CcKind::None,
         })

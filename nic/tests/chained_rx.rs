@@ -64,7 +64,7 @@ fn chained_frames_are_parsed_in_place_and_checked() {
         qpn: PEER_QPN,
         psn: 0,
         ip: [10, 0, 0, 1],
-        mac: my_mac,
+        mac: Some(my_mac),
         mtu: 4096,
         cc: CcKind::None,
     })

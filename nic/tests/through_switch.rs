@@ -138,8 +138,16 @@ fn run_cc(cc: CcKind) {
     let mut qa = a.create_qp(&cqa, &cqa, opts).unwrap();
     let mut qb = b.create_qp(&cqb, &cqb, opts).unwrap();
     let (ia, ib) = (qa.remote_info(), qb.remote_info());
-    qa.connect(&RemoteQp { mac: SW0_MAC, ..ib }).unwrap();
-    qb.connect(&RemoteQp { mac: SW1_MAC, ..ia }).unwrap();
+    qa.connect(&RemoteQp {
+        mac: Some(SW0_MAC),
+        ..ib
+    })
+    .unwrap();
+    qb.connect(&RemoteQp {
+        mac: Some(SW1_MAC),
+        ..ia
+    })
+    .unwrap();
 
     let la = a.reg_mr(BUF, Access::LOCAL_WRITE).unwrap();
     let rb = b

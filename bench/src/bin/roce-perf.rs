@@ -479,7 +479,7 @@ fn setup(
             qpn: remote.qpn,
             psn: remote.psn,
             ip: remote.ip.octets(),
-            mac: remote.mac,
+            mac: Some(remote.mac),
             mtu: u32::from(remote.mtu),
             cc: kind,
         })?;

@@ -367,11 +367,11 @@ pub fn run(
         let (a, b) = (qp.remote_info(), rqp.remote_info());
         // Next hops: the switch port each NIC is cabled to.
         qp.connect(&RemoteQp {
-            mac: SWITCH_MAC(i),
+            mac: Some(SWITCH_MAC(i)),
             ..b
         })?;
         rqp.connect(&RemoteQp {
-            mac: SWITCH_MAC(255),
+            mac: Some(SWITCH_MAC(255)),
             ..a
         })?;
         let src = dev.reg_mr(region, Access::LOCAL_WRITE)?;
