@@ -9,6 +9,7 @@ pub mod exchange;
 pub mod impair;
 pub mod io;
 pub mod pcapng;
+pub mod perftest_exchange;
 pub mod scheduler;
 pub mod shard;
 pub mod timer_wheel;
