@@ -583,6 +583,14 @@ impl Device {
         self.stop();
     }
 
+    /// Stops the engine, as [`Device::close`], and returns its final
+    /// counters: each engine publishes them after its last poll turn, so
+    /// nothing it counted while the program finished is missing.
+    pub fn close_with_counters(mut self) -> Counters {
+        self.stop();
+        self.counters()
+    }
+
     fn stop(&mut self) {
         let all = || {
             self.engines
