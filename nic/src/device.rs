@@ -14,10 +14,10 @@ use std::thread::JoinHandle;
 use dpdk::{Eal, Port};
 
 use crate::contract::{DeviceConfig, EngineShared, CAPTURE_SNAP, MAX_QPS, QPN_BASE};
+use crate::counters::Counters;
 use crate::engine::{Engine, EngineParts, PacketIo};
 use crate::pcapng::{CaptureProducer, Interface, PcapngWriter};
 use crate::shard::{shard_base, Dispatcher, DispatcherParts};
-use crate::counters::Counters;
 use crate::verbs::{Device, EngineHandle, VerbsError};
 
 /// Records in the ring between the engine and the capture writer.
