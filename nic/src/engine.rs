@@ -663,7 +663,7 @@ impl Engine {
             },
             shared,
             cmd,
-            mrs: MrTable::new(),
+            mrs: MrTable::with_key_seed(cfg.mr_key_seed),
             mr_mem: Vec::new(),
             cqs: Vec::new(),
             qps: (0..MAX_QPS).map(|_| None).collect(),
@@ -1000,6 +1000,7 @@ impl Engine {
             pd: s.pd,
         };
         let mut qp = Qp::new(cfg).map_err(|e| e.to_string())?;
+        qp.set_peer_ip(remote.ip);
         for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
             qp.modify(st).map_err(|e| e.to_string())?;
         }
