@@ -324,3 +324,42 @@ fn rnr_nak_carries_the_configured_timer_and_the_requester_waits_it() {
     let again = a.qp.poll_tx(1000 + wait).expect("the SEND again");
     assert_eq!((again.repr.bth.psn, again.retransmit), (0, true));
 }
+
+#[test]
+fn only_the_connected_peers_address_is_accepted_whatever_the_udp_port() {
+    let (mut a, mut b) = pair(256, false, 0);
+    let data = fill(&mut a, A_BASE, 100, 4);
+    let w = SendOp::Write {
+        remote_va: B_BASE,
+        rkey: b.mr.rkey,
+    };
+    a.qp.post_send(wr(1, w, A_BASE, 100, a.mr.lkey), &a.mrs)
+        .unwrap();
+    let p = a.qp.poll_tx(0).unwrap();
+    let real = a.fb.net;
+    // Same packet from another host of the subnet: dropped, counted, not executed.
+    a.fb.net.src_ip = rdma::wire::Ipv4Address([10, 0, 0, 9]);
+    deliver(&a, &p, &mut b);
+    assert_eq!(b.qp.counters().rx_wrong_source, 1);
+    assert_eq!(b.qp.expected_psn(), 0);
+    assert!(b.mem.read(B_BASE, 100).iter().all(|&x| x == 0));
+    assert!(b.qp.poll_tx(0).is_none(), "no answer to a stranger");
+    // From the peer, on another UDP source port (ECMP entropy): accepted.
+    a.fb.net = rdma::wire::frame::NetHeaders {
+        udp_src_port: 0xD123,
+        ..real
+    };
+    deliver(&a, &p, &mut b);
+    assert_eq!(b.mem.read(B_BASE, 100), &data[..]);
+    let ack = b.qp.poll_tx(0).unwrap();
+    // The ACK, forged from another address, does not complete A's WRITE.
+    b.fb.net.src_ip = rdma::wire::Ipv4Address([10, 0, 0, 9]);
+    deliver(&b, &ack, &mut a);
+    assert_eq!((a.qp.counters().rx_wrong_source, a.cq.len()), (1, 0));
+    b.fb.net.src_ip = rdma::wire::Ipv4Address([10, 0, 0, 2]);
+    deliver(&b, &ack, &mut a);
+    assert_eq!(
+        a.cq.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success)]
+    );
+}

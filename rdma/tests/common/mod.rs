@@ -102,7 +102,9 @@ pub fn pair_with(pmtu: u32, cc_ext: bool, sq_psn: u32, ack_coalesce: u16) -> (Ho
         rq_psn: sq_psn,
         ..base
     };
-    let (ha, mut hb) = (Host::new(1, a, A_BASE), Host::new(2, b, B_BASE));
+    let (mut ha, mut hb) = (Host::new(1, a, A_BASE), Host::new(2, b, B_BASE));
+    ha.qp.set_peer_ip(hb.fb.net.src_ip.0);
+    hb.qp.set_peer_ip(ha.fb.net.src_ip.0);
     hb.qp.set_ack_coalesce(ack_coalesce);
     (ha, hb)
 }
@@ -328,11 +330,19 @@ pub fn exchange_filtered(
     answers
 }
 
-/// Feeds a request built by hand to `h` and returns what it answers.
+/// Feeds a request built by hand to `h`, as if from its peer, and returns what it
+/// answers.
 pub fn feed(h: &mut Host, r: rdma::wire::frame::RoceRepr, payload: &[u8]) -> Vec<TxPacket> {
     let mut buf = vec![0u8; 2048];
-    let fb = rdma::wire::frame::FrameBuilder {
-        net: h.fb.net,
+    let me = h.fb.net;
+    let fb = FrameBuilder {
+        net: NetHeaders {
+            src_mac: me.dst_mac,
+            dst_mac: me.src_mac,
+            src_ip: me.dst_ip,
+            dst_ip: me.src_ip,
+            ..me
+        },
         int: None,
     };
     let n = fb
