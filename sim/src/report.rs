@@ -161,6 +161,10 @@ pub struct CcReport {
     pub wall_s: f64,
     /// Events per wall-clock second (reporting only; the machine may be shared).
     pub events_per_s: f64,
+    /// CPU seconds of the run (user + system; reporting only).
+    pub cpu_s: f64,
+    /// Events per CPU second.
+    pub events_per_cpu_s: f64,
     /// Slowdown per flow: (bytes, slowdown), for the plot.
     #[serde(skip)]
     pub per_flow: Vec<(u64, f64)>,
@@ -191,6 +195,8 @@ pub struct RunOutcome<'a> {
     pub mtu: u32,
     /// Wall-clock seconds of the run.
     pub wall_s: f64,
+    /// CPU seconds of the run.
+    pub cpu_s: f64,
 }
 
 impl CcReport {
@@ -289,6 +295,8 @@ impl CcReport {
             events: t.events,
             wall_s: o.wall_s,
             events_per_s: t.events as f64 / o.wall_s.max(1e-9),
+            cpu_s: o.cpu_s,
+            events_per_cpu_s: t.events as f64 / o.cpu_s.max(1e-9),
             per_flow,
             queue_sorted: q,
         }
@@ -311,7 +319,7 @@ pub fn table(reports: &[CcReport]) -> String {
         "retx",
         "PFC",
         "unfin",
-        "Mev/s"
+        "Mev/cpu-s"
     ));
     let p = |x: &Pcts| format!("{:.2}/{:.2}/{:.2}", x.p50, x.p95, x.p99);
     for r in reports {
@@ -328,7 +336,7 @@ pub fn table(reports: &[CcReport]) -> String {
             r.retransmits,
             "n/a",
             r.unfinished,
-            r.events_per_s / 1e6,
+            r.events_per_cpu_s / 1e6,
         ));
     }
     s.push_str("slowdown p99 per flow size:\n");
