@@ -145,8 +145,10 @@ pub struct CcReport {
     pub tail_drops: u64,
     /// CE marks.
     pub ce_marks: u64,
-    /// PFC pause time, ns (0: the switch model has no PFC; see docs/sim.md).
+    /// PFC pause time summed over links, ns (0 without `--pfc`).
     pub pfc_pause_ns: u64,
+    /// PFC PAUSE frames sent.
+    pub pfc_pauses: u64,
     /// Retransmitted data packets.
     pub retransmits: u64,
     /// Retransmit timeouts.
@@ -287,7 +289,8 @@ impl CcReport {
             drops: t.switch_drops,
             tail_drops: t.tail_drops,
             ce_marks: t.ce_marks,
-            pfc_pause_ns: 0,
+            pfc_pause_ns: t.pfc_pause_ns,
+            pfc_pauses: t.pfc_pauses,
             retransmits: t.retransmits,
             timeouts: t.timeouts,
             cnps: t.cnps,
@@ -317,7 +320,7 @@ pub fn table(reports: &[CcReport]) -> String {
         "util%",
         "drops",
         "retx",
-        "PFC",
+        "PFC ms",
         "unfin",
         "Mev/cpu-s"
     ));
@@ -334,7 +337,7 @@ pub fn table(reports: &[CcReport]) -> String {
             r.utilisation * 100.0,
             r.drops,
             r.retransmits,
-            "n/a",
+            format!("{:.2}", r.pfc_pause_ns as f64 / 1e6),
             r.unfinished,
             r.events_per_cpu_s / 1e6,
         ));

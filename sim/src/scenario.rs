@@ -34,6 +34,8 @@ pub struct Params {
     /// The NICs' line rate as their CC and pacer know it, bit/s (0: the host link's).
     /// roce-testbed gives its NICs the bottleneck's rate while their ports run faster.
     pub nic_line_bps: u64,
+    /// PFC (XOFF, XON) bytes per ingress link, or none.
+    pub pfc: Option<(u64, u64)>,
 }
 
 /// The outcome of one run.
@@ -94,6 +96,7 @@ pub fn run(
         sample_ns: p.sample_ns,
         max_time_ns: p.max_time_ns,
         ctrl_buf: p.ctrl_buf,
+        pfc: p.pfc,
     };
     if !matches!(p.mtu, 256 | 512 | 1024) {
         return Err(format!(
