@@ -21,6 +21,10 @@ pub enum Event {
     FlowStart(u32),
     /// Periodic sample of the monitored queues.
     Sample,
+    /// A PFC PAUSE reaches the sending end of link `0`: it stops sending data.
+    PfcPause(u32),
+    /// A PFC resume (PAUSE with time 0) reaches the sending end of link `0`.
+    PfcResume(u32),
 }
 
 const KIND_SHIFT: u32 = 29;
@@ -37,6 +41,8 @@ impl Event {
             Event::HostWake(i) => (2, i),
             Event::FlowStart(i) => (3, i),
             Event::Sample => (4, 0),
+            Event::PfcPause(i) => (5, i),
+            Event::PfcResume(i) => (6, i),
         };
         debug_assert!(id <= ID_MASK);
         (k << KIND_SHIFT) | (id & ID_MASK)
@@ -49,6 +55,8 @@ impl Event {
             1 => Event::PortTx(id),
             2 => Event::HostWake(id),
             3 => Event::FlowStart(id),
+            5 => Event::PfcPause(id),
+            6 => Event::PfcResume(id),
             _ => Event::Sample,
         }
     }

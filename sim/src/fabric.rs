@@ -8,6 +8,13 @@
 //! link, arriving after the frame's serialisation plus the propagation delay
 //! (store-and-forward). A NIC sends one frame at a time as its scheduler decides,
 //! serialised by its own shaper at the host link rate.
+//!
+//! Optional PFC (IEEE 802.1Qbb, one lossless priority for data; ACK/NAK/CNP are never
+//! paused) is modelled here, on the links, because it is a link protocol the switch
+//! core does not have: a switch counts the data bytes each ingress link has queued
+//! (until they leave their egress port); above XOFF it sends PAUSE upstream, below XON
+//! a resume, each arriving after the link's propagation delay. A paused switch port
+//! still sends its control class; a paused NIC sends only control packets.
 
 use std::collections::VecDeque;
 
@@ -36,6 +43,8 @@ pub struct RunConfig {
     pub max_time_ns: u64,
     /// Control-class buffer per switch port, bytes.
     pub ctrl_buf: u64,
+    /// PFC thresholds (XOFF, XON) in bytes per ingress link; `None`: no PFC.
+    pub pfc: Option<(u64, u64)>,
 }
 
 struct Link {
@@ -46,6 +55,17 @@ struct Link {
     inflight: VecDeque<(u64, SimFrame)>,
     /// For a switch egress port: a PortTx event is pending.
     tx_pending: bool,
+    /// PFC: the far end paused this link's sender (since `paused_at`).
+    paused: bool,
+    paused_at: u64,
+    /// PFC: time this link's sender spent paused, ns.
+    pause_ns: u64,
+    /// PFC, links into a switch: data bytes from this link queued in the switch.
+    ingress_bytes: u64,
+    /// PFC, links into a switch: a PAUSE was sent upstream and not yet resumed.
+    pause_sent: bool,
+    /// PFC, switch egress links: (ingress link, bytes) of each queued data frame.
+    sources: VecDeque<(u32, u32)>,
 }
 
 /// What became of one flow.
@@ -96,6 +116,10 @@ pub struct RunTotals {
     pub frame_buffers: u64,
     /// Wire bytes sent on each monitored port, in `Topology::monitored` order.
     pub monitored_tx_wire: Vec<u64>,
+    /// PFC: time senders spent paused, summed over links, ns.
+    pub pfc_pause_ns: u64,
+    /// PFC: PAUSE frames sent.
+    pub pfc_pauses: u64,
 }
 
 /// The simulator: build it with [`Sim::new`], then [`Sim::run`].
@@ -120,6 +144,7 @@ pub struct Sim {
     /// Queue samples (bytes) of the monitored ports.
     pub samples: Vec<u32>,
     rng: switch::Rng,
+    pfc_pauses: u64,
 }
 
 impl Sim {
@@ -157,6 +182,12 @@ impl Sim {
                     prop_ns: l.prop_ns,
                     inflight: VecDeque::new(),
                     tx_pending: false,
+                    paused: false,
+                    paused_at: 0,
+                    pause_ns: 0,
+                    ingress_bytes: 0,
+                    pause_sent: false,
+                    sources: VecDeque::new(),
                 });
             }
         }
@@ -237,6 +268,7 @@ impl Sim {
             monitored: topo.monitored.clone(),
             samples: Vec::new(),
             rng: switch::Rng::new(cfg.seed ^ 0x5EED_F10E),
+            pfc_pauses: 0,
         })
     }
 
@@ -286,6 +318,14 @@ impl Sim {
                 Event::HostWake(h) => self.host_wake(h as usize),
                 Event::FlowStart(f) => self.flow_start(f as usize),
                 Event::Sample => self.sample(),
+                Event::PfcPause(l) => {
+                    let k = &mut self.links[l as usize];
+                    if !k.paused {
+                        k.paused = true;
+                        k.paused_at = self.now;
+                    }
+                }
+                Event::PfcResume(l) => self.pfc_resume(l as usize),
             }
         }
         progress(self.now, self.done, total);
@@ -320,6 +360,12 @@ impl Sim {
             t.completion_errors += c.completion_errors;
             t.tx_build_errors += c.tx_build_errors;
         }
+        t.pfc_pause_ns = self
+            .links
+            .iter()
+            .map(|k| k.pause_ns + if k.paused { self.now - k.paused_at } else { 0 })
+            .sum();
+        t.pfc_pauses = self.pfc_pauses;
         t.monitored_tx_wire = self
             .monitored
             .iter()
@@ -353,22 +399,83 @@ impl Sim {
                 self.pool.put(frame);
                 self.after_nic(h);
             }
-            End::Switch(s, p) => match self.switches[s as usize].receive(p, frame, self.now) {
-                Ok(e) => {
-                    let out = self.port_link[s as usize][usize::from(e.port)] as usize;
-                    if !self.links[out].tx_pending {
-                        let free = self.switches[s as usize].port_free_at(e.port).unwrap_or(0);
-                        if free <= self.now {
-                            // An idle port sends at once (one event less per hop).
-                            self.port_tx(out);
-                        } else {
-                            self.links[out].tx_pending = true;
-                            self.q.push(free, Event::PortTx(out as u32));
+            End::Switch(s, p) => {
+                let len = frame.len() as u32;
+                match self.switches[s as usize].receive(p, frame, self.now) {
+                    Ok(e) => {
+                        let out = self.port_link[s as usize][usize::from(e.port)] as usize;
+                        if e.class == switch::Class::Data {
+                            self.pfc_enqueued(l, out, len);
                         }
+                        self.kick_port(s, e.port, out);
                     }
+                    Err(r) => self.pool.put(r.pkt),
                 }
-                Err(r) => self.pool.put(r.pkt),
-            },
+            }
+        }
+    }
+
+    /// PFC accounting of a data frame from link `inl` queued for egress link `out`.
+    fn pfc_enqueued(&mut self, inl: usize, out: usize, len: u32) {
+        let Some((xoff, _)) = self.cfg.pfc else {
+            return;
+        };
+        self.links[out].sources.push_back((inl as u32, len));
+        let k = &mut self.links[inl];
+        k.ingress_bytes += u64::from(len);
+        if k.ingress_bytes > xoff && !k.pause_sent {
+            k.pause_sent = true;
+            self.pfc_pauses += 1;
+            self.q
+                .push(self.now + k.prop_ns, Event::PfcPause(inl as u32));
+        }
+    }
+
+    /// PFC accounting of a data frame that left egress link `out`.
+    fn pfc_dequeued(&mut self, out: usize) {
+        let Some((_, xon)) = self.cfg.pfc else {
+            return;
+        };
+        let Some((inl, len)) = self.links[out].sources.pop_front() else {
+            return;
+        };
+        let k = &mut self.links[inl as usize];
+        k.ingress_bytes -= u64::from(len);
+        if k.pause_sent && k.ingress_bytes <= xon {
+            k.pause_sent = false;
+            self.q.push(self.now + k.prop_ns, Event::PfcResume(inl));
+        }
+    }
+
+    fn pfc_resume(&mut self, l: usize) {
+        let k = &mut self.links[l];
+        if !k.paused {
+            return;
+        }
+        k.paused = false;
+        k.pause_ns += self.now - k.paused_at;
+        match k.from {
+            End::Switch(s, p) => self.kick_port(s, p, l),
+            End::Host(h) => self.host_tx(h as usize),
+        }
+    }
+
+    /// Makes switch `s`'s port `p` (egress link `out`) send when its link is free.
+    fn kick_port(&mut self, s: u32, p: u16, out: usize) {
+        if self.links[out].tx_pending {
+            return;
+        }
+        let sw = &self.switches[s as usize];
+        if sw.next_departure(p).is_none() {
+            return;
+        }
+        let free = sw.port_free_at(p).unwrap_or(0);
+        if free <= self.now {
+            // An idle port sends at once (one event less per hop).
+            self.port_tx(out);
+        } else {
+            self.links[out].tx_pending = true;
+            self.q.push(free, Event::PortTx(out as u32));
         }
     }
 
@@ -378,12 +485,22 @@ impl Sim {
             return;
         };
         let sw = &mut self.switches[s as usize];
+        let (_, ctrl) = sw.class_bytes(p).unwrap_or((0, 0));
+        if self.links[l].paused && ctrl == 0 {
+            // PFC: only the control class may go; the resume kicks the port again.
+            return;
+        }
         if let Some(f) = sw.dequeue(p, self.now) {
             let end = sw.port_free_at(p).unwrap_or(self.now);
             let at = end + self.links[l].prop_ns;
             self.links[l].inflight.push_back((at, f));
             self.q.push(at, Event::LinkArrive(l as u32));
+            if ctrl == 0 {
+                // Strict priority: with no control frame queued, that was data.
+                self.pfc_dequeued(l);
+            }
         }
+        let sw = &self.switches[s as usize];
         if let Some(next) = sw.next_departure(p) {
             self.links[l].tx_pending = true;
             self.q.push(next.max(self.now), Event::PortTx(l as u32));
@@ -464,8 +581,11 @@ impl Sim {
         let now = self.now;
         let free = self.nics[h].shaper.next_free();
         let mut wake = self.nics[h].next_timer();
+        let paused = self.links[self.host_link[h] as usize].paused;
         if free > now {
             wake = Some(wake.map_or(free, |w| w.min(free)));
+        } else if paused && !self.nics[h].control_pending() {
+            // PFC: data waits for the resume, which calls this again.
         } else {
             match self.nics[h].transmit(now, &mut self.pool) {
                 Tx::Frame(f, wire) => {

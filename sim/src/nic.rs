@@ -659,6 +659,11 @@ impl Nic {
         self.timer_hint = self.wheel.next_deadline().unwrap_or(u64::MAX);
     }
 
+    /// A control packet (ACK, NAK, CNP, probe response) waits to be sent.
+    pub fn control_pending(&self) -> bool {
+        self.sched.control_len() > 0
+    }
+
     /// The earliest time a timer may be due (never later than the real one), if any.
     pub fn next_timer(&self) -> Option<u64> {
         (self.timer_hint != u64::MAX).then_some(self.timer_hint)

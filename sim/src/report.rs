@@ -145,8 +145,10 @@ pub struct CcReport {
     pub tail_drops: u64,
     /// CE marks.
     pub ce_marks: u64,
-    /// PFC pause time, ns (0: the switch model has no PFC; see docs/sim.md).
+    /// PFC pause time summed over links, ns (0 without `--pfc`).
     pub pfc_pause_ns: u64,
+    /// PFC PAUSE frames sent.
+    pub pfc_pauses: u64,
     /// Retransmitted data packets.
     pub retransmits: u64,
     /// Retransmit timeouts.
@@ -161,6 +163,10 @@ pub struct CcReport {
     pub wall_s: f64,
     /// Events per wall-clock second (reporting only; the machine may be shared).
     pub events_per_s: f64,
+    /// CPU seconds of the run (user + system; reporting only).
+    pub cpu_s: f64,
+    /// Events per CPU second.
+    pub events_per_cpu_s: f64,
     /// Slowdown per flow: (bytes, slowdown), for the plot.
     #[serde(skip)]
     pub per_flow: Vec<(u64, f64)>,
@@ -191,6 +197,8 @@ pub struct RunOutcome<'a> {
     pub mtu: u32,
     /// Wall-clock seconds of the run.
     pub wall_s: f64,
+    /// CPU seconds of the run.
+    pub cpu_s: f64,
 }
 
 impl CcReport {
@@ -281,7 +289,8 @@ impl CcReport {
             drops: t.switch_drops,
             tail_drops: t.tail_drops,
             ce_marks: t.ce_marks,
-            pfc_pause_ns: 0,
+            pfc_pause_ns: t.pfc_pause_ns,
+            pfc_pauses: t.pfc_pauses,
             retransmits: t.retransmits,
             timeouts: t.timeouts,
             cnps: t.cnps,
@@ -289,6 +298,8 @@ impl CcReport {
             events: t.events,
             wall_s: o.wall_s,
             events_per_s: t.events as f64 / o.wall_s.max(1e-9),
+            cpu_s: o.cpu_s,
+            events_per_cpu_s: t.events as f64 / o.cpu_s.max(1e-9),
             per_flow,
             queue_sorted: q,
         }
@@ -309,9 +320,9 @@ pub fn table(reports: &[CcReport]) -> String {
         "util%",
         "drops",
         "retx",
-        "PFC",
+        "PFC ms",
         "unfin",
-        "Mev/s"
+        "Mev/cpu-s"
     ));
     let p = |x: &Pcts| format!("{:.2}/{:.2}/{:.2}", x.p50, x.p95, x.p99);
     for r in reports {
@@ -326,9 +337,9 @@ pub fn table(reports: &[CcReport]) -> String {
             r.utilisation * 100.0,
             r.drops,
             r.retransmits,
-            "n/a",
+            format!("{:.2}", r.pfc_pause_ns as f64 / 1e6),
             r.unfinished,
-            r.events_per_s / 1e6,
+            r.events_per_cpu_s / 1e6,
         ));
     }
     s.push_str("slowdown p99 per flow size:\n");

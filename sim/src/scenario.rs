@@ -34,6 +34,8 @@ pub struct Params {
     /// The NICs' line rate as their CC and pacer know it, bit/s (0: the host link's).
     /// roce-testbed gives its NICs the bottleneck's rate while their ports run faster.
     pub nic_line_bps: u64,
+    /// PFC (XOFF, XON) bytes per ingress link, or none.
+    pub pfc: Option<(u64, u64)>,
 }
 
 /// The outcome of one run.
@@ -42,6 +44,19 @@ pub struct Run {
     pub report: CcReport,
     /// Raw totals.
     pub totals: RunTotals,
+}
+
+/// CPU time of this thread (user + system), for reporting only: on a shared machine it
+/// is what the run would take alone, where wall time is not. Linux's
+/// `/proc/thread-self/stat` in clock ticks of 1/100 s.
+pub fn cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }
 
 /// Runs `flows` on `topo` with `cc`; `progress(now, done, total)` is called now and then.
@@ -81,6 +96,7 @@ pub fn run(
         sample_ns: p.sample_ns,
         max_time_ns: p.max_time_ns,
         ctrl_buf: p.ctrl_buf,
+        pfc: p.pfc,
     };
     if !matches!(p.mtu, 256 | 512 | 1024) {
         return Err(format!(
@@ -91,8 +107,13 @@ pub fn run(
     }
     let mut sim = Sim::new(topo, flows.to_vec(), cfg)?;
     let wall = Instant::now();
+    let cpu0 = cpu_seconds();
     let totals = sim.run(progress);
     let wall_s = wall.elapsed().as_secs_f64();
+    let cpu_s = match (cpu0, cpu_seconds()) {
+        (Some(a), Some(b)) => b - a,
+        _ => wall_s,
+    };
     let delivered = sim.delivered();
     let samples = std::mem::take(&mut sim.samples);
     let (fl, res) = sim.flows();
@@ -116,6 +137,7 @@ pub fn run(
         path: &path,
         mtu: p.mtu,
         wall_s,
+        cpu_s,
     });
     Ok(Run { report, totals })
 }

@@ -77,6 +77,12 @@ struct Common {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// PFC on the data class: PAUSE an ingress link above XOFF queued bytes.
+    #[arg(long)]
+    pfc: bool,
+    /// PFC XOFF per ingress link (resume at half of it).
+    #[arg(long, default_value = "256KB")]
+    pfc_xoff: String,
 }
 
 #[derive(Args)]
@@ -166,8 +172,14 @@ fn ccs(s: &str) -> Result<Vec<CcKind>, String> {
         .collect()
 }
 
-fn params(c: &Common, msg: u32, outstanding: u16, sample_default_us: f64) -> Params {
-    Params {
+fn params(
+    c: &Common,
+    msg: u32,
+    outstanding: u16,
+    sample_default_us: f64,
+) -> Result<Params, String> {
+    let xoff = size(&c.pfc_xoff, "pfc-xoff")?;
+    Ok(Params {
         mtu: c.mtu,
         base_rtt_ns: c.base_rtt_us.map_or(0, |u| (u * 1000.0) as u64),
         seed: c.seed,
@@ -178,7 +190,8 @@ fn params(c: &Common, msg: u32, outstanding: u16, sample_default_us: f64) -> Par
         timeout_ns: (c.timeout_us * 1000.0) as u64,
         ctrl_buf: 256 << 10,
         nic_line_bps: 0,
-    }
+        pfc: c.pfc.then_some((xoff, xoff / 2)),
+    })
 }
 
 /// Runs every CC and prints, writes and plots the results.
@@ -254,19 +267,33 @@ fn run_all(
     print!("{}", table(&reports));
     let t = &reports;
     println!(
-        "drops: {}; PFC: not modelled (pause time n/a); events/s measured on a shared machine",
+        "drops: {}; PFC pause time: {}; events/s measured on a shared machine",
         t.iter()
             .map(|r| format!("{} {} (tail {})", r.cc, r.drops, r.tail_drops))
+            .collect::<Vec<_>>()
+            .join(", "),
+        t.iter()
+            .map(|r| if p.pfc.is_some() {
+                format!(
+                    "{} {:.3} ms ({} PAUSEs)",
+                    r.cc,
+                    r.pfc_pause_ns as f64 / 1e6,
+                    r.pfc_pauses
+                )
+            } else {
+                format!("{} n/a (no --pfc)", r.cc)
+            })
             .collect::<Vec<_>>()
             .join(", ")
     );
     for r in t {
         println!(
-            "{}: {} events in {:.1} s ({:.2} M events/s), {:.3} ms simulated, {} retransmissions, {} timeouts, {} CNPs, {} CE marks",
+            "{}: {} events in {:.1} s wall, {:.1} s CPU ({:.2} M events per CPU second), {:.3} ms simulated, {} retransmissions, {} timeouts, {} CNPs, {} CE marks",
             r.cc,
             r.events,
             r.wall_s,
-            r.events_per_s / 1e6,
+            r.cpu_s,
+            r.events_per_cpu_s / 1e6,
             r.sim_ns as f64 / 1e6,
             r.retransmits,
             r.timeouts,
@@ -357,7 +384,7 @@ fn fattree(a: FatTree) -> Result<(), String> {
             )
         }
     };
-    let p = params(c, 0, 1, 10.0);
+    let p = params(c, 0, 1, 10.0)?;
     let title = format!("{name}, {wl}");
     run_all(
         &title,
@@ -397,7 +424,7 @@ fn incast(a: Incast) -> Result<(), String> {
     let bytes = size(&a.size, "size")?;
     let flows = workload::incast(a.senders, bytes);
     let msg = size(&a.msg, "msg")?.min(u64::from(u32::MAX >> 1)) as u32;
-    let mut p = params(c, msg, a.outstanding, 5.0);
+    let mut p = params(c, msg, a.outstanding, 5.0)?;
     p.nic_line_bps = nic;
     if c.base_rtt_us.is_none() {
         // roce-testbed's default T.
