@@ -224,7 +224,7 @@ boot() {
   build
   stop "$name" 2>/dev/null || true
   rm -f "$D/$name.ctl" "$D/$name.console" "$D/$name.pid"
-  in_ns qemu-system-x86_64 -accel tcg,thread=single -cpu max -m 512 -smp 1 \
+  in_ns qemu-system-x86_64 -accel tcg,thread=single -cpu max -m 512 -smp "${RXE_SMP:-2}" \
     -display none -monitor none -no-reboot -daemonize -pidfile "$D/$name.pid" \
     -kernel "$D/vmlinuz" -initrd "$D/initramfs.gz" \
     -append "console=ttyS0 quiet panic=-1 guest_ip=$ip" \
