@@ -168,6 +168,11 @@ net_up() {
     [ -e /proc/sys/net/bridge/bridge-nf-call-$f ] && in_ns sysctl -qw net.bridge.bridge-nf-call-$f=0 || true
   done
   in_ns ip link add "$BR" type bridge
+  # A fixed MAC: a bridge otherwise takes its ports' smallest, and the DPDK
+  # TAP PMD gives rsnic-tap0 a new random MAC at every start, so the
+  # guests' ARP entry for 10.0.0.254 would go stale and their TCP
+  # connections to the host hang until it is resolved again.
+  in_ns ip link set "$BR" address 02:52:53:00:00:fe
   in_ns ip link set "$BR" type bridge forward_delay 0 stp_state 0
   in_ns ip addr add 10.0.0.254/24 dev "$BR"
   for t in rxe-tap0 rxe-tap1; do
