@@ -5,9 +5,12 @@
 # Each run must end with exit 0 on both sides, perftest's row (size and
 # iterations) on the guest, our --out_json row on the host, and the data
 # packets counted on both NICs (ours, rxe's hw_counters) at least
-# iterations x ceil(size / 1024). Prints the matrix; exit 1 if a run failed.
+# iterations x ceil(size / 1024). Then two rxe guests through roce-switch
+# (standard RoCEv2 transit: ib_write_bw with ECT(0) from rxe0 to rxe1 over a
+# shaped 8 Mbit/s port whose WRED marks CE; rxe counts no ECN, so the marks
+# are counted at the switch). Prints the matrix; exit 1 if a run failed.
 #
-# usage: scripts/interop.sh [matrix|lossy|all]   (default all)
+# usage: scripts/interop.sh [matrix|lossy|switch|all]   (default all)
 # env:   INTEROP_MATRIX_OUT=FILE  also write the matrix there (markdown)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +43,12 @@ fi
 
 $G down >/dev/null 2>&1
 $G net-up
+boot1=""
+if [ "$what" = all ] || [ "$what" = switch ]; then
+  [ -x target/release/roce-switch ] || cargo build --release -q -p switch --bin roce-switch
+  $G boot rxe1 >"$W/boot1" 2>&1 &
+  boot1=$!
+fi
 $G boot rxe0 || exit 1
 
 # The QP timeout of both sides (perftest's -u): 2^18 x 4 us = 1.07 s, so
@@ -194,6 +203,73 @@ NFT
   for dev in rsnic-tap0 rxe-tap0; do
     ip netns exec rxe-ns tc qdisc del dev $dev root 2>/dev/null
   done
+fi
+if [ -n "$boot1" ]; then
+  t0=$SECONDS
+  if ! wait $boot1; then
+    cat "$W/boot1"; fails=$((fails + 1)); rows+=("| switch | - | 65536 | 50 | **fail** | rxe1 did not boot |")
+  else
+    cat "$W/boot1"
+    cat >"$W/switch.toml" <<'TOML'
+switch_id = 1
+int_dscp = 0x18
+seed = 7
+fcs_in_frame = false
+[defaults]
+speed = "1Gbps"
+buf_max = "1MiB"
+k_min = "2KiB"
+k_max = "20KiB"
+p_max = 0.5
+k_drop = "512KiB"
+ctrl_buf_max = "64KiB"
+burst = "16KiB"
+[[port]]
+id = 0
+mac = "02:52:53:00:00:fd"
+[[port]]
+id = 1
+mac = "02:52:53:00:01:fd"
+speed = "8Mbps"
+[[route]]
+prefix = "10.0.0.0/24"
+port = 0
+next_hop_mac = "52:54:00:00:00:02"
+[[route]]
+prefix = "10.0.1.0/24"
+port = 1
+next_hop_mac = "52:54:00:00:00:03"
+TOML
+    ip netns exec rxe-ns target/release/roce-switch --config "$W/switch.toml" \
+      --port net_tap0,iface=rsnic-sw0 --port net_tap1,iface=rsnic-sw1 --stats-interval 0 \
+      >"$W/switch.out" 2>&1 &
+    sw=$!
+    # The switch answers no ARP: each guest routes the other's subnet via
+    # the switch port, whose MAC it is given.
+    gw1="/sbin/ip route replace 10.0.0.0/24 via 10.0.1.253; /sbin/ip neigh replace 10.0.1.253 lladdr 02:52:53:00:01:fd dev eth0"
+    gw0="/sbin/ip route replace 10.0.1.0/24 via 10.0.0.253; /sbin/ip neigh replace 10.0.0.253 lladdr 02:52:53:00:00:fd dev eth0"
+    perf="timeout 90 ib_write_bw -d rxe0 -x 1 -F -u 18 --tclass=2 -s 65536 -n 50"
+    $G start rxe1 sw "$gw1; $perf"
+    sleep 3
+    $G start rxe0 sw "$gw0; $perf 10.0.1.3"
+    out0=$($G wait rxe0 sw 120); rc0=$?
+    out1=$($G wait rxe1 sw 120); rc1=$?
+    kill -INT $sw; wait $sw
+    ce=$(grep -o 'ce_marked=[0-9]*' "$W/switch.out" | awk -F= '{s+=$2} END {print s+0}')
+    txp=$(grep -E '^ +port 1:' "$W/switch.out" | grep -o ' tx_packets=[0-9]*' | cut -d= -f2)
+    row0=$(echo "$out0" | awk '$1==65536 && $2==50 {print $4; exit}')
+    if [ $rc0 = 0 ] && [ $rc1 = 0 ] && [ -n "$row0" ] && echo "$out1" | grep -qE '^ *65536 +50 ' \
+       && [ "${txp:-0}" -ge 3200 ] && [ "${ce:-0}" -gt 0 ]; then
+      echo "interop: rxe0 -> roce-switch (8 Mbit/s, WRED) -> rxe1: ib_write_bw 65536 B x 50 ok, $row0 MB/s, switch port 1 sent ${txp} frames, ${ce} CE marks ($((SECONDS - t0)) s)"
+      rows+=("| ib_write_bw rxe0 -> roce-switch -> rxe1 | - | 65536 | 50 | pass | $row0 MB/s, $ce CE marks |")
+    else
+      fails=$((fails + 1))
+      echo "interop: rxe0 -> roce-switch -> rxe1: FAIL (rc $rc0/$rc1, port 1 tx ${txp:-?}, CE ${ce:-?})"
+      echo "$out0" | tail -4 | sed 's/^/    rxe0: /'; echo "$out1" | tail -4 | sed 's/^/    rxe1: /'
+      grep -v "^tap\|qdisc" "$W/switch.out" | tail -6 | sed 's/^/    switch: /'
+      rows+=("| ib_write_bw rxe0 -> roce-switch -> rxe1 | - | 65536 | 50 | **fail** | see the log |")
+    fi
+  fi
 fi
 echo "interop: $(( $(date +%s) - start )) s, $fails failed${STATIC:+ (static ARP: the NIC has no ARP yet)}"
 if [ -n "${INTEROP_MATRIX_OUT:-}" ]; then
