@@ -8,10 +8,16 @@
 #
 #   rxe-ns:  rxe-br0 (bridge, 10.0.0.254/24: the TCP side of the exchanges)
 #              |- rxe-tap0  guest rxe0 (10.0.0.2, 52:54:00:00:00:02)
-#              |- rxe-tap1  guest rxe1 (10.0.0.3, 52:54:00:00:00:03)
-#              `- rsnic-tap0  persistent multi-queue TAP for the NIC
-#                             (roce-perf --dev net_tap0,iface=rsnic-tap0
-#                              --ip 10.0.0.1, run with `ip netns exec rxe-ns`)
+#              |- rsnic-tap0  persistent multi-queue TAP for the NIC
+#              |              (roce-perf --dev net_tap0,iface=rsnic-tap0
+#              |               --ip 10.0.0.1, run with `ip netns exec rxe-ns`)
+#              `- rsnic-sw0   roce-switch port 0 (gateway 10.0.0.253)
+#            rxe-br1 (bridge, no address)
+#              |- rxe-tap1  guest rxe1 (10.0.1.3, 52:54:00:00:00:03)
+#              `- rsnic-sw1   roce-switch port 1 (gateway 10.0.1.253)
+#
+#   rxe0 and rxe1 reach each other only through roce-switch (all IPv4, the
+#   perftest exchange included), which routes 10.0.0.0/24 and 10.0.1.0/24.
 #
 # The guest is a Debian kernel (its rdma_rxe.ko) with a small initramfs built
 # from the host's own files (busybox, iproute2, rdma-core, perftest). It runs
@@ -43,7 +49,7 @@ die() { echo "rxe-guest: $*" >&2; exit 1; }
 guest_params() { # NAME -> TAP IP MAC
   case "$1" in
     rxe0) echo "rxe-tap0 10.0.0.2 52:54:00:00:00:02" ;;
-    rxe1) echo "rxe-tap1 10.0.0.3 52:54:00:00:00:03" ;;
+    rxe1) echo "rxe-tap1 10.0.1.3 52:54:00:00:00:03" ;;
     *) die "unknown guest $1 (rxe0 or rxe1)" ;;
   esac
 }
@@ -168,17 +174,28 @@ net_up() {
     [ -e /proc/sys/net/bridge/bridge-nf-call-$f ] && in_ns sysctl -qw net.bridge.bridge-nf-call-$f=0 || true
   done
   in_ns ip link add "$BR" type bridge
+  # A fixed MAC: a bridge otherwise takes its ports' smallest, and the DPDK
+  # TAP PMD gives rsnic-tap0 a new random MAC at every start, so the
+  # guests' ARP entry for 10.0.0.254 would go stale and their TCP
+  # connections to the host hang until it is resolved again.
+  in_ns ip link set "$BR" address 02:52:53:00:00:fe
   in_ns ip link set "$BR" type bridge forward_delay 0 stp_state 0
   in_ns ip addr add 10.0.0.254/24 dev "$BR"
-  for t in rxe-tap0 rxe-tap1; do
-    in_ns ip tuntap add dev "$t" mode tap
-    in_ns ip link set "$t" master "$BR"
-    in_ns ip link set "$t" up
+  in_ns ip link add rxe-br1 type bridge
+  in_ns ip link set rxe-br1 type bridge forward_delay 0 stp_state 0
+  in_ns ip link set rxe-br1 address 02:52:53:00:01:fe
+  for t in rxe-tap0:$BR rxe-tap1:rxe-br1; do
+    in_ns ip tuntap add dev "${t%%:*}" mode tap
+    in_ns ip link set "${t%%:*}" master "${t##*:}"
+    in_ns ip link set "${t%%:*}" up
   done
-  in_ns ip tuntap add dev "$NIC_TAP" mode tap multi_queue
-  in_ns ip link set "$NIC_TAP" master "$BR"
-  in_ns ip link set "$NIC_TAP" up
+  for t in "$NIC_TAP:$BR" rsnic-sw0:$BR rsnic-sw1:rxe-br1; do
+    in_ns ip tuntap add dev "${t%%:*}" mode tap multi_queue
+    in_ns ip link set "${t%%:*}" master "${t##*:}"
+    in_ns ip link set "${t%%:*}" up
+  done
   in_ns ip link set "$BR" up
+  in_ns ip link set rxe-br1 up
 }
 
 net_down() {
@@ -224,7 +241,7 @@ boot() {
   build
   stop "$name" 2>/dev/null || true
   rm -f "$D/$name.ctl" "$D/$name.console" "$D/$name.pid"
-  in_ns qemu-system-x86_64 -accel tcg,thread=single -cpu max -m 512 -smp 1 \
+  in_ns qemu-system-x86_64 -accel tcg,thread=single -cpu max -m 512 -smp "${RXE_SMP:-2}" \
     -display none -monitor none -no-reboot -daemonize -pidfile "$D/$name.pid" \
     -kernel "$D/vmlinuz" -initrd "$D/initramfs.gz" \
     -append "console=ttyS0 quiet panic=-1 guest_ip=$ip" \

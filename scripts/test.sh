@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check the project has: formatting, clippy, all tests (release
-# build, once), and a few seconds of each fuzz target. Installs what is
-# missing first.
+# build, once), the interop matrix against Linux rxe and perftest in a QEMU
+# guest, and a few seconds of each fuzz target. Installs what is missing
+# first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -26,6 +27,9 @@ IO_FWD_SECS=3 IO_FWD_ROUNDS=1 cargo bench -p bench --bench io_fwd
 TXP_SECS=3 TXP_ROUNDS=1 cargo bench -p bench --bench tx_pipeline
 SWITCH_FWD_SECS=3 SWITCH_FWD_ROUNDS=1 cargo bench -p bench --bench switch_fwd
 GOODPUT_SECS=1 cargo bench -p bench --bench nic_goodput
+
+echo "== interop: roce-perf against Linux rxe + perftest 4.5 in a QEMU guest (scripts/interop.sh, at most 6 minutes)"
+timeout 360 scripts/interop.sh all
 
 echo "== fuzz smoke (${FUZZ_SECONDS:-5} s per target)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-5}"

@@ -43,7 +43,7 @@ pub const TEST_EAL_ARGS: &[&str] = &[
 /// ordinary memory, no PCI scan unless `pci` (a tool given a PCI device
 /// needs it), no shared config file and a per-process file prefix (so
 /// processes never see each other), no telemetry socket, EAL logs at error
-/// level. Every binary builds its EAL line here, so they agree.
+/// level (every component). Every binary builds its EAL line here, so they agree.
 pub fn tool_args<S: AsRef<str>>(program: &str, user: &[S], pci: bool) -> Vec<String> {
     let mut args = vec![program.to_owned()];
     if !user.is_empty() {
@@ -54,7 +54,7 @@ pub fn tool_args<S: AsRef<str>>(program: &str, user: &[S], pci: bool) -> Vec<Str
     if !pci {
         args.push("--no-pci".into());
     }
-    args.extend(["--no-shconf", "--no-telemetry", "--log-level=lib.eal:error"].map(String::from));
+    args.extend(["--no-shconf", "--no-telemetry", "--log-level=error"].map(String::from));
     args.push(format!("--file-prefix={program}-{}", std::process::id()));
     args
 }

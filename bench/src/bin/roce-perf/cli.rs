@@ -77,6 +77,11 @@ pub struct Opts {
     /// Send queue depth (outstanding work requests).
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     pub tx_depth: u16,
+    /// QP timeout, as perftest's -u: 4.096 us x 2^N before a retransmit
+    /// (0..31; default 14, 67 ms). A peer that may stall for longer (a
+    /// loaded emulated guest) needs more before 7 retries run out.
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
+    pub qp_timeout: u8,
     /// TCP port of the out-of-band exchange.
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,

@@ -155,7 +155,7 @@ fn run_side(test: &Test, eal: &'static Eal, dev: Option<Device>, quiet: bool) ->
         bw::run(test, &mut s, quiet)?
             .iter()
             .map(|r| format!(
-                "{{\"bytes\":{},\"iterations\":{},\"bw_peak_gbps\":{:.3},\"bw_avg_gbps\":{:.3},\"msg_rate_mpps\":{:.6}}}",
+                "{{\"bytes\":{},\"iterations\":{},\"bw_peak_gbps\":{:.6},\"bw_avg_gbps\":{:.6},\"msg_rate_mpps\":{:.6}}}",
                 r.bytes, r.iterations, r.peak_bps * 8e-9, r.avg_bps * 8e-9, r.msg_rate / 1e6
             ))
             .collect()

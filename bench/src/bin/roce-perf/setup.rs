@@ -487,6 +487,7 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         rq_depth,
         mtu,
         cc: kind,
+        timeout_ns: 4_096u64 << o.qp_timeout,
         ..QpOptions::default()
     };
     // -q N: N RC QPs (bandwidth tests), posted to round robin, sharing the
