@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use dpdk::{Eal, Mempool, Port};
+use dpdk::{Eal, Mempool, Port, RxQueue, TxQueue};
 use nic::impair::{run as impair, ImpairCounters, ImpairedPath, Impairment};
 use nic::verbs::{Device, DeviceConfig, VerbsError};
 
@@ -72,23 +72,80 @@ pub fn mbufs_in_use(eal: &Eal) -> u64 {
         .sum()
 }
 
-/// Two NICs, A and B, on one poll thread, joined by two ring pairs through
-/// the impairment stage on a thread of its own:
-/// `A <-ring-> stage <-ring-> B`.
+/// One side of the stage: a ring pair's far end and its queues.
+struct End {
+    _port: Port,
+    rx: RxQueue,
+    tx: TxQueue,
+}
+
+/// The stage's thread; it gives the ends back when stopped.
+struct Stage {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<(End, End)>,
+}
+
+impl Stage {
+    fn start(
+        imp: Impairment,
+        pool: Arc<Mempool>,
+        counters: Arc<ImpairCounters>,
+        a: End,
+        b: End,
+    ) -> Result<Stage, VerbsError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("impair".into())
+            .spawn(move || {
+                let mut paths = [ImpairedPath::new(a.rx, b.tx), ImpairedPath::new(b.rx, a.tx)];
+                impair(&mut paths, &imp, &pool, &counters, &s);
+                let [ab, ba] = paths;
+                (
+                    End {
+                        _port: a._port,
+                        rx: ab.rx,
+                        tx: ba.tx,
+                    },
+                    End {
+                        _port: b._port,
+                        rx: ba.rx,
+                        tx: ab.tx,
+                    },
+                )
+            })
+            .map_err(|source| VerbsError::Thread {
+                what: "impairment stage",
+                source,
+            })?;
+        Ok(Stage { stop, thread })
+    }
+
+    fn stop(self) -> (End, End) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the impairment stage panicked")
+    }
+}
+
+/// Two NICs, A and B, joined by two ring pairs through the impairment
+/// stage on a thread of its own: `A <-ring-> stage <-ring-> B`. B can be
+/// killed (its engine stopped, its port closed: frames towards it queue up
+/// and are lost) and restarted on a fresh ring with the same addresses.
 pub struct ImpairedLink {
-    /// The first NIC.
-    pub a: Device,
-    /// The second NIC.
-    pub b: Device,
+    a: Device,
+    b: Option<Device>,
     /// What the stage did.
     pub counters: Arc<ImpairCounters>,
-    stop: Arc<AtomicBool>,
-    stage: Option<JoinHandle<()>>,
+    imp: Impairment,
+    pool: Arc<Mempool>,
+    stage: Option<Stage>,
+    name: String,
+    restarts: u32,
 }
 
 impl ImpairedLink {
-    /// Opens A and B (configs `ca`, `cb`) and starts the stage with `imp`;
-    /// `name` keeps the rings and pool of several links apart.
+    /// Opens A and B (configs `ca`, `cb`) on one poll thread and starts the
+    /// stage with `imp`; `name` keeps the rings and pools of links apart.
     pub fn open(
         eal: &'static Eal,
         name: &str,
@@ -108,30 +165,77 @@ impl ImpairedLink {
         let (r1, t1) = m1.configure_single(&pool)?;
         let (r2, t2) = m2.configure_single(&pool)?;
         let counters = Arc::new(ImpairCounters::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let (c, s) = (counters.clone(), stop.clone());
-        let stage = std::thread::Builder::new()
-            .name("impair".into())
-            .spawn(move || {
-                // The ports live as long as the stage.
-                let _ports = (m1, m2);
-                let mut paths = [ImpairedPath::new(r1, t2), ImpairedPath::new(r2, t1)];
-                impair(&mut paths, &imp, &pool, &c, &s);
-            })
-            .map_err(|source| VerbsError::Thread {
-                what: "impairment stage",
-                source,
-            })?;
+        let stage = Stage::start(
+            imp,
+            pool.clone(),
+            counters.clone(),
+            End {
+                _port: m1,
+                rx: r1,
+                tx: t1,
+            },
+            End {
+                _port: m2,
+                rx: r2,
+                tx: t2,
+            },
+        )?;
         let mut devs = Device::open_group(eal, vec![(pa, ca), (pb, cb)], None)?;
         let b = devs.pop().expect("two devices");
         let a = devs.pop().expect("two devices");
         Ok(ImpairedLink {
             a,
-            b,
+            b: Some(b),
             counters,
-            stop,
+            imp,
+            pool,
             stage: Some(stage),
+            name: name.to_owned(),
+            restarts: 0,
         })
+    }
+
+    /// NIC A.
+    pub fn a(&self) -> &Device {
+        &self.a
+    }
+
+    /// NIC B (panics while it is killed).
+    pub fn b(&self) -> &Device {
+        self.b.as_ref().expect("B was killed and not restarted")
+    }
+
+    /// Kills B: its engine stops and its port closes, as a crashed host's
+    /// NIC would; what A sends towards it is lost.
+    pub fn kill_b(&mut self) {
+        if let Some(b) = self.b.take() {
+            b.close();
+        }
+    }
+
+    /// Starts a new B with `cb` (the same addresses, or others) on a fresh
+    /// ring behind the stage, its engine on a thread of its own. What was
+    /// queued towards the old B is lost; what A sends from now on (the old
+    /// QPs' retransmissions too) reaches the new one.
+    pub fn restart_b(&mut self, eal: &'static Eal, cb: DeviceConfig) -> Result<(), VerbsError> {
+        self.kill_b();
+        let (a_end, _old_b) = self.stage.take().expect("stage running").stop();
+        self.restarts += 1;
+        let (mut m2, pb) = Port::ring_pair(eal, &format!("{}b{}", self.name, self.restarts), 4096)?;
+        let (r2, t2) = m2.configure_single(&self.pool)?;
+        self.stage = Some(Stage::start(
+            self.imp,
+            self.pool.clone(),
+            self.counters.clone(),
+            a_end,
+            End {
+                _port: m2,
+                rx: r2,
+                tx: t2,
+            },
+        )?);
+        self.b = Some(Device::open(eal, pb, cb)?);
+        Ok(())
     }
 
     /// Stops the stage (frames in flight are freed) and closes both NICs.
@@ -140,9 +244,8 @@ impl ImpairedLink {
     }
 
     fn stop_stage(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.stage.take() {
-            let _ = t.join();
+        if let Some(s) = self.stage.take() {
+            drop(s.stop());
         }
     }
 }

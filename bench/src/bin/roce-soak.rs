@@ -305,14 +305,14 @@ fn soak(o: &Opts) -> Result<(), SoakError> {
         window: o.window,
         qps: ccs.len() * o.qps_per_cc,
     };
-    let a_mr = link.a.reg_mr(lay.a_len(), Access::LOCAL_WRITE)?;
-    let b_mr = link.b.reg_mr(
+    let a_mr = link.a().reg_mr(lay.a_len(), Access::LOCAL_WRITE)?;
+    let b_mr = link.b().reg_mr(
         lay.b_len(),
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
     )?;
     let cq_depth = (lay.qps * (o.window + RECV_BUFS) * 2).max(256);
-    let mut a_cq = link.a.create_cq(cq_depth)?;
-    let mut b_cq = link.b.create_cq(cq_depth)?;
+    let mut a_cq = link.a().create_cq(cq_depth)?;
+    let mut b_cq = link.b().create_cq(cq_depth)?;
     let mut flows = Vec::new();
     for (i, &cc) in ccs.iter().cycle().take(lay.qps).enumerate() {
         let opts = QpOptions {
@@ -322,8 +322,8 @@ fn soak(o: &Opts) -> Result<(), SoakError> {
             rq_depth: 256,
             ..QpOptions::default()
         };
-        let mut qa = link.a.create_qp(&a_cq, &a_cq, opts)?;
-        let mut qb = link.b.create_qp(&b_cq, &b_cq, opts)?;
+        let mut qa = link.a().create_qp(&a_cq, &a_cq, opts)?;
+        let mut qb = link.b().create_qp(&b_cq, &b_cq, opts)?;
         qa.connect(&qb.remote_info())?;
         qb.connect(&qa.remote_info())?;
         for buf in 0..RECV_BUFS {
@@ -517,7 +517,7 @@ fn soak(o: &Opts) -> Result<(), SoakError> {
     }
 
     let secs = start.elapsed().as_secs_f64();
-    let (ca, cb) = (link.a.counters(), link.b.counters());
+    let (ca, cb) = (link.a().counters(), link.b().counters());
     let c = &link.counters;
     let ld = |x: &std::sync::atomic::AtomicU64| x.load(std::sync::atomic::Ordering::Relaxed);
     println!("\ncc        msgs    WRITE_IMM   SEND_IMM       READ        MiB");
