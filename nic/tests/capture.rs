@@ -1,6 +1,7 @@
 //! The optional pcapng capture of a port: tshark opens the file and decodes
 //! the RoCEv2 headers of what the NIC sent and received (and its gratuitous
-//! ARP).
+//! ARP); frames longer than the snap length keep their true length, so
+//! tshark reports none of them malformed.
 
 use std::process::Command;
 use std::time::Duration;
@@ -31,7 +32,8 @@ fn capture_file_decodes_as_rocev2_in_tshark() {
             Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
         )
         .unwrap();
-    // A WRITE and a READ of 10000 B, and a READ of 4 KiB (one response).
+    // A WRITE and a READ of 10000 B, and a READ of 4 KiB whose response
+    // is one 4 KiB frame, far above the 512 B kept of each frame.
     for (i, (op, len)) in [
         (
             SendOp::Write {
@@ -86,6 +88,8 @@ fn capture_file_decodes_as_rocev2_in_tshark() {
             "frame.interface_name",
             "infiniband.bth.opcode",
             "arp.opcode",
+            "frame.len",
+            "frame.cap_len",
         ],
         None,
     );
@@ -111,6 +115,29 @@ fn capture_file_decodes_as_rocev2_in_tshark() {
     }
     assert!(
         lines.iter().any(|l| l[0].contains("-tx")) && lines.iter().any(|l| l[0].contains("-rx"))
+    );
+    // Frames cut at the snap length keep their length on the wire: the
+    // 4 KiB READ response (received) and the WRITE's (sent) are there in
+    // full length, and tshark finds no frame malformed.
+    let longest = |dir: &str| {
+        lines
+            .iter()
+            .filter(|l| l[0].ends_with(dir))
+            .filter_map(|l| Some((l[3].parse::<u32>().ok()?, l[4].parse::<u32>().ok()?)))
+            .max()
+            .unwrap_or_default()
+    };
+    for dir in ["-tx", "-rx"] {
+        let (len, cap) = longest(dir);
+        assert!(
+            len > 4096 && cap == 512,
+            "{dir}: longest frame {len} B, {cap} B kept:\n{text}"
+        );
+    }
+    let malformed = tshark(&path, &["frame.number"], Some("_ws.malformed"));
+    assert!(
+        malformed.trim().is_empty(),
+        "malformed frames: {malformed}\nall:\n{text}"
     );
     let _ = std::fs::remove_file(&path);
 }

@@ -45,7 +45,7 @@ impl Engine {
             for m in self.txb.as_slice() {
                 let n = m.pkt_len().min(CAPTURE_SNAP);
                 if m.read(0, &mut head[..n]).is_ok() {
-                    cap.capture(CAPTURE_TX, now, &head[..n]);
+                    cap.capture_head(CAPTURE_TX, now, &head[..n], m.pkt_len());
                 }
             }
         }
