@@ -7,7 +7,8 @@
 //! 1. takes doorbells (posted work requests) from the QPs that rang
 //!    (`doorbells.rs`),
 //! 2. receives a burst: parse (INT skipped, ICRC checked), dispatch to the
-//!    QP's responder or requester (`rx.rs`), feed the CC (receiver side: CE
+//!    QP's responder or requester (`rx.rs`; ARP and ICMP echo go to the
+//!    port's control plane, `control.rs`), feed the CC (receiver side: CE
 //!    marks, telemetry; sender side: ACKs, NAKs, CNPs, timeouts) and move
 //!    completions to the completion queues (`cc_glue.rs`),
 //! 3. fires due timers (transport retransmit/RNR, CC timers; `timers.rs`),
@@ -16,7 +17,7 @@
 //!    window in LSN bytes (`tx.rs`),
 //!
 //! and every 256 turns serves the slow path (registration, QP creation and
-//! connection; `slow_path.rs`) and publishes the counters. Nothing on the
+//! connection, ARP resolution; `slow_path.rs`) and publishes the counters. Nothing on the
 //! per-packet path allocates, locks or makes a system call.
 //!
 //! This file holds the engine's state ([`Engine`], one [`QpSlot`] per QP)
@@ -24,6 +25,7 @@
 //! frames come from is `port.rs`.
 
 mod cc_glue;
+mod control;
 mod doorbells;
 mod poll;
 mod port;
@@ -51,7 +53,8 @@ use crate::verbs::VerbsError;
 pub use crate::contract::{
     Command, Doorbell, EngineShared, CAPTURE_SNAP, MAX_HOPS, MAX_QPS, QPN_BASE,
 };
-use crate::contract::{DeviceConfig, QpOptions};
+use crate::contract::{DeviceConfig, QpOptions, Reply};
+use crate::control::ControlPlane;
 pub use poll::run_group;
 pub(crate) use port::PacketIo;
 
@@ -175,6 +178,14 @@ pub struct Engine {
     turn: u64,
     last_publish_ns: u64,
     capture: Option<CaptureProducer<CAPTURE_SNAP>>,
+    /// The port's ARP and ICMP echo (crate::control).
+    control: ControlPlane,
+    /// Where the control plane writes the frames it sends.
+    control_out: Vec<u8>,
+    /// Slow-path requests waiting for an ARP resolution.
+    resolving: Vec<([u8; 4], Reply<[u8; 6]>)>,
+    /// The gratuitous ARP went out.
+    announced: bool,
 }
 
 /// What an engine is built from besides the device's configuration: where
@@ -284,6 +295,10 @@ impl Engine {
             turn: 0,
             last_publish_ns: 0,
             capture: parts.capture,
+            control: ControlPlane::new(parts.mac, cfg.ip, cfg.arp),
+            control_out: vec![0u8; MAX_FRAME],
+            resolving: Vec::new(),
+            announced: false,
         })
     }
 
