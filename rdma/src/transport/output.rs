@@ -261,23 +261,10 @@ mod tests {
     use super::*;
     use crate::transport::mr::VecMemory;
     use crate::wire::bth::{BthRepr, Opcode};
-    use crate::wire::frame::NetHeaders;
-    use crate::wire::{EthernetAddress, Ipv4Address};
 
     #[test]
     fn build_frame_copies_the_payload_out_into_the_frame() {
-        let fb = FrameBuilder {
-            net: NetHeaders {
-                src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
-                dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
-                src_ip: Ipv4Address([10, 0, 0, 1]),
-                dst_ip: Ipv4Address([10, 0, 0, 2]),
-                udp_src_port: 0xC001,
-                dscp: 26,
-                ttl: 64,
-            },
-            int: None,
-        };
+        let fb = crate::wire::frame::tests::builder(None);
         let mut mem = VecMemory::new(0x1000, 64);
         let bytes: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(7)).collect();
         mem.write(0x1000, &bytes);
