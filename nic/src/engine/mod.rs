@@ -67,24 +67,29 @@ const PACING_BURST_BYTES: u32 = 64 << 10;
 const ROCE_DSCP: u8 = 26;
 
 /// Registered memory seen as the process's address space: a region's
-/// virtual address is its pointer. The transport only reads or writes a
+/// virtual address is its pointer. The transport only copies in or out of a
 /// range after an [`MrTable`] check accepted it, and the engine keeps every
 /// registered region alive, so each access lies in live memory (the same
-/// contract a NIC's DMA engine has).
+/// contract a NIC's DMA engine has). The program may touch these bytes from
+/// its own thread, so no reference to them is ever formed: copies go through
+/// raw pointers only (DESIGN.md §5).
 struct RawMemory;
 
 impl MemorySpace for RawMemory {
-    fn read(&self, va: u64, len: usize) -> &[u8] {
-        if len == 0 {
-            return &[];
+    fn copy_out(&self, va: u64, dst: &mut [u8]) {
+        if dst.is_empty() {
+            return;
         }
-        // SAFETY: see the type's docs.
-        unsafe { std::slice::from_raw_parts(va as *const u8, len) }
+        // SAFETY: see the type's docs; `dst` is ours and cannot overlap a region.
+        unsafe { std::ptr::copy_nonoverlapping(va as *const u8, dst.as_mut_ptr(), dst.len()) }
     }
 
-    fn write(&mut self, va: u64, data: &[u8]) {
+    fn copy_in(&mut self, va: u64, src: &[u8]) {
+        if src.is_empty() {
+            return;
+        }
         // SAFETY: see the type's docs.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), va as *mut u8, data.len()) }
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), va as *mut u8, src.len()) }
     }
 }
 
