@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the project needs on Debian 12, idempotently: DPDK 22.11 and
 # its headers, clang for bindgen, tshark and scapy for the packet checks,
-# iproute2 for namespaces and TAP tests, cargo-fuzz for the fuzz smoke run.
+# iproute2 for namespaces and TAP tests, cargo-fuzz for the fuzz smoke run,
+# and the Linux SoftRoCE guest of the interop tests (scripts/rxe-guest.sh):
+# QEMU, a Debian kernel with rdma_rxe, rdma-core, perftest, busybox.
 # Reserves hugepages where the kernel lets us (everything also runs with
 # --no-huge). Safe to run any number of times.
 set -euo pipefail
@@ -13,7 +15,8 @@ if [ "$(id -u)" -ne 0 ]; then
   fi
 fi
 
-pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev gcc make tshark iproute2 python3 python3-pip procps)
+pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev gcc make tshark iproute2 python3 python3-pip procps
+  qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils ibverbs-providers perftest busybox-static cpio kmod nftables)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check the project has: formatting, clippy, all tests (release
-# build, once), and a few seconds of each fuzz target. Installs what is
-# missing first.
+# build, once), the interop matrix against Linux rxe and perftest in a QEMU
+# guest, and a few seconds of each fuzz target. Installs what is missing
+# first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -15,6 +16,9 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 echo "== cargo test (release)"
 cargo test --workspace --release
 
+echo "== roce-sim, small fat-tree (32 hosts, 2 ms of WebSearch at 30 %): exits non-zero unless every flow completes, bytes are conserved and every slowdown is >= 1"
+cargo run --release -p sim --bin roce-sim -- fattree --hosts 32 --duration-ms 2 --load 0.3 --cc hpcc,dcqcn,ldcp --quiet --out target/sim-ci
+
 echo "== the verbs example (nic/examples/verbs.rs) runs"
 cargo run --release -p nic --example verbs -- --cc dcqcn --size 262144
 
@@ -23,6 +27,9 @@ IO_FWD_SECS=3 IO_FWD_ROUNDS=1 cargo bench -p bench --bench io_fwd
 TXP_SECS=3 TXP_ROUNDS=1 cargo bench -p bench --bench tx_pipeline
 SWITCH_FWD_SECS=3 SWITCH_FWD_ROUNDS=1 cargo bench -p bench --bench switch_fwd
 GOODPUT_SECS=1 cargo bench -p bench --bench nic_goodput
+
+echo "== interop: roce-perf against Linux rxe + perftest 4.5 in a QEMU guest (scripts/interop.sh, at most 6 minutes)"
+timeout 360 scripts/interop.sh all
 
 scripts/soak.sh 0.5 # chaos soak, 30 s: every CC, 1 % loss/dup/reorder/corruption, bytes checked (issue 14; 10-minute run in docs/reliability.md)
 echo "== fuzz smoke (${FUZZ_SECONDS:-5} s per target)"

@@ -14,14 +14,10 @@ use std::time::{Duration, Instant};
 use bench::fwd::{forward, FwdCounters, Path};
 use dpdk::{lcore, Eal, Mempool, Port, RxQueue, TxQueue};
 
-const EAL_COMMON: &[&str] = &[
-    "--no-huge",
-    "-m",
-    "1024",
-    "--no-pci",
-    "--no-shconf",
-    "--no-telemetry",
-];
+/// This project's EAL arguments (`dpdk::tool_args`), for us and testpmd alike.
+fn eal_common() -> Vec<String> {
+    dpdk::tool_args("bench", &[] as &[&str], false).split_off(1)
+}
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -81,7 +77,8 @@ fn main() {
     let main_core = *cores.first().expect("no CPU");
     let lcores = format!("{main_core},{fwd_core}");
     let mut tp_eal: Vec<&str> = vec!["-l", &lcores];
-    tp_eal.extend_from_slice(EAL_COMMON);
+    let common = eal_common();
+    tp_eal.extend(common.iter().map(String::as_str));
     tp_eal.extend_from_slice(&["--vdev", "net_null0", "--vdev", "net_null1"]);
     let tp_app = [
         "--forward-mode=io",
@@ -92,9 +89,7 @@ fn main() {
         "--mbcache=250",
     ];
 
-    let mut args = vec!["io_fwd"];
-    args.extend_from_slice(EAL_COMMON);
-    let eal = Eal::init(&args).expect("EAL");
+    let eal = Eal::init(&dpdk::tool_args("io_fwd", &[] as &[&str], false)).expect("EAL");
     let pool = Mempool::new(eal, "io_fwd", 8191, 250, Mempool::DEFAULT_DATA_ROOM).expect("pool");
     let mut p0 = Port::open(eal, "net_null0").expect("net_null0");
     let mut p1 = Port::open(eal, "net_null1").expect("net_null1");

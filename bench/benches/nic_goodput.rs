@@ -28,16 +28,7 @@ fn main() {
         Ok(s) => s.split(',').map(|k| k.parse().expect("cc kind")).collect(),
         Err(_) => CcKind::ALL.to_vec(),
     };
-    let eal = Eal::init(&[
-        "nic_goodput",
-        "--no-huge",
-        "-m",
-        "1024",
-        "--no-pci",
-        "--no-shconf",
-        "--no-telemetry",
-    ])
-    .unwrap();
+    let eal = Eal::init(&dpdk::tool_args("nic_goodput", &[] as &[&str], false)).unwrap();
     let cores = lcore::available_cores();
     // GOODPUT_LAYOUT=split: one engine per core (the layout of two hosts);
     // default group: both engines on one core (Device::open_group), the

@@ -39,14 +39,10 @@ use rdma::wire::{BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcod
 use switch::dataplane::{Dataplane, PortIo};
 use switch::{Config, Switch};
 
-const EAL_COMMON: &[&str] = &[
-    "--no-huge",
-    "-m",
-    "1024",
-    "--no-pci",
-    "--no-shconf",
-    "--no-telemetry",
-];
+/// This project's EAL arguments (`dpdk::tool_args`), for us and testpmd alike.
+fn eal_common() -> Vec<String> {
+    dpdk::tool_args("bench", &[] as &[&str], false).split_off(1)
+}
 
 /// Bytes of the frame the switch rewrites (Ethernet .. INT MD header is 58; the INT
 /// push moves those 58 bytes 16 bytes forward into the headroom), rounded up to a
@@ -233,7 +229,8 @@ fn main() {
     let null0 = format!("net_null0,{size}");
     let null1 = format!("net_null1,{size}");
     let mut tp_eal: Vec<&str> = vec!["-l", &lcores];
-    tp_eal.extend_from_slice(EAL_COMMON);
+    let common = eal_common();
+    tp_eal.extend(common.iter().map(String::as_str));
     tp_eal.extend_from_slice(&["--vdev", &null0, "--vdev", &null1]);
     let tp_app = [
         "--forward-mode=io",
@@ -244,9 +241,7 @@ fn main() {
         "--mbcache=250",
     ];
 
-    let mut args = vec!["switch_fwd"];
-    args.extend_from_slice(EAL_COMMON);
-    let eal = Eal::init(&args).expect("EAL");
+    let eal = Eal::init(&dpdk::tool_args("switch_fwd", &[] as &[&str], false)).expect("EAL");
     let pool =
         Mempool::new(eal, "switch_fwd", 8191, 250, Mempool::DEFAULT_DATA_ROOM).expect("pool");
     // Write a valid frame into every mbuf of the pool once (net_null RX hands out

@@ -37,14 +37,10 @@ use rdma::wire::{
     ParseOptions,
 };
 
-const EAL_COMMON: &[&str] = &[
-    "--no-huge",
-    "-m",
-    "1024",
-    "--no-pci",
-    "--no-shconf",
-    "--no-telemetry",
-];
+/// This project's EAL arguments (`dpdk::tool_args`), for us and testpmd alike.
+fn eal_common() -> Vec<String> {
+    dpdk::tool_args("bench", &[] as &[&str], false).split_off(1)
+}
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -66,7 +62,8 @@ fn main() {
     let (main_core, tx_core) = (*cores.first().unwrap(), *cores.last().unwrap());
     let lcores = format!("{main_core},{tx_core}");
     let mut tp_eal: Vec<&str> = vec!["-l", &lcores];
-    tp_eal.extend_from_slice(EAL_COMMON);
+    let common = eal_common();
+    tp_eal.extend(common.iter().map(String::as_str));
     tp_eal.extend_from_slice(&["--vdev", "net_null0"]);
     let tp_app = [
         "--forward-mode=txonly",
@@ -77,9 +74,7 @@ fn main() {
         "--mbcache=250",
     ];
 
-    let mut args = vec!["tx_pipeline"];
-    args.extend_from_slice(EAL_COMMON);
-    let eal = Eal::init(&args).expect("EAL");
+    let eal = Eal::init(&dpdk::tool_args("tx_pipeline", &[] as &[&str], false)).expect("EAL");
     let pools = TxPools {
         hdr: Mempool::new(eal, "txp_hdr", 16384, 250, Mempool::DEFAULT_DATA_ROOM).unwrap(),
         bare: Mempool::new(eal, "txp_bare", 1024, 32, 0).unwrap(),

@@ -120,3 +120,73 @@ fn sharded_nics_run_every_test_kind() {
     let out = run(&["write_lat", "--shards", "2", "-n", "200"]);
     assert!(row(&out, "2").len() >= 5, "{out}");
 }
+
+#[test]
+fn latency_tests_above_32_bytes() {
+    // Each side's buffer holds its own message and the peer's: 64 B failed
+    // (send_lat: LocProtErr; write_lat: a panic reading outside the region).
+    for test in ["write_lat", "send_lat", "read_lat"] {
+        for size in ["64", "4096", "65536"] {
+            let out = run(&[test, "-n", "50", "-s", size]);
+            let r = row(&out, size);
+            assert_eq!(r[1], 50.0, "{test} -s {size}:\n{out}");
+            assert!(r[2] > 0.0, "{test} -s {size}:\n{out}");
+        }
+    }
+}
+
+#[test]
+fn all_sizes_as_perftest() {
+    // -a: 2 B .. 8 MiB (2^1 .. 2^23), one row each, for both kinds.
+    for test in ["write_bw", "write_lat"] {
+        let out = run(&[test, "-a", "-n", "4"]);
+        for p in 1..=23 {
+            let size = (1u64 << p).to_string();
+            assert_eq!(row(&out, &size)[1], 4.0, "{test} {size}:\n{out}");
+        }
+    }
+}
+
+#[test]
+fn out_json_has_final_counters_and_loopback_captures() {
+    let dir = std::env::temp_dir();
+    let json = dir.join(format!("rsnic-loop-{}.json", std::process::id()));
+    let pcap = dir.join(format!("rsnic-loop-{}.pcapng", std::process::id()));
+    let json_s = json.to_string_lossy().to_string();
+    let pcap_s = pcap.to_string_lossy().to_string();
+    run(&[
+        "write_bw",
+        "-n",
+        "300",
+        "-s",
+        "16384",
+        "--out_json",
+        &json_s,
+        "--pcap",
+        &pcap_s,
+    ]);
+    let j = std::fs::read_to_string(&json).expect("--out_json written");
+    let counter = |k: &str| -> u64 {
+        let at = j
+            .find(&format!("\"{k}\":"))
+            .unwrap_or_else(|| panic!("{k} in {j}"));
+        j[at + k.len() + 3..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // 300 messages of 16 packets (MTU 1024), every one counted, and the
+    // ACKs that completed them.
+    assert!(counter("tx_data_packets") >= 300 * 16, "{j}");
+    assert!(counter("rx_acks") >= 1, "{j}");
+    assert!(j.contains("\"exchange\":\"rsnic\""), "{j}");
+    // The capture holds the frames: at least the data packets' bytes.
+    let cap = std::fs::metadata(&pcap)
+        .expect("--loopback --pcap wrote a capture")
+        .len();
+    assert!(cap > 300 * 16 * 64, "capture of {cap} bytes");
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_file(&pcap);
+}

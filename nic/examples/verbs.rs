@@ -71,16 +71,7 @@ fn expect(cq: &mut CompletionQueue, wr_id: u64, op: WcOpcode) -> Result<WorkComp
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
-    let eal = Eal::init(&[
-        "verbs",
-        "--no-huge",
-        "--no-pci",
-        "--no-shconf",
-        "--no-telemetry",
-        "-m",
-        "512",
-        "--log-level=lib.eal:warning",
-    ])?;
+    let eal = Eal::init(&dpdk::tool_args("verbs", &[] as &[&str], false))?;
 
     // Two ports wired back to back; one device (engine thread) on each.
     let (pa, pb) = Port::ring_pair(eal, "verbs", 4096)?;

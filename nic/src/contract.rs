@@ -65,6 +65,9 @@ pub struct DeviceConfig {
     /// for a whole scheduler slice). Off: a pure poll-mode core, no syscall
     /// ever.
     pub idle_yield: bool,
+    /// Seed of the memory-region key bytes (`rdma::transport::MrTable::with_key_seed`):
+    /// [`DeviceConfig::new`] draws it from the OS, so a peer cannot guess keys.
+    pub mr_key_seed: u64,
 }
 
 impl DeviceConfig {
@@ -81,6 +84,11 @@ impl DeviceConfig {
             pcap: None,
             copy_threshold: crate::io::COPY_THRESHOLD,
             idle_yield: false,
+            // std's RandomState keys come from the OS (getrandom).
+            mr_key_seed: std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                0u64,
+            ),
         }
     }
 }

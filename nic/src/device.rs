@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use dpdk::{Eal, Port};
 
 use crate::contract::{DeviceConfig, EngineShared, CAPTURE_SNAP, MAX_QPS, QPN_BASE};
+use crate::counters::Counters;
 use crate::engine::{Engine, EngineParts, PacketIo};
 use crate::pcapng::{CaptureProducer, Interface, PcapngWriter};
 use crate::shard::{shard_base, Dispatcher, DispatcherParts};
@@ -242,6 +243,14 @@ impl Device {
     /// Stops the engine and releases the port.
     pub fn close(mut self) {
         self.stop();
+    }
+
+    /// Stops the engine, as [`Device::close`], and returns its final
+    /// counters: each engine publishes them after its last poll turn, so
+    /// nothing it counted while the program finished is missing.
+    pub fn close_with_counters(mut self) -> Counters {
+        self.stop();
+        self.counters()
     }
 
     /// Asks every engine to stop, waits for their threads, then until every

@@ -13,6 +13,7 @@ pub mod exchange;
 pub mod impair;
 pub mod io;
 pub mod pcapng;
+pub mod perftest_exchange;
 pub mod shard;
 pub mod verbs;
 

@@ -531,6 +531,12 @@ impl<P: PacketBuf> Switch<P> {
         }
     }
 
+    /// When `port_out`'s link is free again (the end of the frame last sent, per its
+    /// shaper), whether or not frames wait: where a frame just dequeued ends on the wire.
+    pub fn port_free_at(&self, port_out: u16) -> Option<u64> {
+        Some(self.ports[self.idx(port_out)?].shaper.next_free())
+    }
+
     /// Counters of a port.
     pub fn counters(&self, port: u16) -> Option<&PortCounters> {
         self.idx(port).map(|i| &self.ports[i].counters)

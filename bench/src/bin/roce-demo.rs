@@ -45,24 +45,7 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let mut eal_args = vec!["roce-demo".to_string()];
-    if args.eal.is_empty() {
-        eal_args.extend(
-            [
-                "--no-huge",
-                "-m",
-                "512",
-                "--no-pci",
-                "--no-shconf",
-                "--no-telemetry",
-                "--log-level=lib.eal:warning",
-            ]
-            .map(String::from),
-        );
-    } else {
-        eal_args.extend(args.eal.iter().cloned());
-    }
-    let eal = Eal::init(&eal_args)?;
+    let eal = Eal::init(&dpdk::tool_args("roce-demo", &args.eal, false))?;
     let pool = Mempool::new(eal, "demo", 8191, 256, Mempool::DEFAULT_DATA_ROOM)?;
     let (mut a, mut b) = match (&args.port_a, &args.port_b) {
         (Some(pa), Some(pb)) => (Port::open(eal, pa)?, Port::open(eal, pb)?),

@@ -366,26 +366,7 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
     // Bad flags fail here, before DPDK starts.
     fabric::check_config(&cfg, senders)?;
 
-    let mut eal_full = vec!["roce-testbed".to_string()];
-    if eal_args.is_empty() {
-        eal_full.extend(
-            [
-                "--no-huge",
-                "-m",
-                "1024",
-                "--no-pci",
-                "--no-shconf",
-                "--no-telemetry",
-                "--log-level=error",
-                "--log-level=lib.eal:error",
-            ]
-            .map(String::from),
-        );
-        eal_full.push(format!("--file-prefix=roce-testbed-{}", std::process::id()));
-    } else {
-        eal_full.extend(eal_args);
-    }
-    let eal = Eal::init(&eal_full)?;
+    let eal = Eal::init(&dpdk::tool_args("roce-testbed", &eal_args, false))?;
     let mut progress = Progress::new();
     let mut tag = 0u32;
 

@@ -37,6 +37,28 @@ pub const TEST_EAL_ARGS: &[&str] = &[
     "--log-level=lib.eal:warning",
 ];
 
+/// The EAL arguments of a tool or benchmark: `program`, then the user's
+/// arguments (what followed `--` on its command line) if there are any,
+/// else this project's defaults (DESIGN.md §10): no hugepages, 1 GiB of
+/// ordinary memory, no PCI scan unless `pci` (a tool given a PCI device
+/// needs it), no shared config file and a per-process file prefix (so
+/// processes never see each other), no telemetry socket, EAL logs at error
+/// level (every component). Every binary builds its EAL line here, so they agree.
+pub fn tool_args<S: AsRef<str>>(program: &str, user: &[S], pci: bool) -> Vec<String> {
+    let mut args = vec![program.to_owned()];
+    if !user.is_empty() {
+        args.extend(user.iter().map(|s| s.as_ref().to_owned()));
+        return args;
+    }
+    args.extend(["--no-huge", "-m", "1024"].map(String::from));
+    if !pci {
+        args.push("--no-pci".into());
+    }
+    args.extend(["--no-shconf", "--no-telemetry", "--log-level=error"].map(String::from));
+    args.push(format!("--file-prefix={program}-{}", std::process::id()));
+    args
+}
+
 impl Eal {
     /// Initialises the EAL with `args` (`args[0]` is the program name, as in
     /// `argv`). Idempotent for identical arguments.

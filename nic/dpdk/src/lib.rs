@@ -31,7 +31,7 @@ mod ring;
 
 pub use burst::{Burst, Drain, BURST_SIZE};
 pub use clock::TscClock;
-pub use eal::Eal;
+pub use eal::{tool_args, Eal};
 pub use error::{Error, Result};
 pub use extbuf::ExtBuf;
 pub use mbuf::Mbuf;

@@ -269,7 +269,7 @@ impl Engine {
             },
             shared: parts.shared,
             cmd: parts.cmd,
-            mrs: MrTable::new(),
+            mrs: MrTable::with_key_seed(cfg.mr_key_seed),
             mr_mem: Vec::new(),
             cqs: Vec::new(),
             qps: (0..MAX_QPS).map(|_| None).collect(),

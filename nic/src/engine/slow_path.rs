@@ -263,6 +263,7 @@ impl Engine {
         };
         let transport = |source| EngineError::Transport { qpn, source };
         let mut qp = Qp::new(cfg).map_err(transport)?;
+        qp.set_peer_ip(remote.ip);
         for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
             qp.modify(st).map_err(transport)?;
         }

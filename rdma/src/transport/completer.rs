@@ -230,7 +230,8 @@ impl Completer {
             AethSyndrome::RnrNak { timer } => {
                 self.ack_until(p, now, cfg, req, out);
                 out.push_event(nak);
-                if !self.outstanding(p, req) {
+                if !self.outstanding(p, req) || req.rnr_until > now {
+                    // Stale, or a duplicate of the RNR NAK being waited out.
                     return None;
                 }
                 if cfg.rnr_retry != RNR_RETRY_INFINITE {
@@ -282,6 +283,16 @@ impl Completer {
                 None => Heard::Done,
             };
         }
+        // A READ response or ATOMIC ACK for a later WQE implicitly acknowledges every
+        // SEND/WRITE before it (IBA 9.7.5.1, coalesced ACKs; rxe `check_psn`); an
+        // unfinished READ/ATOMIC before it lost its response (implied NAK).
+        let before = self.acked_lsn;
+        let owner = req.sq.iter().find(|w| w.holds(p)).copied();
+        if let Some(w) = owner.filter(|w| w.wr.op.needs_response()) {
+            if psn::lt(self.una, w.first_psn) {
+                self.ack_until(w.first_psn, now, cfg, req, out);
+            }
+        }
         // READ responses and ATOMIC ACKs must be the oldest outstanding PSN.
         let Some(w) = req.sq.front().copied() else {
             out.counters.rx_bad_response += 1;
@@ -304,7 +315,6 @@ impl Completer {
                 return Heard::Done;
             };
             mem.write_u64(w.wr.sge.addr, a.orig);
-            let before = self.acked_lsn;
             self.complete_front(WcStatus::Success, cfg, req, out);
             self.acked_lsn = req.lsn_at(self.una, cfg.pmtu);
             let n = self.acked_lsn.wrapping_sub(before);
@@ -333,7 +343,6 @@ impl Completer {
         if !f.payload.is_empty() {
             mem.write(w.wr.sge.addr + u64::from(off), f.payload);
         }
-        let before = self.acked_lsn;
         if last {
             self.complete_front(WcStatus::Success, cfg, req, out);
         } else {

@@ -188,6 +188,8 @@ pub struct QpCounters {
     pub rx_out_of_sequence: u64,
     /// Packets for another QP or in a state that ignores them.
     pub rx_dropped_state: u64,
+    /// Packets from a source IPv4 address other than the connected peer's.
+    pub rx_wrong_source: u64,
     /// Malformed or unexpected responses dropped.
     pub rx_bad_response: u64,
     /// NAKs sent: PSN sequence error.

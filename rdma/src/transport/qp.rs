@@ -21,6 +21,7 @@ use crate::wire::bth::Opcode;
 use crate::wire::ccext::{CcExtFlags, MAX_ECHO_HOPS};
 use crate::wire::frame::RoceFrame;
 use crate::wire::int::HopRecord;
+use crate::wire::ipv4::Ipv4Address;
 use crate::wire::psn;
 
 /// LSN charge of a packet without payload (READ request, ATOMIC, zero-length message):
@@ -146,6 +147,8 @@ pub struct Qp {
     resp: Responder,
     ext: CcExtState,
     out: Outputs,
+    /// The connected peer's address, if set: nothing else is accepted.
+    peer_ip: Option<Ipv4Address>,
 }
 
 impl Qp {
@@ -177,6 +180,7 @@ impl Qp {
             resp: Responder::new(&cfg),
             ext: CcExtState::new(),
             out: Outputs::new(cfg.sq_depth as usize, cfg.rq_depth as usize),
+            peer_ip: None,
         })
     }
 
@@ -251,6 +255,15 @@ impl Qp {
     /// every packet, which LDCP's per-ACK window adjustment wants. 0 is taken as 1.
     pub fn set_ack_coalesce(&mut self, n: u16) {
         self.resp.ack_coalesce = n.max(1);
+    }
+
+    /// The connected peer's IPv4 address (its GID, from the address vector given at
+    /// RTR): from then on a packet from any other source address is dropped and
+    /// counted ([`QpCounters::rx_wrong_source`]), as rxe's `check_addr` does; the UDP
+    /// source port is not checked (senders vary it for ECMP entropy). Unset (the
+    /// default), any source is accepted. RESET clears it.
+    pub fn set_peer_ip(&mut self, ip: [u8; 4]) {
+        self.peer_ip = Some(Ipv4Address(ip));
     }
 
     /// Puts a receiver-computed window (Rx-HPCC) into the next ACK's CC extension.
@@ -457,6 +470,10 @@ impl Qp {
             || matches!(self.state, QpState::Reset | QpState::Init | QpState::Err)
         {
             self.out.counters.rx_dropped_state += 1;
+            return;
+        }
+        if self.peer_ip.is_some_and(|ip| ip != f.ip.src) {
+            self.out.counters.rx_wrong_source += 1;
             return;
         }
         let op = f.bth.opcode;

@@ -33,6 +33,11 @@ impl SendWqe {
     pub fn end_psn(&self) -> u32 {
         psn::add(self.first_psn, self.npkts)
     }
+
+    /// Whether PSN `p` is one of its packets (started WQEs only).
+    pub fn holds(&self, p: u32) -> bool {
+        self.started && psn::sub(p, self.first_psn) < self.npkts
+    }
 }
 
 /// The requester's state: the send queue and the transmit cursor.
@@ -56,7 +61,14 @@ pub(super) struct Requester {
     pub rd_outstanding: u8,
     /// No packet before this time (an RNR NAK's timer); 0 = no wait.
     pub rnr_until: u64,
+    /// Packets sent since the last one with AckReq.
+    noack_pkts: u32,
 }
+
+/// A request packet asks for an ACK (BTH AckReq) at the end of every message and at
+/// least once in this many packets, as rxe's requester does (`RXE_MAX_PKT_PER_ACK`):
+/// a standard responder (rxe, hardware) may acknowledge only the packets that ask.
+pub(super) const ACK_REQ_EVERY: u32 = 64;
 
 impl Requester {
     pub fn new(cfg: &QpConfig) -> Self {
@@ -70,6 +82,7 @@ impl Requester {
             window: u32::MAX,
             rd_outstanding: 0,
             rnr_until: 0,
+            noack_pkts: 0,
         }
     }
 
@@ -266,6 +279,13 @@ impl Requester {
             return None;
         }
         let mut repr = repr;
+        self.noack_pkts += 1;
+        if self.noack_pkts >= ACK_REQ_EVERY {
+            repr.bth.ack_req = true;
+        }
+        if repr.bth.ack_req {
+            self.noack_pkts = 0;
+        }
         if cfg.cc_ext {
             repr.ccext = Some(CcExtRepr::data(lsn, CcExtFlags::empty()));
         }

@@ -49,6 +49,42 @@ struct ReadJob {
     msn: u32,
 }
 
+/// A READ executed, kept so that a duplicate of it (or of its tail) can be replayed
+/// from memory (rxe `find_resource`).
+#[derive(Debug, Clone, Copy)]
+struct ReadResource {
+    first_psn: u32,
+    npkts: u32,
+    va: u64,
+    len: u32,
+    rkey: u32,
+    msn: u32,
+}
+
+impl ReadResource {
+    /// The replay a duplicate READ at PSN `p` asking for `r` gets: from `p` on, if `p`
+    /// is one of this READ's PSNs and `r` is exactly the rest of its range from there
+    /// (the requester re-requests from the first missing response, IBA 9.7.5.1.5).
+    /// A replay from inside the READ continues its opcode sequence (MIDDLE/LAST), as
+    /// rxe's `read_reply` does and its completer expects.
+    fn replay(&self, p: u32, r: &RethRepr, pmtu: u32) -> Option<ReadJob> {
+        let idx = psn::sub(p, self.first_psn);
+        if idx >= self.npkts || r.rkey != self.rkey {
+            return None;
+        }
+        let off = idx * pmtu;
+        let rest = self.len - off.min(self.len);
+        (r.va == self.va + u64::from(off) && r.dma_len == rest).then_some(ReadJob {
+            psn: p,
+            va: r.va,
+            rkey: r.rkey,
+            remaining: rest,
+            first: idx == 0,
+            msn: self.msn,
+        })
+    }
+}
+
 /// What the responder sends, in order.
 #[derive(Debug, Clone, Copy)]
 enum RespItem {
@@ -79,6 +115,10 @@ enum Refusal {
 
 /// The answer of one check of the chain.
 type Check<T> = Result<T, Refusal>;
+
+/// The largest message IBA allows (2^31 bytes); a RETH asking for more is an invalid
+/// request.
+pub(super) const MAX_MESSAGE: u32 = 1 << 31;
 
 /// Shorthand for the fatal refusals.
 const fn fatal(code: NakCode, local: WcStatus) -> Refusal {
@@ -140,6 +180,8 @@ pub(super) struct Responder {
     out_cap: usize,
     /// (PSN, original value) of recent ATOMICs, for duplicates.
     atomic_cache: VecDeque<(u32, u64)>,
+    /// Recent READs (rxe's RDMA/atomic resources), for duplicates.
+    read_cache: VecDeque<ReadResource>,
     /// READ-response LSN space (LDCP 3.1): next, acknowledged, window.
     pub resp_next_lsn: u32,
     pub resp_acked_lsn: u32,
@@ -160,6 +202,7 @@ impl Responder {
             out: VecDeque::with_capacity(2 * rd + 8),
             out_cap: 2 * rd + 8,
             atomic_cache: VecDeque::with_capacity(rd),
+            read_cache: VecDeque::with_capacity(rd),
             resp_next_lsn: 0,
             resp_acked_lsn: 0,
             resp_window: u32::MAX,
@@ -285,7 +328,7 @@ impl Responder {
             .check_op_seq(f.bth.opcode)
             .and_then(|()| self.check_length(f, cfg))
             .inspect(|()| ext.on_in_order_request(f))
-            .and_then(|()| self.check_resource(f))
+            .and_then(|()| self.check_resource(f, cfg, mrs))
             .and_then(|t| self.check_rkey(t, cfg, mrs));
         match checked {
             Ok(t) => {
@@ -328,7 +371,8 @@ impl Responder {
         ok.then_some(()).ok_or(INVALID)
     }
 
-    /// Length (rxe `check_length`): FIRST/MIDDLE carry exactly one PMTU, no packet more.
+    /// Length (rxe `check_length`): FIRST/MIDDLE carry exactly one PMTU, no packet more;
+    /// a WRITE or READ asks for at most [`MAX_MESSAGE`] bytes.
     fn check_length(&self, f: &RoceFrame<'_>, cfg: &QpConfig) -> Check<()> {
         let op = f.bth.opcode;
         let pm = cfg.pmtu as usize;
@@ -336,13 +380,19 @@ impl Responder {
         if (op.is_first() || op.is_middle()) && len != pm || len > pm {
             return Err(INVALID);
         }
+        if f.reth.is_some_and(|r| r.dma_len > MAX_MESSAGE) {
+            return Err(INVALID);
+        }
         Ok(())
     }
 
     /// Resources (rxe `check_resource`): a receive WQE for SEND and WRITE with
-    /// immediate, the message's bytes within it or within the WRITE's announced
-    /// length, room for a READ or ATOMIC response.
-    fn check_resource(&self, f: &RoceFrame<'_>) -> Check<Target> {
+    /// immediate, the message's bytes within it (a longer SEND is an invalid request
+    /// that completes the WQE with LOC_LEN_ERR) and within a region it may still
+    /// write (its region deregistered since the post: a malformed WQE, NAK remote
+    /// operational error, class A) or within the WRITE's announced length, room for a
+    /// READ or ATOMIC response.
+    fn check_resource(&self, f: &RoceFrame<'_>, cfg: &QpConfig, mrs: &MrTable) -> Check<Target> {
         let op = f.bth.opcode;
         let len = f.payload.len() as u32;
         if op.is_send() {
@@ -353,6 +403,20 @@ impl Responder {
             };
             if u64::from(offset) + u64::from(len) > u64::from(wqe.sge.len) {
                 return Err(fatal(NakCode::InvalidRequest, WcStatus::LocLenErr));
+            }
+            let va = wqe.sge.addr + u64::from(offset);
+            if len > 0
+                && mrs
+                    .check_local_in(
+                        cfg.pd,
+                        wqe.sge.lkey,
+                        va,
+                        u64::from(len),
+                        Access::LOCAL_WRITE,
+                    )
+                    .is_err()
+            {
+                return Err(fatal(NakCode::RemoteOperationalError, WcStatus::LocQpOpErr));
             }
             return Ok(Target::Recv { wqe, offset });
         }
@@ -544,7 +608,19 @@ impl Responder {
                     msn: self.msn,
                 };
                 self.push_out(RespItem::Read(job), out);
-                self.epsn = psn::add(self.epsn, r.dma_len.div_ceil(cfg.pmtu).max(1));
+                let npkts = r.dma_len.div_ceil(cfg.pmtu).max(1);
+                if self.read_cache.len() >= self.read_cache.capacity() {
+                    self.read_cache.pop_front();
+                }
+                self.read_cache.push_back(ReadResource {
+                    first_psn: p,
+                    npkts,
+                    va: r.va,
+                    len: r.dma_len,
+                    rkey: r.rkey,
+                    msn: self.msn,
+                });
+                self.epsn = psn::add(self.epsn, npkts);
                 self.nak_sent = false;
                 return;
             }
@@ -581,35 +657,35 @@ impl Responder {
         }
     }
 
-    /// A duplicate request (IBA 9.7.5.1.x): READs are idempotent and replayed from the
-    /// requested PSN with the (re-checked) range of the re-issued request; ATOMICs are
-    /// answered from the result cache, never executed twice; SEND/WRITE re-ACK the
-    /// newest PSN received in order.
+    /// A duplicate request (IBA 9.7.5.1.x, rxe `duplicate_request`): a READ is
+    /// re-executed from memory when it asks for the rest of an earlier READ from one of
+    /// its PSNs (a new, shorter PSN range; the region re-checked), superseding a replay
+    /// of it still queued; ATOMICs are answered from the result cache, never executed
+    /// twice; SEND/WRITE re-ACK the newest PSN received in order. Anything else is
+    /// dropped (counted as a duplicate).
     fn duplicate(&mut self, f: &RoceFrame<'_>, cfg: &QpConfig, mrs: &MrTable, out: &mut Outputs) {
         let p = f.bth.psn;
         let op = f.bth.opcode;
         if op == Opcode::ReadRequest {
             let Some(r) = f.reth else { return };
-            let ok = mrs.check_remote_in(
-                cfg.pd,
-                r.rkey,
-                r.va,
-                u64::from(r.dma_len),
-                Access::REMOTE_READ,
-            );
-            if ok.is_err() {
+            let Some(job) = self
+                .read_cache
+                .iter()
+                .find_map(|res| res.replay(p, &r, cfg.pmtu))
+            else {
+                return;
+            };
+            let need = Access::REMOTE_READ;
+            if mrs
+                .check_remote_in(cfg.pd, r.rkey, r.va, u64::from(r.dma_len), need)
+                .is_err()
+            {
                 return;
             }
+            self.out
+                .retain(|i| !matches!(i, RespItem::Read(j) if j.msn == job.msn));
             // Everything before it counts as delivered for the READ-response window.
             self.resp_acked_lsn = self.resp_next_lsn;
-            let job = ReadJob {
-                psn: p,
-                va: r.va,
-                rkey: r.rkey,
-                remaining: r.dma_len,
-                first: true,
-                msn: self.msn,
-            };
             self.push_out(RespItem::Read(job), out);
         } else if op.has_atomic_eth() {
             if let Some(&(_, orig)) = self.atomic_cache.iter().find(|(q, _)| *q == p) {

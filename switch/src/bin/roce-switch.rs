@@ -200,15 +200,10 @@ fn run(args: Args) -> Result<(), String> {
         ));
     }
 
-    let mut eal_args = vec!["roce-switch".to_owned()];
-    if args.eal.is_empty() {
-        // No hugepages needed for a software switch of this size (DESIGN.md section 10).
-        eal_args
-            .extend(["--no-huge", "-m", "1024", "--no-shconf", "--no-telemetry"].map(String::from));
-    } else {
-        eal_args.extend(args.eal.iter().cloned());
-    }
-    let eal = Eal::init(&eal_args).map_err(|e| format!("EAL: {e}"))?;
+    // No hugepages needed for a software switch of this size (DESIGN.md
+    // section 10); its ports may be PCI devices, so the PCI bus is scanned.
+    let eal = Eal::init(&dpdk::tool_args("roce-switch", &args.eal, true))
+        .map_err(|e| format!("EAL: {e}"))?;
 
     // Enough mbufs for every queue slot of every port (one per 64 bytes of buffer),
     // the RX/TX descriptor rings and the bursts in flight.

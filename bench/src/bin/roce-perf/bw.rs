@@ -1,0 +1,272 @@
+//! Bandwidth tests, as perftest's `write_bw.c`, `read_bw.c`, `send_bw.c`:
+//! the client posts `-n` messages per QP keeping `-t` in flight, QPs in
+//! turn, messages cycling through the peer's unit ([`Layout::slot`]).
+//! WRITE and READ: the server waits for the client's end and prints the
+//! client's report. SEND: the server receives (its own table), with a
+//! barrier before each size.
+
+use std::time::{Duration, Instant};
+
+use bench::perftest::{self, BwRow};
+use nic::perftest_exchange::BwReport;
+use rdma::transport::{RecvWr, SendOp, SendWr, Sge};
+
+use crate::cli::Test;
+use crate::setup::{wait_wc, Session};
+use crate::Res;
+
+/// Runs every size; returns the rows this side prints.
+pub fn run(test: &Test, s: &mut Session, quiet: bool) -> Res<Vec<BwRow>> {
+    let (_, o) = test.parts();
+    let gbits = o.report_gbits;
+    let mut rows = Vec::new();
+    let show = |r: &BwRow| {
+        if !quiet {
+            print!("{}", perftest::bw_row(r, gbits));
+        }
+    };
+    let sizes = test.sizes();
+    if test.is_send() {
+        for &size in &sizes {
+            if s.server {
+                let per_qp = receive_total(test);
+                let posted = post_receives(s, size, per_qp)?;
+                s.link.handshake()?;
+                let row = receive(test, s, size, posted, per_qp)?;
+                show(&row);
+                rows.push(row);
+            } else {
+                s.link.handshake()?;
+                let row = send(test, s, size)?;
+                show(&row);
+                rows.push(row);
+            }
+            if o.all {
+                s.link.handshake()?;
+            }
+        }
+        s.link.close()?;
+        return Ok(rows);
+    }
+    if s.server {
+        // The client runs; we wait for its end, then print its report.
+        s.link.handshake()?;
+        let r = s.link.report(&to_report(None, gbits))?;
+        let row = from_report(&r, gbits);
+        show(&row);
+        rows.push(row);
+    } else {
+        let mut last = None;
+        for &size in &sizes {
+            let row = send(test, s, size)?;
+            show(&row);
+            rows.push(row);
+            last = Some(row);
+        }
+        s.link.handshake()?;
+        s.link.report(&to_report(last.as_ref(), gbits))?;
+    }
+    s.link.close()?;
+    Ok(rows)
+}
+
+/// A row as perftest's report carries it (its units: MB/s or Gb/s, Mpps).
+fn to_report(r: Option<&BwRow>, gbits: bool) -> BwReport {
+    let unit = |bps: f64| {
+        if gbits {
+            bps * 8.0 / 1e9
+        } else {
+            bps / 1_048_576.0
+        }
+    };
+    r.map_or(
+        BwReport {
+            size: 0,
+            iters: 0,
+            bw_peak: 0.0,
+            bw_avg: 0.0,
+            msg_rate: 0.0,
+        },
+        |r| BwReport {
+            size: r.bytes,
+            iters: r.iterations,
+            bw_peak: unit(r.peak_bps),
+            bw_avg: unit(r.avg_bps),
+            msg_rate: r.msg_rate / 1e6,
+        },
+    )
+}
+
+fn from_report(r: &BwReport, gbits: bool) -> BwRow {
+    let bps = |v: f64| {
+        if gbits {
+            v * 1e9 / 8.0
+        } else {
+            v * 1_048_576.0
+        }
+    };
+    BwRow {
+        bytes: r.size,
+        iterations: r.iters,
+        peak_bps: bps(r.bw_peak),
+        avg_bps: bps(r.bw_avg),
+        msg_rate: r.msg_rate * 1e6,
+    }
+}
+
+/// Messages each QP receives for one size: `-n` (unbounded with `-D`).
+fn receive_total(test: &Test) -> u64 {
+    let (_, o) = test.parts();
+    if o.duration.is_some() {
+        u64::MAX
+    } else {
+        test.iters()
+    }
+}
+
+/// Receives posted per QP, and the next slot of each.
+type Posted = Vec<u64>;
+
+/// Posts the first receives of every QP: up to the receive queue's depth
+/// (512) or `per_qp`.
+fn post_receives(s: &mut Session, size: u32, per_qp: u64) -> Res<Posted> {
+    let nq = s.qps.len();
+    let mut posted = vec![0u64; nq];
+    for q in 0..nq {
+        while posted[q] < per_qp.min(512) {
+            post_receive(s, size, q, &mut posted)?;
+        }
+    }
+    Ok(posted)
+}
+
+/// One receive on QP `q` into the next slot of its unit; `wr_id` is `q`.
+fn post_receive(s: &mut Session, size: u32, q: usize, posted: &mut Posted) -> Res<()> {
+    let off = s.layout.incoming(q) + s.layout.slot(posted[q], size);
+    s.qps[q].post_recv(RecvWr {
+        wr_id: q as u64,
+        sge: Sge {
+            addr: s.mr.va() + off,
+            len: size,
+            lkey: s.mr.lkey(),
+        },
+    })?;
+    posted[q] += 1;
+    Ok(())
+}
+
+/// The SEND server: receives `per_qp` messages on every QP (or until `-D`
+/// ends), reposting each receive on its QP.
+fn receive(test: &Test, s: &mut Session, size: u32, mut posted: Posted, per_qp: u64) -> Res<BwRow> {
+    let (_, o) = test.parts();
+    let deadline = o.duration.map(|d| Instant::now() + Duration::from_secs(d));
+    let nq = s.qps.len() as u64;
+    let total = per_qp.saturating_mul(nq);
+    let mut done = 0u64;
+    let mut start = None;
+    while done < total {
+        let wc = match deadline {
+            None => match s.cq.wait(Duration::from_secs(30)) {
+                Some(wc) => wc,
+                None => {
+                    return Err(format!(
+                        "received {done} of {total} messages; nothing for 30 s (peer gone?)"
+                    )
+                    .into())
+                }
+            },
+            Some(d) => match s.cq.wait(Duration::from_millis(100)) {
+                Some(wc) => wc,
+                None if Instant::now() >= d => break,
+                None => continue,
+            },
+        };
+        if wc.status != rdma::transport::WcStatus::Success {
+            return Err(format!("receive failed: {:?}", wc.status).into());
+        }
+        start.get_or_insert_with(Instant::now);
+        done += 1;
+        let q = wc.wr_id as usize;
+        if q < posted.len() && posted[q] < per_qp {
+            post_receive(s, size, q, &mut posted)?;
+        }
+    }
+    let secs = start.map_or(1e-9, |t| t.elapsed().as_secs_f64().max(1e-9));
+    let avg = done as f64 * f64::from(size) / secs;
+    Ok(BwRow {
+        bytes: u64::from(size),
+        iterations: done / nq.max(1),
+        peak_bps: avg,
+        avg_bps: avg,
+        msg_rate: done as f64 / secs,
+    })
+}
+
+/// The client's run of one size: WRITE, READ or SEND `-n` messages per QP.
+/// Peak is the best 10 ms window.
+fn send(test: &Test, s: &mut Session, size: u32) -> Res<BwRow> {
+    let (_, o) = test.parts();
+    let depth = u64::from(o.tx_depth.max(1));
+    let nq = s.qps.len() as u64;
+    let deadline = o.duration.map(|d| Instant::now() + Duration::from_secs(d));
+    let total = if deadline.is_some() {
+        u64::MAX
+    } else {
+        test.iters() * nq
+    };
+    let (mut posted, mut done) = (0u64, 0u64);
+    let start = Instant::now();
+    let mut window = (start, 0u64);
+    let mut peak = 0f64;
+    while done < total {
+        if deadline.is_some_and(|d| Instant::now() >= d) && posted == done {
+            break;
+        }
+        while posted < total && posted - done < depth && deadline.is_none_or(|d| Instant::now() < d)
+        {
+            // Round robin over the QPs (-q), each cycling through its unit.
+            let q = (posted % nq) as usize;
+            let off = s.layout.slot(posted / nq, size);
+            let remote = &s.remotes[q];
+            let op = match test {
+                Test::read_bw(_) => SendOp::Read {
+                    remote_va: remote.va + off,
+                    rkey: remote.rkey,
+                },
+                Test::send_bw(_) => SendOp::Send,
+                _ => SendOp::Write {
+                    remote_va: remote.va + off,
+                    rkey: remote.rkey,
+                },
+            };
+            s.qps[q].post_send(SendWr {
+                wr_id: posted,
+                op,
+                sge: Sge {
+                    addr: s.mr.va() + s.layout.local(q) + off,
+                    len: size,
+                    lkey: s.mr.lkey(),
+                },
+                signaled: true,
+                solicited: false,
+            })?;
+            posted += 1;
+        }
+        wait_wc(&mut s.cq)?;
+        done += 1;
+        let el = window.0.elapsed();
+        if el >= Duration::from_millis(10) {
+            peak = peak.max((done - window.1) as f64 * f64::from(size) / el.as_secs_f64());
+            window = (Instant::now(), done);
+        }
+    }
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    let avg = done as f64 * f64::from(size) / secs;
+    Ok(BwRow {
+        bytes: u64::from(size),
+        iterations: done / nq,
+        peak_bps: peak.max(avg),
+        avg_bps: avg,
+        msg_rate: done as f64 / secs,
+    })
+}

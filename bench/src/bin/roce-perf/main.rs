@@ -1,0 +1,186 @@
+//! `roce-perf`: perftest for this NIC. The same subcommands, flags and output
+//! tables as `ib_write_bw`, `ib_read_lat`, ...: run it without a server
+//! address to be the server, with one to be the client.
+//!
+//! ```text
+//! roce-perf write_bw --dev net_tap0,iface=rt-a --ip 10.0.0.1            # server
+//! roce-perf write_bw --dev net_tap0,iface=rt-b --ip 10.0.0.2 10.99.0.1  # client
+//! ```
+//!
+//! The out-of-band exchange (QPN, PSN, IP, MAC, rkey, VA, MTU, CC) runs over
+//! TCP to `<server>:<port>`: ours (docs/connection.md) or perftest's
+//! (`nic::perftest_exchange`), so that the real `ib_write_bw` and friends
+//! are peers in either role: a server tells them apart by the client's
+//! first byte, a client speaks perftest's with `--exchange perftest`. The
+//! RDMA traffic runs over the DPDK port.
+//!
+//! Modules: [`cli`] (flags), [`setup`] (NIC, exchange, buffer layout), [`bw`]
+//! and [`lat`] (the tests).
+
+mod bw;
+mod cli;
+mod lat;
+mod setup;
+
+use std::net::{Ipv4Addr, TcpListener};
+
+use bench::perftest;
+use clap::Parser;
+use dpdk::{Eal, Port};
+use nic::verbs::{Device, DeviceConfig};
+
+use cli::{Cli, Test};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // EAL arguments follow `--`.
+    let (ours, eal): (Vec<String>, Vec<String>) = match args.iter().position(|a| a == "--") {
+        Some(i) => (args[..i].to_vec(), args[i + 1..].to_vec()),
+        None => (args.clone(), Vec::new()),
+    };
+    let cli = Cli::parse_from(ours);
+    if let Err(e) = run(cli.test, eal) {
+        eprintln!("roce-perf: {e}");
+        std::process::exit(1);
+    }
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
+    let (_, o) = test.parts();
+    if let Some(m) = o
+        .mtu
+        .filter(|m| !matches!(m, 256 | 512 | 1024 | 2048 | 4096))
+    {
+        return Err(format!("-m {m}: MTU must be 256, 512, 1024, 2048 or 4096").into());
+    }
+    // A PCI address (0000:03:00.0) needs the PCI scan.
+    let pci = o.dev.contains(':') && !o.dev.contains(',');
+    let eal = Eal::init(&dpdk::tool_args("roce-perf", &eal_args, pci))?;
+    if !o.loopback {
+        return run_side(&test, eal, None, false);
+    }
+    // Both ends here: a ring pair with both NICs' engines on one poll-mode
+    // thread (so that the two sides' own threads have the other core), the
+    // server on one end in a thread (quiet), the client on the other, the
+    // exchange over TCP on the loopback address.
+    let (pa, pb) = Port::ring_pair(eal, "roce-perf", 4096)?;
+    // The engines on the last core (or --core), both sides on the first.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let engine_core = o.core.unwrap_or(cores.saturating_sub(1));
+    let side_core = (cores > 1).then_some(0);
+    let [a, b, c, d] = o.ip.octets();
+    let client_ip = Ipv4Addr::new(a, b, c, d.wrapping_add(1));
+    let (dev_a, dev_b) = if o.shards > 1 {
+        // Sharded: each side's dispatcher and shards on threads of their
+        // own (unpinned), yielding when idle.
+        let shards = vec![None; usize::from(o.shards)];
+        let open = |port, ip: Ipv4Addr, pcap: Option<&std::ffi::OsString>| {
+            let mut cfg = DeviceConfig::new(ip.octets());
+            cfg.idle_yield = !o.busy_poll;
+            cfg.pcap = pcap.map(std::path::PathBuf::from);
+            Device::open_sharded(eal, port, cfg, &shards)
+        };
+        (
+            Some(open(pa, o.ip, None)?),
+            Some(open(pb, client_ip, o.pcap.as_ref())?),
+        )
+    } else {
+        // --pcap captures at the client's NIC (both directions).
+        let mut client_cfg = DeviceConfig::new(client_ip.octets());
+        client_cfg.pcap = o.pcap.as_ref().map(std::path::PathBuf::from);
+        let mut devs = Device::open_group(
+            eal,
+            vec![(pa, DeviceConfig::new(o.ip.octets())), (pb, client_cfg)],
+            Some(engine_core),
+        )?;
+        let (dev_b, dev_a) = (devs.pop(), devs.pop());
+        (dev_a, dev_b)
+    };
+    // A free TCP port for the exchange, so that loopback runs side by side.
+    let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port();
+    let server_test = test.with(|o| {
+        o.port = tcp;
+        o.server = None;
+        o.dev = "ring pair (server end)".into();
+        o.out_json = None;
+        o.pcap = None;
+    });
+    let client_test = test.with(|o| {
+        o.port = tcp;
+        o.server = Some(Ipv4Addr::LOCALHOST.into());
+        o.ip = client_ip;
+        o.dev = "ring pair (loopback)".into();
+    });
+    let server = dpdk::lcore::spawn_pinned(eal, "roce-perf-server", side_core, move || {
+        run_side(&server_test, eal, dev_a, true).map_err(|e| e.to_string())
+    })?;
+    let client = dpdk::lcore::spawn_pinned(eal, "roce-perf-client", side_core, move || {
+        run_side(&client_test, eal, dev_b, false).map_err(|e| e.to_string())
+    })?;
+    // A failed client returns at once (the server may still wait for it).
+    client
+        .join()
+        .map_err(|_| "the client thread panicked".to_string())??;
+    server
+        .join()
+        .map_err(|_| "the server thread panicked".to_string())?
+        .map_err(|e| format!("server: {e}"))?;
+    Ok(())
+}
+
+/// One side (server or client) of a test.
+fn run_side(test: &Test, eal: &'static Eal, dev: Option<Device>, quiet: bool) -> Res<()> {
+    let (name, o) = test.parts();
+    let mut s = setup::setup(test, eal, dev, quiet)?;
+    if !quiet {
+        if test.is_lat() {
+            print!("{}", perftest::lat_header());
+        } else {
+            print!("{}", perftest::bw_header(o.report_gbits));
+        }
+    }
+    let json: Vec<String> = if test.is_lat() {
+        lat::run(test, &mut s, quiet)?
+            .iter()
+            .map(|(size, iters, st)| format!(
+                "{{\"bytes\":{size},\"iterations\":{iters},\"t_min\":{:.3},\"t_max\":{:.3},\"t_typical\":{:.3},\"t_avg\":{:.3},\"t_stdev\":{:.3},\"p99\":{:.3},\"p99_9\":{:.3}}}",
+                st.t_min, st.t_max, st.t_typical, st.t_avg, st.t_stdev, st.p99, st.p999
+            ))
+            .collect()
+    } else {
+        bw::run(test, &mut s, quiet)?
+            .iter()
+            .map(|r| format!(
+                "{{\"bytes\":{},\"iterations\":{},\"bw_peak_gbps\":{:.6},\"bw_avg_gbps\":{:.6},\"msg_rate_mpps\":{:.6}}}",
+                r.bytes, r.iterations, r.peak_bps * 8e-9, r.avg_bps * 8e-9, r.msg_rate / 1e6
+            ))
+            .collect()
+    };
+    if !quiet {
+        println!("{}", perftest::RULE);
+    }
+    let server = s.server;
+    let protocol = s.link.protocol();
+    // The counters once every engine has stopped: final.
+    drop(s.qps);
+    let counters = s.dev.close_with_counters();
+    if let Some(path) = &o.out_json {
+        let text = format!(
+            "{{\"test\":\"{name}\",\"role\":\"{}\",\"exchange\":\"{protocol}\",\"results\":[{}],\"counters\":{{{}}}}}\n",
+            if server { "server" } else { "client" },
+            json.join(","),
+            counters
+                .iter()
+                .map(|(k, v)| format!("\"{k}\":{v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        std::fs::write(path, text)
+            .map_err(|e| format!("cannot write {}: {e}", std::path::Path::new(path).display()))?;
+    }
+    Ok(())
+}

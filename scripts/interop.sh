@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# roce-perf against Linux SoftRoCE (rxe) and the real perftest 4.5 in a QEMU
+# guest (scripts/rxe-guest.sh): the six tests x both roles x 64 B, 4 KiB,
+# 64 KiB at MTU 1024, then a lossy run (1 % loss both ways on the bridge).
+# Each run must end with exit 0 on both sides, perftest's row (size and
+# iterations) on the guest, our --out_json row on the host, and the data
+# packets counted on both NICs (ours, rxe's hw_counters) at least
+# iterations x ceil(size / 1024). Then two rxe guests through roce-switch
+# (standard RoCEv2 transit: ib_write_bw with ECT(0) from rxe0 to rxe1 over a
+# shaped 8 Mbit/s port whose WRED marks CE; rxe counts no ECN, so the marks
+# are counted at the switch). Prints the matrix; exit 1 if a run failed.
+#
+# usage: scripts/interop.sh [matrix|lossy|switch|all]   (default all)
+# env:   INTEROP_MATRIX_OUT=FILE  also write the matrix there (markdown)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+G=scripts/rxe-guest.sh
+B=$PWD/target/release/roce-perf
+NIC_IP=10.0.0.1
+NIC_MAC=02:52:53:00:00:01    # roce-perf's default on a TAP: 02:52:53:<ip>
+GUEST_IP=10.0.0.2
+GUEST_MAC=52:54:00:00:00:02
+what=${1:-all}
+[ -x "$B" ] || cargo build --release -q -p bench --bin roce-perf
+W=$(mktemp -d /tmp/rsnic-interop.XXXXXX)
+cleanup() { $G down >/dev/null 2>&1; rm -rf "$W"; }
+trap cleanup EXIT
+
+# Until the NIC answers and sends ARP, the guest gets a static entry for the
+# NIC and roce-perf the guest's MAC (--peer_mac). Detected from the NIC's
+# counters, so that the runs need neither once ARP is in.
+STATIC=""
+if ! "$B" write_bw --loopback --ip 10.9.0.1 -n 1 -s 64 --out_json "$W/arp.json" >/dev/null 2>&1 \
+   || ! grep -q '"arp_' "$W/arp.json"; then
+  STATIC=1
+  echo "interop: this NIC has no ARP yet: a static neighbour entry in the guest and --peer_mac on the host"
+fi
+guest_pre=""; host_pre=()
+if [ -n "$STATIC" ]; then
+  guest_pre="/sbin/ip neigh replace $NIC_IP lladdr $NIC_MAC dev eth0;"
+  host_pre=(--peer_mac "$GUEST_MAC")
+fi
+
+$G down >/dev/null 2>&1
+$G net-up
+boot1=""
+if [ "$what" = all ] || [ "$what" = switch ]; then
+  [ -x target/release/roce-switch ] || cargo build --release -q -p switch --bin roce-switch
+  $G boot rxe1 >"$W/boot1" 2>&1 &
+  boot1=$!
+fi
+$G boot rxe0 || exit 1
+
+# The QP timeout of both sides (perftest's -u): 2^18 x 4 us = 1.07 s, so
+# that an emulated guest that stalls for a while (a loaded host) does not
+# exhaust the 7 retries; loss is recovered by NAKs, not by the timer.
+QP_TIMEOUT=18
+
+# Iterations per size, so that the TCG guest (about 0.25 Gbit/s unloaded)
+# finishes each run in a few seconds.
+iters() { # TEST SIZE
+  case "$1:$2" in
+    *_bw:64) echo 200 ;; *_bw:4096) echo 100 ;; *_bw:65536) echo 20 ;;
+    *_lat:64) echo 100 ;; *_lat:4096) echo 50 ;; *_lat:65536) echo 10 ;;
+  esac
+}
+
+# The guest's rxe counters, "sent rcvd".
+COUNTERS='echo $(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts) $(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts)'
+
+listening() { # wait until roce-perf listens on the exchange port
+  for _ in $(seq 100); do
+    ip netns exec rxe-ns ss -ltn 2>/dev/null | grep -q ':18515 ' && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+fails=0
+rows=()
+run_one() { # TEST ROLE(of roce-perf) SIZE
+  local t=$1 role=$2 size=$3
+  local n pkts id=$t-$role-$size ok=1 why="" figure="" t0=$SECONDS
+  n=$(iters "$t" "$size")
+  pkts=$(( n * ((size + 1023) / 1024) ))
+  local peer="" xchg=()
+  if [ "$role" = server ]; then peer=10.0.0.254; else xchg=(--exchange perftest $GUEST_IP); fi
+  # The guest's side: perftest between two readings of rxe's counters.
+  local gscript="$guest_pre c0=\$($COUNTERS); timeout 60 ib_$t -d rxe0 -x 1 -F -u $QP_TIMEOUT -s $size -n $n $peer; rc=\$?; [ \$rc = 0 ] || { cat /proc/loadavg; dmesg | tail -3; }; echo \"== rxe counters \$c0 \$($COUNTERS)\"; exit \$rc"
+  if [ "$role" = server ]; then
+    ip netns exec rxe-ns "$B" "$t" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP "${host_pre[@]}" \
+      -u $QP_TIMEOUT -s "$size" -n "$n" --timeout 60 --out_json "$W/$id.json" >"$W/$id.host" 2>&1 &
+    local hp=$!
+    listening || { why="roce-perf never listened"; }
+    $G start rxe0 "$id" "$gscript"
+  else
+    $G start rxe0 "$id" "$gscript"
+    # The client retries until the guest's server listens.
+    ip netns exec rxe-ns "$B" "$t" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP "${host_pre[@]}" \
+      -u $QP_TIMEOUT -s "$size" -n "$n" --timeout 30 --out_json "$W/$id.json" "${xchg[@]}" >"$W/$id.host" 2>&1 &
+    local hp=$!
+  fi
+  local host_rc guest_rc rxe
+  ( sleep 90; kill $hp 2>/dev/null ) & local watchdog=$!
+  wait $hp; host_rc=$?
+  kill $watchdog 2>/dev/null; wait $watchdog 2>/dev/null
+  $G wait rxe0 "$id" 90 >"$W/$id.guest"; guest_rc=$?
+  rxe=$(sed -n 's/^== rxe counters //p' "$W/$id.guest")
+  [ $host_rc = 0 ] || { ok=0; why="roce-perf rc=$host_rc: $(grep -m1 'roce-perf:' "$W/$id.host")"; }
+  [ $guest_rc = 0 ] || { ok=0; why="$why ib_$t rc=$guest_rc: $(grep -m1 -iE 'err|fail|couldn|unable' "$W/$id.guest")"; }
+  if [ $ok = 1 ]; then
+    local check
+    check=$(python3 - "$W/$id.json" "$t" "$role" "$size" "$n" "$pkts" "$rxe" <<'PY'
+import json, sys
+path, t, role, size, n, pkts, rxe = sys.argv[1:]
+size, n, pkts = int(size), int(n), int(pkts)
+d = json.load(open(path))
+c = d["counters"]
+s0, r0, s1, r1 = map(int, rxe.split())
+g_sent, g_rcvd = s1 - s0, r1 - r0
+# Who receives the data: the server for WRITE/SEND, the client for READ;
+# both ways for the ping-pongs.
+lat_pp = t in ("write_lat", "send_lat")
+we_receive = lat_pp or (t.startswith("read") == (role == "client"))
+we_send = lat_pp or not we_receive
+errs = []
+if we_receive and c["rx_data_packets"] < pkts: errs.append(f"our rx_data_packets {c['rx_data_packets']} < {pkts}")
+if we_send and c["tx_data_packets"] < pkts: errs.append(f"our tx_data_packets {c['tx_data_packets']} < {pkts}")
+if we_receive and g_sent < pkts: errs.append(f"rxe sent_pkts +{g_sent} < {pkts}")
+if we_send and g_rcvd < pkts: errs.append(f"rxe rcvd_pkts +{g_rcvd} < {pkts}")
+if d["exchange"] != "perftest": errs.append("not perftest's exchange")
+res = d["results"]
+fig = ""
+if res:
+    r = res[-1]
+    if r["bytes"] != size or r["iterations"] != n:
+        errs.append(f"our row {r['bytes']} B x {r['iterations']}, expected {size} x {n}")
+    fig = f"{r['bw_avg_gbps']*1000:.2f} Mb/s" if "bw_avg_gbps" in r else f"{r['t_typical']:.0f} us"
+elif not (t == "read_lat" and role == "server"):
+    errs.append("no result row")
+print(("FAIL " + "; ".join(errs)) if errs else "OK " + fig)
+PY
+)
+    case $check in OK*) figure=${check#OK}; figure=${figure# } ;; *) ok=0; why=$check ;; esac
+    # perftest's own row: size and iterations (read_lat's server prints none).
+    if ! { [ "$t" = read_lat ] && [ "$role" = client ]; } && \
+       ! grep -qE "^ *$size +$n " "$W/$id.guest"; then
+      ok=0; why="$why no '$size $n' row from ib_$t"
+    fi
+    # Our side printed no row (read_lat's server): perftest's typical latency.
+    [ -n "$figure" ] || figure="ib_$t $(awk -v s="$size" '$1==s {print $5" us"; exit}' "$W/$id.guest")"
+  fi
+  local took=$((SECONDS - t0))
+  if [ $ok = 1 ]; then
+    printf 'interop: %-9s roce-perf %-6s %6s B x %-3s ok   %-14s (%s s)\n' "$t" "$role" "$size" "$n" "$figure" "$took"
+    rows+=("| $t | $role | $size | $n | pass | $figure |")
+  else
+    fails=$((fails + 1))
+    printf 'interop: %-9s roce-perf %-6s %6s B x %-3s FAIL %s (%s s)\n' "$t" "$role" "$size" "$n" "$why" "$took"
+    rows+=("| $t | $role | $size | $n | **fail** | ${why:0:80} |")
+    grep -v "tap\|qdisc" "$W/$id.host" | tail -5 | sed 's/^/    host: /'
+    tail -5 "$W/$id.guest" | sed 's/^/    guest: /'
+  fi
+}
+
+start=$(date +%s)
+if [ "$what" = all ] || [ "$what" = matrix ]; then
+  for t in write_bw read_bw send_bw write_lat read_lat send_lat; do
+    for role in server client; do
+      for size in 64 4096 65536; do
+        run_one "$t" "$role" "$size"
+      done
+    done
+  done
+fi
+if [ "$what" = all ] || [ "$what" = lossy ]; then
+  # 1 % loss on both bridge ports, so both directions lose frames: tc netem
+  # where the kernel has it, else the same with nftables at the ports'
+  # ingress (numgen random), counted.
+  if ip netns exec rxe-ns tc qdisc replace dev rsnic-tap0 root netem loss 1% 2>/dev/null; then
+    ip netns exec rxe-ns tc qdisc replace dev rxe-tap0 root netem loss 1%
+    how="tc netem loss 1% on rsnic-tap0 and rxe-tap0"
+  else
+    ip netns exec rxe-ns nft -f - <<'NFT' || { echo "interop: no netem and no nftables: no lossy run"; fails=$((fails + 1)); }
+table netdev rsnic_loss {
+  chain from_nic { type filter hook ingress device "rsnic-tap0" priority 0; numgen random mod 100 0 counter drop; }
+  chain from_guest { type filter hook ingress device "rxe-tap0" priority 0; numgen random mod 100 0 counter drop; }
+}
+NFT
+    how="nftables: 1% of the frames from each side dropped at the bridge ports (this kernel has no netem)"
+  fi
+  echo "interop: lossy ($how)"
+  run_one write_bw client 65536
+  run_one read_bw server 4096
+  run_one send_lat client 4096
+  if ip netns exec rxe-ns nft list table netdev rsnic_loss >"$W/loss" 2>/dev/null; then
+    echo "interop: frames dropped: $(grep -o 'packets [0-9]*' "$W/loss" | awk '{print $2}' | paste -sd' ' | sed 's/ / from the NIC, /; s/$/ from the guest/')"
+    ip netns exec rxe-ns nft delete table netdev rsnic_loss
+  fi
+  for f in "$W"/write_bw-client-65536.json "$W"/read_bw-server-4096.json; do
+    [ -f "$f" ] && python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['counters']; print('interop:', sys.argv[1].rsplit('/',1)[1], 'retransmits', c['retransmits'], 'of', c['tx_data_packets'], 'data packets; NAKs received', c['rx_naks'], 'sent', c['tx_naks'])" "$f"
+  done
+  for dev in rsnic-tap0 rxe-tap0; do
+    ip netns exec rxe-ns tc qdisc del dev $dev root 2>/dev/null
+  done
+fi
+if [ -n "$boot1" ]; then
+  t0=$SECONDS
+  if ! wait $boot1; then
+    cat "$W/boot1"; fails=$((fails + 1)); rows+=("| switch | - | 65536 | 50 | **fail** | rxe1 did not boot |")
+  else
+    cat "$W/boot1"
+    cat >"$W/switch.toml" <<'TOML'
+switch_id = 1
+int_dscp = 0x18
+seed = 7
+fcs_in_frame = false
+[defaults]
+speed = "1Gbps"
+buf_max = "1MiB"
+k_min = "2KiB"
+k_max = "20KiB"
+p_max = 0.5
+k_drop = "512KiB"
+ctrl_buf_max = "64KiB"
+burst = "16KiB"
+[[port]]
+id = 0
+mac = "02:52:53:00:00:fd"
+[[port]]
+id = 1
+mac = "02:52:53:00:01:fd"
+speed = "8Mbps"
+[[route]]
+prefix = "10.0.0.0/24"
+port = 0
+next_hop_mac = "52:54:00:00:00:02"
+[[route]]
+prefix = "10.0.1.0/24"
+port = 1
+next_hop_mac = "52:54:00:00:00:03"
+TOML
+    ip netns exec rxe-ns target/release/roce-switch --config "$W/switch.toml" \
+      --port net_tap0,iface=rsnic-sw0 --port net_tap1,iface=rsnic-sw1 --stats-interval 0 \
+      >"$W/switch.out" 2>&1 &
+    sw=$!
+    # The switch answers no ARP: each guest routes the other's subnet via
+    # the switch port, whose MAC it is given.
+    gw1="/sbin/ip route replace 10.0.0.0/24 via 10.0.1.253; /sbin/ip neigh replace 10.0.1.253 lladdr 02:52:53:00:01:fd dev eth0"
+    gw0="/sbin/ip route replace 10.0.1.0/24 via 10.0.0.253; /sbin/ip neigh replace 10.0.0.253 lladdr 02:52:53:00:00:fd dev eth0"
+    perf="timeout 90 ib_write_bw -d rxe0 -x 1 -F -u 18 --tclass=2 -s 65536 -n 50"
+    $G start rxe1 sw "$gw1; $perf"
+    sleep 3
+    $G start rxe0 sw "$gw0; $perf 10.0.1.3"
+    out0=$($G wait rxe0 sw 120); rc0=$?
+    out1=$($G wait rxe1 sw 120); rc1=$?
+    kill -INT $sw; wait $sw
+    ce=$(grep -o 'ce_marked=[0-9]*' "$W/switch.out" | awk -F= '{s+=$2} END {print s+0}')
+    txp=$(grep -E '^ +port 1:' "$W/switch.out" | grep -o ' tx_packets=[0-9]*' | cut -d= -f2)
+    row0=$(echo "$out0" | awk '$1==65536 && $2==50 {print $4; exit}')
+    if [ $rc0 = 0 ] && [ $rc1 = 0 ] && [ -n "$row0" ] && echo "$out1" | grep -qE '^ *65536 +50 ' \
+       && [ "${txp:-0}" -ge 3200 ] && [ "${ce:-0}" -gt 0 ]; then
+      echo "interop: rxe0 -> roce-switch (8 Mbit/s, WRED) -> rxe1: ib_write_bw 65536 B x 50 ok, $row0 MB/s, switch port 1 sent ${txp} frames, ${ce} CE marks ($((SECONDS - t0)) s)"
+      rows+=("| ib_write_bw rxe0 -> roce-switch -> rxe1 | - | 65536 | 50 | pass | $row0 MB/s, $ce CE marks |")
+    else
+      fails=$((fails + 1))
+      echo "interop: rxe0 -> roce-switch -> rxe1: FAIL (rc $rc0/$rc1, port 1 tx ${txp:-?}, CE ${ce:-?})"
+      echo "$out0" | tail -4 | sed 's/^/    rxe0: /'; echo "$out1" | tail -4 | sed 's/^/    rxe1: /'
+      grep -v "^tap\|qdisc" "$W/switch.out" | tail -6 | sed 's/^/    switch: /'
+      rows+=("| ib_write_bw rxe0 -> roce-switch -> rxe1 | - | 65536 | 50 | **fail** | see the log |")
+    fi
+  fi
+fi
+echo "interop: $(( $(date +%s) - start )) s, $fails failed${STATIC:+ (static ARP: the NIC has no ARP yet)}"
+if [ -n "${INTEROP_MATRIX_OUT:-}" ]; then
+  { echo "| test | roce-perf role | size (B) | -n | result | roce-perf figure |"
+    echo "|---|---|---|---|---|---|"
+    printf '%s\n' "${rows[@]}"; } >"$INTEROP_MATRIX_OUT"
+fi
+[ $fails = 0 ]
