@@ -18,7 +18,7 @@ mkdir -p "$log_dir"
 
 echo "== building the netns test and roce-perf"
 bin=$(cargo test --release -p bench --test netns --no-run --message-format=json 2>/dev/null |
-  sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+  sed -n 's/.*"executable":"\([^"]*\/deps\/netns-[^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$bin" ] || { echo "netns-flake: could not build the netns test" >&2; exit 1; }
 
 from_nothing() {
