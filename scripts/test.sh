@@ -16,6 +16,9 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 echo "== cargo test (release)"
 cargo test --workspace --release
 
+echo "== roce-sim, small fat-tree (32 hosts, 2 ms of WebSearch at 30 %): exits non-zero unless every flow completes, bytes are conserved and every slowdown is >= 1"
+cargo run --release -p sim --bin roce-sim -- fattree --hosts 32 --duration-ms 2 --load 0.3 --cc hpcc,dcqcn,ldcp --quiet --out target/sim-ci
+
 echo "== the verbs example (nic/examples/verbs.rs) runs"
 cargo run --release -p nic --example verbs -- --cc dcqcn --size 262144
 

@@ -1,10 +1,12 @@
 //! Tools and pipeline benchmarks built on the NIC and the switch.
 //!
+//! * [`chaos`]: the chaos soak's byte pattern, impaired link and memory census.
 //! * [`fwd`]: the io-forwarding loop (our answer to `testpmd --forward-mode=io`).
 //! * [`perftest`]: perftest's output tables, for `roce-perf`.
 //! * [`testpmd`]: runs `dpdk-testpmd` on the same vdevs and reads its rates,
 //!   the baseline every pipeline benchmark is a ratio against (DESIGN.md §9).
 
+pub mod chaos;
 pub mod fwd;
 pub mod perftest;
 pub mod testbed;

@@ -1,6 +1,7 @@
 //! A link impairment stage, like `tc netem`: forwards frames from one port
 //! to another, dropping, duplicating and reordering them with given
-//! probabilities from a seeded generator. Put between two NICs (two ring
+//! probabilities from a seeded generator, and corrupting them (one bit
+//! flipped, in a copy: a zero-copy frame's payload is the sender's memory). Put between two NICs (two ring
 //! pairs and a forwarding thread), it proves that go-back-N and the
 //! retransmission timer recover every loss.
 
@@ -17,6 +18,11 @@ pub struct Impairment {
     pub duplicate: f64,
     /// Hold it back and send it after the next frame.
     pub reorder: f64,
+    // --- corruption (chaos soak, issue 14) ---
+    /// Flip one random bit of the frame's first segment (the receiver's
+    /// ICRC check must catch it, or a variant field the ICRC masks).
+    pub corrupt: f64,
+    // --- end corruption ---
     /// Seed of the generator (runs are repeatable).
     pub seed: u64,
 }
@@ -32,6 +38,8 @@ pub struct ImpairCounters {
     pub duplicated: AtomicU64,
     /// Frames sent out of order.
     pub reordered: AtomicU64,
+    /// Frames sent with one bit flipped.
+    pub corrupted: AtomicU64,
 }
 
 /// A small, fast, seeded generator (xorshift64*).
@@ -97,6 +105,23 @@ fn copy_of(m: &Mbuf, pool: &Mempool) -> Option<Mbuf> {
     Some(c)
 }
 
+// --- corruption (chaos soak, issue 14) ---
+/// A copy of `m` with one bit of its first segment flipped at a random
+/// place (the original, possibly attached to the sender's memory, is freed
+/// untouched).
+fn corrupted_copy(m: &Mbuf, pool: &Mempool, rng: &mut Rng) -> Option<Mbuf> {
+    let mut c = copy_of(m, pool)?;
+    let seg = c.data_mut();
+    if seg.is_empty() {
+        return Some(c);
+    }
+    let at = ((rng.next_f64() * seg.len() as f64) as usize).min(seg.len() - 1);
+    let bit = (rng.next_f64() * 8.0) as u32 & 7;
+    seg[at] ^= 1 << bit;
+    Some(c)
+}
+// --- end corruption ---
+
 /// Forwards on every path until `stop`, impairing as configured. Copies for
 /// duplicates come from `pool`. Frames the output port refuses are retried,
 /// never dropped silently.
@@ -119,6 +144,19 @@ pub fn run(
                         counters.dropped.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
+                    // --- corruption (chaos soak, issue 14) ---
+                    let m = if cfg.corrupt > 0.0 && rng.next_f64() < cfg.corrupt {
+                        match corrupted_copy(&m, pool, &mut rng) {
+                            Some(c) => {
+                                counters.corrupted.fetch_add(1, Ordering::Relaxed);
+                                c
+                            }
+                            None => m,
+                        }
+                    } else {
+                        m
+                    };
+                    // --- end corruption ---
                     if rng.next_f64() < cfg.duplicate {
                         if let Some(c) = copy_of(&m, pool) {
                             if out.push(c).is_ok() {

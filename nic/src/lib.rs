@@ -1,16 +1,22 @@
 //! The poll-mode RoCEv2 NIC engine (DESIGN.md §5).
 //!
 //! Pure building blocks (testable without DPDK) and the DPDK shell that runs
-//! them on poll-mode lcores.
+//! them on poll-mode lcores. A program opens a device ([`device`]) and uses
+//! the handles of [`verbs`]; the engine ([`engine`]) runs the datapath; the
+//! two meet only in [`contract`].
 
+pub mod contract;
 pub mod counters;
+pub mod device;
 pub mod engine;
 pub mod exchange;
 pub mod impair;
 pub mod io;
 pub mod pcapng;
 pub mod perftest_exchange;
-pub mod scheduler;
 pub mod shard;
-pub mod timer_wheel;
 pub mod verbs;
+
+/// The flow scheduler and the timing wheel live in the pure `sched` crate (shared with
+/// `roce-sim`); re-exported under their old paths.
+pub use sched::{scheduler, timer_wheel};

@@ -38,8 +38,8 @@ use std::sync::Arc;
 use dpdk::{Burst, Mempool, Port, RingConsumer, RingProducer, RxQueue, TxQueue};
 use rdma::wire::int;
 
+use crate::contract::{EngineShared, MAX_QPS, QPN_BASE};
 use crate::counters::Counters;
-use crate::engine::{EngineShared, MAX_QPS, QPN_BASE};
 use crate::io::TxPools;
 
 /// UDP destination port of RoCEv2 (IBA Annex A17).
@@ -119,38 +119,50 @@ pub(crate) struct Dispatcher {
     _port: Port,
 }
 
+/// What a dispatcher is built from.
+pub(crate) struct DispatcherParts {
+    /// The port (kept open while the dispatcher runs).
+    pub port: Port,
+    /// Its only RX queue.
+    pub rx: RxQueue,
+    /// Its only TX queue.
+    pub tx: TxQueue,
+    /// The pool the port receives into.
+    pub rx_pool: Arc<Mempool>,
+    /// Rings to each shard's engine, by shard.
+    pub to_shard: Vec<RingProducer>,
+    /// Rings from each shard's engine, by shard.
+    pub from_shard: Vec<RingConsumer>,
+    /// Each shard's TX pools (frames in the rings come from them).
+    pub pools: Vec<TxPools>,
+    /// DSCP that announces an INT container.
+    pub int_dscp: u8,
+    /// Yield the core when idle (`DeviceConfig::idle_yield`).
+    pub idle_yield: bool,
+    /// The dispatcher's stop/done flags and counters.
+    pub shared: Arc<EngineShared>,
+}
+
 impl Dispatcher {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        port: Port,
-        rx: RxQueue,
-        tx: TxQueue,
-        rx_pool: Arc<Mempool>,
-        to_shard: Vec<RingProducer>,
-        from_shard: Vec<RingConsumer>,
-        pools: Vec<TxPools>,
-        int_dscp: u8,
-        idle_yield: bool,
-        shared: Arc<EngineShared>,
-    ) -> Self {
+    pub(crate) fn new(p: DispatcherParts) -> Self {
         Dispatcher {
-            rx,
-            tx,
-            staged: (0..to_shard.len()).map(|_| Burst::new()).collect(),
-            to_shard,
-            from_shard,
+            rx: p.rx,
+            tx: p.tx,
+            staged: (0..p.to_shard.len()).map(|_| Burst::new()).collect(),
+            to_shard: p.to_shard,
+            from_shard: p.from_shard,
             rxb: Burst::new(),
             txb: Burst::new(),
             next_shard: 0,
-            int_dscp,
-            idle_yield,
+            int_dscp: p.int_dscp,
+            idle_yield: p.idle_yield,
             idle_turns: 0,
             turn: 0,
             counters: Counters::default(),
-            shared,
-            _pools: pools,
-            _rx_pool: rx_pool,
-            _port: port,
+            shared: p.shared,
+            _pools: p.pools,
+            _rx_pool: p.rx_pool,
+            _port: p.port,
         }
     }
 
@@ -161,16 +173,14 @@ impl Dispatcher {
         self.shared.counters.publish(&self.counters);
         let shared = self.shared.clone();
         drop(self);
-        shared
-            .done
-            .store(true, std::sync::atomic::Ordering::Release);
+        shared.mark_done();
     }
 
     /// One turn: steer a burst from the port into the shards' rings, then
     /// send what the shards built. `false` once asked to stop.
     fn poll_turn(&mut self) -> bool {
         if self.turn.is_multiple_of(256) {
-            if crate::verbs::stopping(&self.shared.stop) {
+            if self.shared.stopping() {
                 return false;
             }
             self.shared.counters.publish(&self.counters);

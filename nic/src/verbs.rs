@@ -2,8 +2,9 @@
 //! port, memory regions, completion queues and RC queue pairs with
 //! `post_send` / `post_recv` / `poll`.
 //!
-//! The device runs its engine ([`crate::engine`]) on a poll-mode thread.
-//! The slow path (register, create, connect, destroy) is a request/reply over
+//! The device runs its engine ([`crate::engine`]) on a poll-mode thread
+//! (started and stopped in [`crate::device`]); what passes between the two
+//! is [`crate::contract`]. The slow path (register, create, connect, destroy) is a request/reply over
 //! `crossbeam-channel`; the fast path is lock-free: each QP handle owns the
 //! producer end of an SPSC doorbell ring (and rings the engine through a
 //! lock-free queue of QP numbers), each CQ handle the consumer end of an SPSC
@@ -43,17 +44,19 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cc::CcKind;
 use crossbeam_channel::{bounded, Sender};
-use dpdk::{Eal, ExtBuf, Port};
+use dpdk::ExtBuf;
 use rdma::transport::{Access, QpState, RecvWr, SendWr, WorkCompletion};
 
+use crate::contract::{Command, Doorbell, EngineError, EngineShared, Reply, MAX_HOPS};
+pub use crate::contract::{DeviceConfig, QpOptions, RemoteQp};
 use crate::counters::Counters;
-use crate::engine::{Command, Doorbell, Engine, EngineShared};
+use crate::device::CaptureWriter;
 
 /// Errors of the verbs API.
 #[derive(Debug, thiserror::Error)]
@@ -64,15 +67,71 @@ pub enum VerbsError {
     /// The engine thread is gone.
     #[error("the device's engine has stopped")]
     EngineGone,
-    /// A request the engine refused, with its reason.
-    #[error("{0}")]
-    Refused(String),
+    /// The engine refused a request.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
     /// The ring towards the engine is full: wait for completions.
     #[error("send queue full")]
     QueueFull,
     /// The QP has not been connected yet.
     #[error("QP {0:#x} is not connected (call connect first)")]
     NotConnected(u32),
+    /// The two ends of a QP chose different congestion controls.
+    #[error("congestion control mismatch: local {local}, remote {remote}")]
+    CcMismatch {
+        /// This QP's.
+        local: CcKind,
+        /// The peer's.
+        remote: CcKind,
+    },
+    /// A QP's send and receive CQs live on different shards.
+    #[error(
+        "the send CQ is on shard {send} and the receive CQ on shard {recv}: a QP's CQs must \
+         be on one shard (CQs are spread over the shards in creation order)"
+    )]
+    CqShards {
+        /// The send CQ's shard.
+        send: usize,
+        /// The receive CQ's shard.
+        recv: usize,
+    },
+    /// Two shards registered one region under different keys.
+    #[error("shard {shard} registered the region under other keys ({got:?} vs {first:?})")]
+    ShardKeys {
+        /// The shard.
+        shard: usize,
+        /// Its (lkey, rkey).
+        got: (u32, u32),
+        /// Shard 0's.
+        first: (u32, u32),
+    },
+    /// `open_sharded` with no shard.
+    #[error("a sharded device needs at least one shard")]
+    NoShards,
+    /// `open_sharded` with a capture file.
+    #[error("pcap capture is per engine: open the device unsharded to capture")]
+    ShardedCapture,
+    /// The port was configured without an RX or a TX queue.
+    #[error("the port has no queue")]
+    PortWithoutQueue,
+    /// A thread of the device could not be started.
+    #[error("cannot start the {what} thread: {source}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The capture file could not be created or written.
+    #[error("capture file {}: {source}", path.display())]
+    Capture {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Bytes a data frame carries besides its payload at most: Ethernet, IPv4,
@@ -86,223 +145,37 @@ const FRAME_OVERHEAD_MAX: usize = 14
     + rdma::wire::transport_hdrs::IMMDT_LEN
     + rdma::wire::ccext::BASE_LEN
     + rdma::wire::int::HEADER_LEN
-    + crate::engine::MAX_HOPS * rdma::wire::int::HOP_LEN
+    + MAX_HOPS * rdma::wire::int::HOP_LEN
     + 4;
 
-/// Device settings.
-#[derive(Debug, Clone)]
-pub struct DeviceConfig {
-    /// Local IPv4 address.
-    pub ip: [u8; 4],
-    /// Local MAC (None: the port's).
-    pub mac: Option<[u8; 6]>,
-    /// Line rate the CC and the pacer assume, bits/s.
-    pub line_rate_bps: u64,
-    /// Base RTT the CC assumes, ns.
-    pub base_rtt_ns: u64,
-    /// DSCP that announces an INT container.
-    pub int_dscp: u8,
-    /// CPU to pin the engine to (None: not pinned).
-    pub core: Option<usize>,
-    /// Mbufs in the RX/header pool.
-    pub pool_size: u32,
-    /// Capture every frame sent and received into this pcapng file.
-    pub pcap: Option<std::path::PathBuf>,
-    /// Payloads up to this many bytes are copied into the frame rather than
-    /// attached zero-copy ([`crate::io::TxPools::copy_threshold`]).
-    pub copy_threshold: usize,
-    /// Yield the engine's core (`sched_yield`) after 64 poll turns in a row
-    /// with nothing to do: for processes that share cores (two `roce-perf`
-    /// on one 2-core host, where a busy-polling engine would hold its core
-    /// for a whole scheduler slice). Off: a pure poll-mode core, no syscall
-    /// ever.
-    pub idle_yield: bool,
-}
-
-impl DeviceConfig {
-    /// Defaults for a device with address `ip`: 100 Gbit/s, 10 us base RTT.
-    pub fn new(ip: [u8; 4]) -> Self {
-        DeviceConfig {
-            ip,
-            mac: None,
-            line_rate_bps: 100_000_000_000,
-            base_rtt_ns: 10_000,
-            int_dscp: rdma::wire::int::DEFAULT_INT_DSCP,
-            core: None,
-            pool_size: 16383,
-            pcap: None,
-            copy_threshold: crate::io::COPY_THRESHOLD,
-            idle_yield: false,
-        }
-    }
-}
-
 /// One engine of a device: how the API reaches it.
-struct EngineHandle {
-    shared: Arc<EngineShared>,
-    cmd: Sender<Command>,
+pub(crate) struct EngineHandle {
+    pub(crate) shared: Arc<EngineShared>,
+    pub(crate) cmd: Sender<Command>,
 }
 
 /// A RoCEv2 NIC on one DPDK port, with its engine running (or, sharded,
-/// its engines and their dispatcher: [`Device::open_sharded`]).
+/// its engines and their dispatcher: [`Device::open_sharded`]). Started
+/// and stopped in [`crate::device`].
 pub struct Device {
     /// The engines: one, or one per shard (shard `k` owns the QPNs from
     /// [`crate::shard::shard_base`]`(k)`).
-    engines: Vec<EngineHandle>,
+    pub(crate) engines: Vec<EngineHandle>,
     /// A sharded device's dispatcher (its stop/done flags and counters).
-    dispatcher: Option<Arc<EngineShared>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    pub(crate) dispatcher: Option<Arc<EngineShared>>,
+    pub(crate) threads: Vec<std::thread::JoinHandle<()>>,
     /// The shard of the next completion queue (round robin).
-    next_cq: std::sync::atomic::AtomicUsize,
-    #[allow(clippy::type_complexity)]
-    capture: Option<
-        std::thread::JoinHandle<
-            std::io::Result<crate::pcapng::PcapngWriter<std::io::BufWriter<std::fs::File>>>,
-        >,
-    >,
-    mac: [u8; 6],
-    ip: [u8; 4],
+    pub(crate) next_cq: AtomicUsize,
+    pub(crate) capture: Option<CaptureWriter>,
+    pub(crate) mac: [u8; 6],
+    pub(crate) ip: [u8; 4],
     /// The next protection domain number ([`Device::alloc_pd`]).
-    next_pd: std::sync::atomic::AtomicU32,
+    pub(crate) next_pd: AtomicU32,
     /// The longest frame the port carries.
-    max_frame: usize,
+    pub(crate) max_frame: usize,
 }
 
 impl Device {
-    /// Starts a device on `port` (configured here with one RX and one TX
-    /// queue) and its engine thread, pinned to `cfg.core`.
-    pub fn open(eal: &'static Eal, port: Port, cfg: DeviceConfig) -> Result<Device, VerbsError> {
-        let core = cfg.core;
-        let (engine, mut dev) = Self::prepare(eal, port, &cfg)?;
-        let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || engine.run())
-            .map_err(|e| VerbsError::Refused(format!("cannot start the engine thread: {e}")))?;
-        dev.threads.push(thread);
-        Ok(dev)
-    }
-
-    /// Starts a device on `port` whose QPs are sharded over one engine per
-    /// entry of `shard_cores` (each pinned to that CPU, or not pinned for
-    /// `None`), with a dispatcher on `cfg.core` that owns the port's queues
-    /// and steers received frames to the shard of their destination QPN
-    /// (crate::shard; DESIGN.md §5 "QPs sharded").
-    ///
-    /// Completion queues are spread over the shards round robin; a QP lives
-    /// on the shard of its CQs (both must be on the same one). Memory regions
-    /// are registered with every shard, under the same keys. Not available
-    /// with a capture file (`cfg.pcap`), which is per engine.
-    pub fn open_sharded(
-        eal: &'static Eal,
-        mut port: Port,
-        cfg: DeviceConfig,
-        shard_cores: &[Option<usize>],
-    ) -> Result<Device, VerbsError> {
-        use crate::engine::{Engine, PacketIo};
-        if shard_cores.is_empty() {
-            return Err(VerbsError::Refused(
-                "a sharded device needs at least one shard".into(),
-            ));
-        }
-        if cfg.pcap.is_some() {
-            return Err(VerbsError::Refused(
-                "pcap capture is per engine: open the device unsharded to capture".into(),
-            ));
-        }
-        let mac = match cfg.mac {
-            Some(m) => m,
-            None => port.mac()?,
-        };
-        let rx_pool = Engine::rx_pool(eal, &cfg)?;
-        let (rx, tx, max_frame) = Engine::open_port(&mut port, &rx_pool)?;
-        let mut engines = Vec::new();
-        let mut handles = Vec::new();
-        let (mut to_shard, mut from_shard, mut pools) = (Vec::new(), Vec::new(), Vec::new());
-        for k in 0..shard_cores.len() {
-            let (in_p, in_c) = dpdk::Ring::spsc(eal, &Engine::unique_name("in"), 4096)?;
-            let (out_p, out_c) = dpdk::Ring::spsc(eal, &Engine::unique_name("out"), 4096)?;
-            let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
-            let shared = Arc::new(EngineShared::new(
-                crate::engine::MAX_QPS,
-                crate::shard::shard_base(k),
-            ));
-            let e = Engine::new_shard(
-                eal,
-                PacketIo::Shard {
-                    rx: in_c,
-                    tx: out_p,
-                },
-                rx_pool.clone(),
-                max_frame,
-                &cfg,
-                mac,
-                shared.clone(),
-                cmd_rx,
-            )?;
-            pools.push(e.tx_pools().clone());
-            to_shard.push(in_p);
-            from_shard.push(out_c);
-            engines.push(e);
-            handles.push(EngineHandle {
-                shared,
-                cmd: cmd_tx,
-            });
-        }
-        let dshared = Arc::new(EngineShared::new(1, crate::engine::QPN_BASE));
-        let dispatcher = crate::shard::Dispatcher::new(
-            port,
-            rx,
-            tx,
-            rx_pool,
-            to_shard,
-            from_shard,
-            pools,
-            cfg.int_dscp,
-            cfg.idle_yield,
-            dshared.clone(),
-        );
-        let mut dev = Device {
-            engines: handles,
-            dispatcher: Some(dshared),
-            threads: Vec::new(),
-            next_cq: std::sync::atomic::AtomicUsize::new(0),
-            capture: None,
-            mac,
-            ip: cfg.ip,
-            next_pd: std::sync::atomic::AtomicU32::new(1),
-            max_frame,
-        };
-        // From here on, `dev`'s drop stops whatever was started.
-        let started =
-            dpdk::lcore::spawn_pinned(eal, "rsnic-dispatch", cfg.core, move || dispatcher.run());
-        match started {
-            Ok(t) => dev.threads.push(t),
-            Err(e) => {
-                if let Some(d) = &dev.dispatcher {
-                    d.done.store(true, Ordering::Release);
-                }
-                for h in &dev.engines {
-                    h.shared.done.store(true, Ordering::Release);
-                }
-                return Err(VerbsError::Refused(format!(
-                    "cannot start the dispatcher thread: {e}"
-                )));
-            }
-        }
-        for ((e, core), k) in engines.into_iter().zip(shard_cores).zip(0..) {
-            match dpdk::lcore::spawn_pinned(eal, "rsnic-shard", *core, move || e.run()) {
-                Ok(t) => dev.threads.push(t),
-                Err(err) => {
-                    for h in &dev.engines[k..] {
-                        h.shared.done.store(true, Ordering::Release);
-                    }
-                    return Err(VerbsError::Refused(format!(
-                        "cannot start the thread of shard {k}: {err}"
-                    )));
-                }
-            }
-        }
-        Ok(dev)
-    }
-
     /// How many engines (shards) run this device's QPs.
     pub fn shards(&self) -> usize {
         self.engines.len()
@@ -314,102 +187,6 @@ impl Device {
             .iter()
             .map(|h| h.shared.counters.snapshot())
             .collect()
-    }
-
-    /// Starts one device per `(port, config)` with all their engines on ONE
-    /// poll-mode thread pinned to `core` ([`crate::engine::run_group`]), so
-    /// that many NICs share a core; each config's own `core` is ignored.
-    /// Devices are closed one by one as usual; the thread ends with the last.
-    pub fn open_group(
-        eal: &'static Eal,
-        ports: Vec<(Port, DeviceConfig)>,
-        core: Option<usize>,
-    ) -> Result<Vec<Device>, VerbsError> {
-        let mut engines = Vec::with_capacity(ports.len());
-        let mut devices = Vec::with_capacity(ports.len());
-        for (port, cfg) in ports {
-            let (e, d) = Self::prepare(eal, port, &cfg)?;
-            engines.push(e);
-            devices.push(d);
-        }
-        match dpdk::lcore::spawn_pinned(eal, "rsnic-group", core, move || {
-            crate::engine::run_group(engines)
-        }) {
-            Ok(_detached) => Ok(devices),
-            Err(e) => {
-                // The engines were dropped with the closure: nothing to wait for.
-                for d in &devices {
-                    d.engines[0].shared.done.store(true, Ordering::Release);
-                }
-                Err(VerbsError::Refused(format!(
-                    "cannot start the engine thread: {e}"
-                )))
-            }
-        }
-    }
-
-    /// Builds a device's engine (not yet running) and its handle.
-    fn prepare(
-        eal: &'static Eal,
-        port: Port,
-        cfg: &DeviceConfig,
-    ) -> Result<(Engine, Device), VerbsError> {
-        let mac = match cfg.mac {
-            Some(m) => m,
-            None => port.mac()?,
-        };
-        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
-        let shared = Arc::new(EngineShared::new(
-            crate::engine::MAX_QPS,
-            crate::engine::QPN_BASE,
-        ));
-        let (producer, capture) = match &cfg.pcap {
-            Some(path) => {
-                let file = std::fs::File::create(path).map_err(|e| {
-                    VerbsError::Refused(format!("cannot create {}: {e}", path.display()))
-                })?;
-                let ifaces = [
-                    crate::pcapng::Interface {
-                        name: format!("{}-rx", port.name()),
-                        snaplen: crate::engine::CAPTURE_SNAP as u32,
-                    },
-                    crate::pcapng::Interface {
-                        name: format!("{}-tx", port.name()),
-                        snaplen: crate::engine::CAPTURE_SNAP as u32,
-                    },
-                ];
-                let writer =
-                    crate::pcapng::PcapngWriter::new(std::io::BufWriter::new(file), &ifaces)
-                        .map_err(|e| {
-                            VerbsError::Refused(format!("cannot write {}: {e}", path.display()))
-                        })?;
-                let (p, c) = crate::pcapng::capture_ring(8192);
-                let t = crate::pcapng::spawn_writer(c, writer).map_err(|e| {
-                    VerbsError::Refused(format!("cannot start the capture writer: {e}"))
-                })?;
-                (Some(p), Some(t))
-            }
-            None => (None, None),
-        };
-        let engine = Engine::new(eal, port, cfg, mac, shared.clone(), cmd_rx, producer)?;
-        let max_frame = engine.max_frame();
-        Ok((
-            engine,
-            Device {
-                engines: vec![EngineHandle {
-                    shared,
-                    cmd: cmd_tx,
-                }],
-                dispatcher: None,
-                threads: Vec::new(),
-                next_cq: std::sync::atomic::AtomicUsize::new(0),
-                capture,
-                mac,
-                ip: cfg.ip,
-                next_pd: std::sync::atomic::AtomicU32::new(1),
-                max_frame,
-            },
-        ))
     }
 
     /// The largest RoCE path MTU (256 .. 4096) whose frames, with the
@@ -448,11 +225,7 @@ impl Device {
     }
 
     /// A slow-path request to engine `k`.
-    fn call<T>(
-        &self,
-        k: usize,
-        make: impl FnOnce(Sender<Result<T, String>>) -> Command,
-    ) -> Result<T, VerbsError> {
+    fn call<T>(&self, k: usize, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, VerbsError> {
         request(&self.engines[k].cmd, make)
     }
 
@@ -488,10 +261,12 @@ impl Device {
                 access,
                 reply,
             })?;
-            if keys.is_some_and(|k0| k0 != got) {
-                return Err(VerbsError::Refused(format!(
-                    "shard {k} registered the region under other keys ({got:?} vs {keys:?})"
-                )));
+            if let Some(first) = keys.filter(|&k0| k0 != got) {
+                return Err(VerbsError::ShardKeys {
+                    shard: k,
+                    got,
+                    first,
+                });
             }
             keys = Some(got);
         }
@@ -547,11 +322,10 @@ impl Device {
         opts: QpOptions,
     ) -> Result<QueuePair, VerbsError> {
         if send_cq.shard != recv_cq.shard {
-            return Err(VerbsError::Refused(format!(
-                "the send CQ is on shard {} and the receive CQ on shard {}: a QP's CQs must \
-                 be on one shard (CQs are spread over the shards in creation order)",
-                send_cq.shard, recv_cq.shard
-            )));
+            return Err(VerbsError::CqShards {
+                send: send_cq.shard,
+                recv: recv_cq.shard,
+            });
         }
         let shard = send_cq.shard;
         let depth = opts.sq_depth as usize + opts.rq_depth as usize;
@@ -576,61 +350,6 @@ impl Device {
             ip: self.ip,
             connected: false,
         })
-    }
-
-    /// Stops the engine and releases the port.
-    pub fn close(mut self) {
-        self.stop();
-    }
-
-    /// Stops the engine, as [`Device::close`], and returns its final
-    /// counters: each engine publishes them after its last poll turn, so
-    /// nothing it counted while the program finished is missing.
-    pub fn close_with_counters(mut self) -> Counters {
-        self.stop();
-        self.counters()
-    }
-
-    fn stop(&mut self) {
-        let all = || {
-            self.engines
-                .iter()
-                .map(|h| &h.shared)
-                .chain(&self.dispatcher)
-        };
-        for s in all() {
-            s.stop.store(true, Ordering::Relaxed);
-        }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        // Every engine, alone or in a group, is marked done once dropped (its
-        // port released), also when its thread unwinds; so this returns at
-        // once when called again (from `Drop` after `close`).
-        let all = || {
-            self.engines
-                .iter()
-                .map(|h| &h.shared)
-                .chain(&self.dispatcher)
-        };
-        while !all().all(|s| s.done.load(Ordering::Acquire)) {
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
-        // The engine dropped its end of the capture ring: the writer drains
-        // what is left, flushes and ends.
-        if let Some(t) = self.capture.take() {
-            match t.join() {
-                Ok(Err(e)) => tracing::warn!(error = %e, "capture file incomplete"),
-                Err(_) => tracing::warn!("capture writer panicked"),
-                Ok(Ok(_)) => {}
-            }
-        }
-    }
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -663,66 +382,6 @@ impl ProtectionDomain<'_> {
     ) -> Result<QueuePair, VerbsError> {
         self.dev.create_qp_in(self.id, send_cq, recv_cq, opts)
     }
-}
-
-/// Per-QP options chosen at creation.
-#[derive(Debug, Clone, Copy)]
-pub struct QpOptions {
-    /// Send queue depth.
-    pub sq_depth: u16,
-    /// Receive queue depth.
-    pub rq_depth: u16,
-    /// Path MTU (256..4096).
-    pub mtu: u32,
-    /// Congestion control.
-    pub cc: CcKind,
-    /// Retransmit timeout, ns. The default is IBA timeout code 14
-    /// (4.096 us x 2^14 = 67 ms), perftest's default: software engines on a
-    /// shared host can be descheduled for milliseconds, and a NAK, not the
-    /// timer, recovers ordinary loss quickly.
-    pub timeout_ns: u64,
-    /// Retries on timeout (0..7).
-    pub retry_cnt: u8,
-    /// RNR retries (0..7, 7 = infinite).
-    pub rnr_retry: u8,
-    /// Outstanding READ/ATOMIC requests.
-    pub max_rd_atomic: u8,
-}
-
-impl Default for QpOptions {
-    fn default() -> Self {
-        QpOptions {
-            sq_depth: 256,
-            rq_depth: 256,
-            mtu: 4096,
-            cc: CcKind::None,
-            timeout_ns: 4_096 << 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 16,
-        }
-    }
-}
-
-/// What the peer needs to know to talk to a QP (exchanged out of band).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RemoteQp {
-    /// QP number.
-    pub qpn: u32,
-    /// First PSN it sends.
-    pub psn: u32,
-    /// IPv4 address.
-    pub ip: [u8; 4],
-    /// MAC address of the next hop towards the peer. `Some` is used as
-    /// given (an out-of-band exchange that carries it, or a router's MAC);
-    /// `None`: the engine resolves the peer's IP by ARP before the QP sends
-    /// (rxe resolves the path the same way when the QP goes to RTR;
-    /// perftest's exchange carries no MAC).
-    pub mac: Option<[u8; 6]>,
-    /// Path MTU.
-    pub mtu: u32,
-    /// Congestion control (must match).
-    pub cc: CcKind,
 }
 
 /// A registered memory region. Its bytes are shared with the engine, like a
@@ -866,10 +525,10 @@ impl QueuePair {
     /// used is the smaller of the two; the CC kinds must match.
     pub fn connect(&mut self, remote: &RemoteQp) -> Result<(), VerbsError> {
         if remote.cc != self.opts.cc {
-            return Err(VerbsError::Refused(format!(
-                "congestion control mismatch: local {}, remote {}",
-                self.opts.cc, remote.cc
-            )));
+            return Err(VerbsError::CcMismatch {
+                local: self.opts.cc,
+                remote: remote.cc,
+            });
         }
         let (qpn, remote) = (self.qpn, *remote);
         request(&self.cmd, |reply| Command::Connect { qpn, remote, reply })?;
@@ -919,22 +578,15 @@ impl QueuePair {
     }
 }
 
-/// Whether the engine was asked to stop.
-pub(crate) fn stopping(flag: &AtomicBool) -> bool {
-    flag.load(Ordering::Relaxed)
-}
-
 /// Sends an engine the command `make` builds around a reply channel and
 /// waits for the reply (the slow path, DESIGN.md §5).
 fn request<T>(
     cmd: &Sender<Command>,
-    make: impl FnOnce(Sender<Result<T, String>>) -> Command,
+    make: impl FnOnce(Reply<T>) -> Command,
 ) -> Result<T, VerbsError> {
     let (tx, rx) = bounded(1);
     cmd.send(make(tx)).map_err(|_| VerbsError::EngineGone)?;
-    rx.recv()
-        .map_err(|_| VerbsError::EngineGone)?
-        .map_err(VerbsError::Refused)
+    Ok(rx.recv().map_err(|_| VerbsError::EngineGone)??)
 }
 
 /// Calls `poll` until it returns something or `timeout` has passed: busy

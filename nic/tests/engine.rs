@@ -281,6 +281,7 @@ fn lossy(cc: CcKind) {
         drop: 0.002,
         duplicate: 0.002,
         reorder: 0.002,
+        corrupt: 0.0,
         seed: 42,
     };
     let counters = Arc::new(ImpairCounters::default());

@@ -291,7 +291,7 @@ pub enum ConfigError {
         /// The port id.
         port: u16,
     },
-    /// The same prefix twice.
+    /// The same prefix twice on one port (on different ports it is ECMP).
     #[error("duplicate route for {0}")]
     DuplicateRoute(String),
     /// `int_dscp` above 63.
@@ -407,7 +407,11 @@ impl Config {
                 what: format!("route {index} ({})", r.prefix),
                 value: r.next_hop_mac.clone(),
             })?;
-            if routes.iter().any(|q| q.net == net && q.len == len) {
+            // The same prefix on another port is an ECMP member (crate::fib).
+            if routes
+                .iter()
+                .any(|q| q.net == net && q.len == len && q.port == r.port)
+            {
                 return Err(ConfigError::DuplicateRoute(r.prefix.clone()));
             }
             routes.push(Route {

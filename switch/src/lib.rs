@@ -6,8 +6,8 @@
 //! txBytes, B, switch_ID, port_ID).
 //!
 //! Functional core, imperative shell (DESIGN.md section 2): time is an argument in ns,
-//! nothing reads a clock, nothing allocates per packet, nothing depends on DPDK. The
-//! DPDK poll loop feeds [`Switch::receive`] and drains [`Switch::dequeue`]; the core is
+//! nothing reads a clock, nothing allocates per packet, nothing depends on DPDK (the DPDK shell,
+//! the `dataplane` module, is behind the default feature `dataplane`). The DPDK poll loop feeds [`Switch::receive`] and drains [`Switch::dequeue`]; the core is
 //! generic over the packet handle through [`PacketBuf`].
 //!
 //! Wire formats come from `rdma::wire` (Ethernet/IPv4/UDP views, the INT container and
@@ -17,6 +17,7 @@
 
 pub mod config;
 pub mod counters;
+#[cfg(feature = "dataplane")]
 pub mod dataplane;
 pub mod fib;
 pub mod packet;
@@ -30,5 +31,5 @@ pub use counters::{PortCounters, StatsLine};
 pub use packet::{FrameBuf, PacketBuf};
 pub use queue::PktQueue;
 pub use shaper::{wire_bytes, Shaper};
-pub use switch::{Class, DropReason, Enqueued, Rejected, Switch, CTRL_OPCODES};
+pub use switch::{ecmp_hash, Class, DropReason, Enqueued, Rejected, Switch, CTRL_OPCODES};
 pub use wred::{Rng, Wred, WredAction};

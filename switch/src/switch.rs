@@ -128,13 +128,14 @@ struct Classified(u64);
 
 impl Classified {
     #[inline(always)]
-    fn new(dst: u32, ecn: u8, ttl: u8, ctrl: bool, int: bool) -> Self {
+    fn new(dst: u32, ecn: u8, ttl: u8, ctrl: bool, int: bool, sport: u16) -> Self {
         Self(
             u64::from(dst)
                 | u64::from(ecn & 3) << 32
-                | u64::from(ttl) << 40
-                | u64::from(ctrl) << 48
-                | u64::from(int) << 49,
+                | u64::from(ttl) << 34
+                | u64::from(ctrl) << 42
+                | u64::from(int) << 43
+                | u64::from(sport) << 48,
         )
     }
     #[inline(always)]
@@ -147,15 +148,20 @@ impl Classified {
     }
     #[inline(always)]
     fn ttl(self) -> u8 {
-        (self.0 >> 40) as u8
+        (self.0 >> 34) as u8
     }
     #[inline(always)]
     fn ctrl(self) -> bool {
-        self.0 >> 48 & 1 != 0
+        self.0 >> 42 & 1 != 0
     }
     #[inline(always)]
     fn int(self) -> bool {
-        self.0 >> 49 & 1 != 0
+        self.0 >> 43 & 1 != 0
+    }
+    /// UDP source port (0 for non-UDP): the ECMP flow key.
+    #[inline(always)]
+    fn sport(self) -> u16 {
+        (self.0 >> 48) as u16
     }
 }
 
@@ -177,18 +183,20 @@ fn classify(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
     let h = ip.header();
     let dst = u32::from_be_bytes(h.dst);
     let (ecn, ttl) = (h.tos & 3, h.ttl);
-    let done = |ctrl: bool, int: bool| Ok(Classified::new(dst, ecn, ttl, ctrl, int));
+    let done =
+        |ctrl: bool, int: bool, sport: u16| Ok(Classified::new(dst, ecn, ttl, ctrl, int, sport));
     // Only unfragmented UDP can be RoCEv2 (RoCEv2 never fragments); other IPv4 is
     // forwarded without looking further.
     let ff = h.flags_frag.get();
     if h.protocol != rdma::wire::ipv4::PROTO_UDP || ff & 0x3FFF != 0 {
-        return done(false, false);
+        return done(false, false, 0);
     }
     let udp_off = L3_OFF + ip.header_len();
     let ip_end = L3_OFF + ip.total_len() as usize;
     let udp = UdpPacket::new_checked(&b[udp_off..ip_end]).map_err(|_| DropReason::Malformed)?;
+    let sport = udp.src_port();
     if udp.dst_port() != ROCEV2_UDP_PORT {
-        return done(false, false);
+        return done(false, false, sport);
     }
     let udp_end = udp_off + udp.len_field() as usize;
     let mut bth_off = udp_off + rdma::wire::udp::HEADER_LEN;
@@ -203,7 +211,17 @@ fn classify(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
     if bth_off + BTH_LEN > udp_end {
         return Err(DropReason::Malformed);
     }
-    done(CTRL_OPCODES.contains(&b[bth_off]), int)
+    done(CTRL_OPCODES.contains(&b[bth_off]), int, sport)
+}
+
+/// The ECMP flow hash of a UDP source port under a switch's seed (a splitmix64 finaliser:
+/// every input bit reaches every output bit, so `hash % members` spreads evenly).
+#[inline]
+pub fn ecmp_hash(sport: u16, seed: u64) -> u32 {
+    let mut z = u64::from(sport) ^ seed;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) as u32
 }
 
 /// RFC 1624 eq. 3 incremental checksum update for one 16-bit word.
@@ -243,12 +261,6 @@ enum IntPush {
     Error,
 }
 
-/// UDP header length.
-const UDP_LEN: usize = rdma::wire::udp::HEADER_LEN;
-/// E bit of the MD header's flags, as a bit of the MD header's first byte (INT v2.0
-/// section 5.7; `MdFlags::E` is bit 26 of the big-endian first word).
-const MD_E_BIT: u8 = 0x04;
-
 /// The IPv4 header checksum over `h` (a whole header, a multiple of 4 bytes): the
 /// ones' complement sum taken over 32-bit words and folded, which is the same value as
 /// `rdma::wire::internet_checksum` (2^16 = 1 modulo 2^16 - 1) in a third of the steps.
@@ -267,69 +279,28 @@ fn ipv4_header_checksum(h: &[u8]) -> u16 {
 }
 
 /// Pushes `hop` after the MD header of a frame that [`classify`] accepted with an INT
-/// container (and that nothing but [`rewrite`] changed since): prepend 16 bytes of
-/// headroom, move the headers (Ethernet .. MD header, 58 bytes without IPv4 options)
-/// forward into it, write the record, fix the shim length, RemainingHopCnt, IPv4 total
-/// length, UDP length (checksum 0, as RoCEv2 sends) and IPv4 checksum (incrementally). When
-/// RemainingHopCnt is 0 (or the stack is at its wire maximum) it sets E instead (INT v2.0
-/// section 5.7). The ICRC is computed as if the container were absent, so it is
-/// untouched. Byte for byte what `rdma::wire::int::push_hop_front` does (tested), but
-/// with the offsets the classifier already checked instead of parsing the frame again.
-/// Every index is checked; a frame that does not fit is an `Error`, untouched.
-fn push_int<P: PacketBuf>(pkt: &mut P, hop: &HopRecord) -> IntPush {
-    let b = pkt.bytes();
-    let Some(&ver_ihl) = b.get(L3_OFF) else {
-        return IntPush::Error;
+/// container, through `rdma::wire::int::push_hop_front` (INT v2.0 section 5.7: the
+/// headers move 16 bytes into the headroom that [`PacketBuf::prepend`] opens, the
+/// payload stays; E is set instead when RemainingHopCnt is 0 or the stack is full).
+/// A frame without headroom, or that the push refuses, is an `Error` and untouched.
+fn push_int<P: PacketBuf>(pkt: &mut P, hop: &HopRecord, int_dscp: u8) -> IntPush {
+    let len = pkt.len();
+    let start = if pkt.prepend(int::HOP_LEN) {
+        int::HOP_LEN
+    } else {
+        0
     };
-    let udp_off = L3_OFF + usize::from(ver_ihl & 0xF) * 4;
-    let int_off = udp_off + UDP_LEN;
-    let md_off = int_off + int::SHIM_LEN;
-    let hdr_end = int_off + int::HEADER_LEN;
-    if hdr_end > b.len() {
-        return IntPush::Error;
+    match int::push_hop_front(pkt.bytes_mut(), start, len, L3_OFF, int_dscp, hop) {
+        Ok(int::PushOutcome::Pushed { .. }) => IntPush::Pushed,
+        Ok(int::PushOutcome::Full) => {
+            pkt.trim_front(start);
+            IntPush::Full
+        }
+        Err(_) => {
+            pkt.trim_front(start);
+            IntPush::Error
+        }
     }
-    let (words, remaining) = (b[int_off + 1], b[md_off + 3]);
-    let int_len = usize::from(words) * 4;
-    if remaining == 0
-        || int_len + int::HOP_LEN > int::MAX_HOPS_WIRE * int::HOP_LEN + int::HEADER_LEN
-    {
-        pkt.bytes_mut()[md_off] |= MD_E_BIT;
-        return IntPush::Full;
-    }
-    let tl_old = u16::from_be_bytes([b[L3_OFF + 2], b[L3_OFF + 3]]);
-    let hc = u16::from_be_bytes([b[L3_OFF + 10], b[L3_OFF + 11]]);
-    let ul = u16::from_be_bytes([b[udp_off + 4], b[udp_off + 5]]);
-    let (Some(tl), Some(ul)) = (
-        tl_old.checked_add(int::HOP_LEN as u16),
-        ul.checked_add(int::HOP_LEN as u16),
-    ) else {
-        return IntPush::Error;
-    };
-    if !pkt.prepend(int::HOP_LEN) {
-        return IntPush::Error;
-    }
-    let f = pkt.bytes_mut();
-    f.copy_within(int::HOP_LEN..int::HOP_LEN + hdr_end, 0);
-    if hop.emit(&mut f[hdr_end..hdr_end + int::HOP_LEN]).is_err() {
-        // Cannot happen (16 bytes given); undo the move rather than send a torn frame.
-        f.copy_within(0..hdr_end, int::HOP_LEN);
-        pkt.trim_front(int::HOP_LEN);
-        return IntPush::Error;
-    }
-    // Plain stores of values read before the move (a read-modify-write of bytes the
-    // move just wrote would wait for store forwarding).
-    f[int_off + 1] = words + int::HOP_ML_WORDS;
-    f[md_off + 3] = remaining - 1;
-    f[L3_OFF + 2..L3_OFF + 4].copy_from_slice(&tl.to_be_bytes());
-    f[udp_off + 4..udp_off + 6].copy_from_slice(&ul.to_be_bytes());
-    f[udp_off + 6] = 0;
-    f[udp_off + 7] = 0;
-    // Incremental (RFC 1624 eq. 3) from the checksum the classifier verified: only the
-    // total length changed. Equal to a full recompute (the total length is never 0xFFFF
-    // before the push), and it does not read back the bytes just moved (a full
-    // recompute right after the move stalls on store forwarding).
-    f[L3_OFF + 10..L3_OFF + 12].copy_from_slice(&csum_adjust(hc, tl_old, tl).to_be_bytes());
-    IntPush::Pushed
 }
 
 /// The switch core over packets of type `P`.
@@ -342,6 +313,9 @@ pub struct Switch<P> {
     id_to_idx: Box<[u32]>,
     ports: Box<[Port<P>]>,
     fib: Fib,
+    /// Per-switch ECMP hash seed (from the settings' seed), so that the layers of a
+    /// fabric do not all pick the same member for a flow (hash polarisation).
+    ecmp_seed: u64,
     unknown_port_rx: u64,
 }
 
@@ -370,6 +344,7 @@ impl<P: PacketBuf> Switch<P> {
             id_to_idx,
             ports: ports.into_boxed_slice(),
             fib,
+            ecmp_seed: s.seed ^ u64::from(s.switch_id).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             unknown_port_rx: 0,
         }
     }
@@ -423,7 +398,10 @@ impl<P: PacketBuf> Switch<P> {
         let Ok(len32) = u32::try_from(len) else {
             return reject(ic, pkt, DropReason::Malformed);
         };
-        let Some(nh) = self.fib.lookup(c.dst()) else {
+        let Some(nh) = self
+            .fib
+            .lookup(c.dst(), ecmp_hash(c.sport(), self.ecmp_seed))
+        else {
             return reject(ic, pkt, DropReason::Unroutable);
         };
         if c.ttl() <= 1 {
@@ -503,7 +481,7 @@ impl<P: PacketBuf> Switch<P> {
     /// this dequeue, txBytes before this frame, B, switch_ID, port_ID).
     pub fn dequeue(&mut self, port_out: u16, now: u64) -> Option<P> {
         let idx = self.idx(port_out)?;
-        let (switch_id, fcs) = (self.switch_id, self.fcs_in_frame);
+        let (switch_id, fcs, int_dscp) = (self.switch_id, self.fcs_in_frame, self.int_dscp);
         let port = &mut self.ports[idx];
         if !port.shaper.ready(now) {
             return None;
@@ -527,7 +505,7 @@ impl<P: PacketBuf> Switch<P> {
                 port.counters.queue_bytes,
                 port.speed_bps,
             );
-            match push_int(&mut pkt, &hop) {
+            match push_int(&mut pkt, &hop, int_dscp) {
                 IntPush::Pushed => port.counters.int_pushed += 1,
                 IntPush::Full => port.counters.int_e_set += 1,
                 IntPush::Error => port.counters.int_errors += 1,
@@ -551,6 +529,12 @@ impl<P: PacketBuf> Switch<P> {
         } else {
             Some(p.shaper.next_free())
         }
+    }
+
+    /// When `port_out`'s link is free again (the end of the frame last sent, per its
+    /// shaper), whether or not frames wait: where a frame just dequeued ends on the wire.
+    pub fn port_free_at(&self, port_out: u16) -> Option<u64> {
+        Some(self.ports[self.idx(port_out)?].shaper.next_free())
     }
 
     /// Counters of a port.
@@ -658,7 +642,7 @@ mod tests {
     }
 
     #[test]
-    fn int_push_is_byte_identical_to_rdma_push_hop_front() {
+    fn int_push_through_packet_headroom_equals_push_hop_front() {
         let hop = HopRecord::from_units(3, 2, 123_456_789, 987_654, 12_800, 25e9 as u64);
         let mut cases = 0;
         for (max_hops, have) in [
@@ -685,7 +669,7 @@ mod tests {
                     PushOutcome::Full => (IntPush::Full, r[128..].to_vec()),
                 };
                 let mut f = crate::FrameBuf::from_frame(&frame).unwrap();
-                let got = push_int(&mut f, &hop);
+                let got = push_int(&mut f, &hop, 0x18);
                 assert_eq!(
                     (got, f.bytes().to_vec()),
                     want,
@@ -693,7 +677,7 @@ mod tests {
                 );
                 // Without headroom: E still set on a full stack, else an error, frame intact.
                 let mut f = crate::FrameBuf::new(&frame, 0, frame.len()).unwrap();
-                let got = push_int(&mut f, &hop);
+                let got = push_int(&mut f, &hop, 0x18);
                 if want.0 == IntPush::Full {
                     assert_eq!((got, f.bytes().to_vec()), want);
                 } else {
@@ -707,7 +691,7 @@ mod tests {
         let frame = int_frame(8, 1, 0);
         for cut in [0, 10, 14, 40, 57] {
             let mut f = crate::FrameBuf::from_frame(&frame[..cut]).unwrap();
-            assert_eq!(push_int(&mut f, &hop), IntPush::Error, "cut {cut}");
+            assert_eq!(push_int(&mut f, &hop, 0x18), IntPush::Error, "cut {cut}");
         }
     }
 

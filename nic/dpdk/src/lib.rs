@@ -18,6 +18,7 @@
 //! Every fallible call returns a typed [`Error`] carrying `rte_strerror` text.
 
 mod burst;
+pub mod census;
 mod clock;
 mod eal;
 mod error;

@@ -1,8 +1,15 @@
 //! The RC transport (IBA chapter 9): queue pairs as pure state machines, memory regions,
-//! work requests and completions.
+//! work requests and completions. A [`Qp`] composes the roles Linux rxe splits it into:
+//! requester (`rxe_req.c`), completer (`rxe_comp.c`), responder (`rxe_resp.c`), plus
+//! the project's CC-extension state.
 
+mod cc_ext;
+mod completer;
 pub mod mr;
+mod output;
 pub mod qp;
+mod requester;
+mod responder;
 pub mod wc;
 
 pub use mr::{Access, AccessError, MemorySpace, Mr, MrTable, VecMemory};

@@ -59,19 +59,71 @@ impl Mr {
     }
 }
 
-/// The table of registered regions of a device, each in a protection domain. Keys
-/// encode the slot index (bits 31..8, plus one) and a generation byte (bits 7..0) so a
-/// stale key is refused; a key is only valid for QPs of its region's PD.
+/// The table of registered regions of a device, each in a protection domain. A key is
+/// what hardware and rxe make it (`rxe_mr.c`: `index << 8 | rxe_get_next_key()`): the
+/// slot index plus one in bits 31..8 and a random key byte in bits 7..0 that differs
+/// from the slot's previous one, so a stale key (its region deregistered, the slot
+/// reused) is refused and a peer cannot guess a key from another one. The table stays
+/// pure: the randomness is a seed from the caller ([`MrTable::with_key_seed`]; the NIC
+/// draws it from the OS when the device opens). A key is only valid for QPs of its
+/// region's PD.
 #[derive(Debug, Clone, Default)]
 pub struct MrTable {
-    slots: Vec<Option<Mr>>,
-    generation: u8,
+    slots: Vec<Slot>,
+    keys: KeyBytes,
+}
+
+/// A slot of the table: its region, and the key byte of the last registration in it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    mr: Option<Mr>,
+    key_byte: u8,
+}
+
+/// The key bytes: SplitMix64 (Steele, Lea, Flood 2014) over the caller's seed, eight
+/// bytes per step. Unpredictable to a peer that does not know the seed; reproducible for
+/// a test that fixes it.
+#[derive(Debug, Clone, Default)]
+struct KeyBytes {
+    state: u64,
+    word: u64,
+    left: u8,
+}
+
+impl KeyBytes {
+    fn next(&mut self) -> u8 {
+        if self.left == 0 {
+            self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            self.word = z ^ (z >> 31);
+            self.left = 8;
+        }
+        self.left -= 1;
+        let b = self.word as u8;
+        self.word >>= 8;
+        b
+    }
 }
 
 impl MrTable {
-    /// An empty table.
+    /// An empty table with the fixed key seed 0: predictable keys, for tests and the
+    /// fuzzer. A device uses [`MrTable::with_key_seed`] with a random seed.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty table whose key bytes come from `seed` (draw it from the OS:
+    /// `getrandom`, `/dev/urandom`).
+    pub fn with_key_seed(seed: u64) -> Self {
+        Self {
+            slots: Vec::new(),
+            keys: KeyBytes {
+                state: seed,
+                ..KeyBytes::default()
+            },
+        }
     }
 
     /// Registers `[va, va+len)` in the default protection domain (0); returns the
@@ -84,18 +136,22 @@ impl MrTable {
     /// Registers `[va, va+len)` in protection domain `pd`; as [`Self::register`].
     pub fn register_in(&mut self, pd: u32, va: u64, len: u64, access: Access) -> Option<Mr> {
         va.checked_add(len)?;
-        self.generation = self.generation.wrapping_add(1);
-        let idx = match self.slots.iter().position(Option::is_none) {
+        let idx = match self.slots.iter().position(|s| s.mr.is_none()) {
             Some(i) => i,
             None => {
                 if self.slots.len() >= 0xFF_FFFF {
                     return None;
                 }
-                self.slots.push(None);
+                self.slots.push(Slot::default());
                 self.slots.len() - 1
             }
         };
-        let key = ((idx as u32 + 1) << 8) | u32::from(self.generation);
+        let slot = &mut self.slots[idx];
+        let mut key_byte = self.keys.next();
+        while key_byte == slot.key_byte {
+            key_byte = self.keys.next();
+        }
+        let key = ((idx as u32 + 1) << 8) | u32::from(key_byte);
         let mr = Mr {
             lkey: key,
             rkey: key,
@@ -104,7 +160,10 @@ impl MrTable {
             access,
             pd,
         };
-        self.slots[idx] = Some(mr);
+        *slot = Slot {
+            mr: Some(mr),
+            key_byte,
+        };
         Some(mr)
     }
 
@@ -112,8 +171,8 @@ impl MrTable {
     pub fn deregister(&mut self, key: u32) -> Option<Mr> {
         let i = (key >> 8).checked_sub(1)? as usize;
         let s = self.slots.get_mut(i)?;
-        if s.map(|m| m.lkey) == Some(key) {
-            s.take()
+        if s.mr.map(|m| m.lkey) == Some(key) {
+            s.mr.take()
         } else {
             None
         }
@@ -122,7 +181,7 @@ impl MrTable {
     /// Looks a key up.
     pub fn get(&self, key: u32) -> Option<&Mr> {
         let i = (key >> 8).checked_sub(1)? as usize;
-        self.slots.get(i)?.as_ref().filter(|m| m.lkey == key)
+        self.slots.get(i)?.mr.as_ref().filter(|m| m.lkey == key)
     }
 
     fn check(
@@ -345,5 +404,72 @@ mod tests {
             t.check_remote(0, 0, 0, Access::empty()).err(),
             Some(AccessError::BadKey(0))
         );
+    }
+
+    #[test]
+    fn keys_are_unique_random_bytes_that_change_on_every_registration() {
+        let mut t = MrTable::with_key_seed(0x5EED);
+        let mut bytes = std::collections::HashSet::new();
+        // Every other registration reuses the slot just freed (its stale key must fail);
+        // the others stay registered.
+        let mut last = None;
+        for i in 0..2000u64 {
+            let mr = t.register(0x1000, 0x100, Access::REMOTE_READ).unwrap();
+            if let Some(prev) = last {
+                assert_ne!(prev, mr.rkey, "a re-registration changes the key");
+                assert!(t.get(prev).is_none(), "the stale key is refused");
+                assert_eq!(
+                    t.check_remote(prev, 0x1000, 1, Access::REMOTE_READ).err(),
+                    Some(AccessError::BadKey(prev))
+                );
+            }
+            bytes.insert(mr.rkey & 0xFF);
+            last = Some(mr.rkey);
+            if i % 2 == 0 {
+                t.deregister(mr.lkey).unwrap();
+            } else {
+                last = None;
+            }
+        }
+        // Regions alive at once never share a key (their slots differ).
+        let live: Vec<u32> = t
+            .slots
+            .iter()
+            .filter_map(|s| s.mr.map(|m| m.rkey))
+            .collect();
+        let distinct: std::collections::HashSet<_> = live.iter().collect();
+        assert_eq!(distinct.len(), live.len());
+        // The key byte is spread over all values, not a counter.
+        assert!(bytes.len() > 200, "{} distinct key bytes", bytes.len());
+    }
+
+    #[test]
+    fn differently_seeded_tables_give_different_keys() {
+        let keys = |seed| {
+            let mut t = MrTable::with_key_seed(seed);
+            (0..16)
+                .map(|i| {
+                    t.register(i * 0x1000, 0x1000, Access::REMOTE_WRITE)
+                        .unwrap()
+                        .rkey
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(7), keys(7), "the seed alone decides");
+        assert_ne!(keys(7), keys(8));
+        let same = keys(7)
+            .iter()
+            .zip(keys(8))
+            .filter(|(a, b)| **a == *b)
+            .count();
+        assert!(same < 4, "{same} of 16 keys equal across seeds");
+        // Same slots, so only the key byte differs: a key of one table is a bad key of
+        // the other.
+        let mut t8 = MrTable::with_key_seed(8);
+        t8.register(0, 0x1000, Access::REMOTE_WRITE).unwrap();
+        let k7 = keys(7)[0];
+        if k7 != keys(8)[0] {
+            assert!(t8.check_remote(k7, 0, 8, Access::REMOTE_WRITE).is_err());
+        }
     }
 }

@@ -102,7 +102,9 @@ pub fn pair_with(pmtu: u32, cc_ext: bool, sq_psn: u32, ack_coalesce: u16) -> (Ho
         rq_psn: sq_psn,
         ..base
     };
-    let (ha, mut hb) = (Host::new(1, a, A_BASE), Host::new(2, b, B_BASE));
+    let (mut ha, mut hb) = (Host::new(1, a, A_BASE), Host::new(2, b, B_BASE));
+    ha.qp.set_peer_ip(hb.fb.net.src_ip.0);
+    hb.qp.set_peer_ip(ha.fb.net.src_ip.0);
     hb.qp.set_ack_coalesce(ack_coalesce);
     (ha, hb)
 }
@@ -257,4 +259,121 @@ pub fn run(
         now = next;
     }
     now
+}
+
+/// Delivers a packet built from `p` (payload read from `from`'s memory) to `to` at
+/// time `now`, through a real frame (built, parsed, ICRC checked).
+pub fn deliver_at(from: &Host, p: &TxPacket, to: &mut Host, now: u64) {
+    let payload: Vec<u8> = match p.payload {
+        Payload::None => vec![],
+        Payload::Local { va, len, .. } | Payload::Remote { va, len, .. } => {
+            from.mem.read(va, len as usize).to_vec()
+        }
+    };
+    let mut buf = vec![0u8; 8192];
+    let n = from
+        .fb
+        .emit_frame(&p.repr, &payload, p.ecn, &mut buf)
+        .unwrap();
+    let cc = to.qp.config().cc_ext;
+    let f = parse_frame(&buf[..n], &ParseOptions::default(), |_| cc).unwrap();
+    let Host { qp, mrs, mem, .. } = to;
+    qp.on_rx(&f, now, mrs, mem);
+    to.drain();
+}
+
+/// [`deliver_at`] at time 0.
+pub fn deliver(from: &Host, p: &TxPacket, to: &mut Host) {
+    deliver_at(from, p, to, 0);
+}
+
+/// Runs A and B in lockstep without a link (time 0): every packet A sends goes through
+/// `tamper` and to B, and what B answers goes to A before A's next packet, until both
+/// are quiet. Returns what B sent.
+pub fn exchange(a: &mut Host, b: &mut Host, tamper: impl FnMut(&mut TxPacket)) -> Vec<TxPacket> {
+    exchange_filtered(a, b, tamper, |_| true)
+}
+
+/// [`exchange`] where B's packets reach A only if `keep` says so (all are returned).
+pub fn exchange_filtered(
+    a: &mut Host,
+    b: &mut Host,
+    mut tamper: impl FnMut(&mut TxPacket),
+    mut keep: impl FnMut(&TxPacket) -> bool,
+) -> Vec<TxPacket> {
+    let mut answers = vec![];
+    let mut b_to_a = |a: &mut Host, b: &mut Host, answers: &mut Vec<TxPacket>| {
+        let mut any = false;
+        while let Some(p) = b.qp.poll_tx(0) {
+            any = true;
+            if keep(&p) {
+                deliver(b, &p, a);
+            }
+            answers.push(p);
+        }
+        any
+    };
+    for _ in 0..1000 {
+        let mut quiet = !b_to_a(a, b, &mut answers);
+        while let Some(mut p) = a.qp.poll_tx(0) {
+            quiet = false;
+            tamper(&mut p);
+            deliver(a, &p, b);
+            b_to_a(a, b, &mut answers);
+        }
+        if quiet {
+            break;
+        }
+    }
+    a.drain();
+    b.drain();
+    answers
+}
+
+/// Feeds a request built by hand to `h`, as if from its peer, and returns what it
+/// answers.
+pub fn feed(h: &mut Host, r: rdma::wire::frame::RoceRepr, payload: &[u8]) -> Vec<TxPacket> {
+    let mut buf = vec![0u8; 2048];
+    let me = h.fb.net;
+    let fb = FrameBuilder {
+        net: NetHeaders {
+            src_mac: me.dst_mac,
+            dst_mac: me.src_mac,
+            src_ip: me.dst_ip,
+            dst_ip: me.src_ip,
+            ..me
+        },
+        int: None,
+    };
+    let n = fb
+        .emit_frame(&r, payload, rdma::wire::Ecn::Ect0, &mut buf)
+        .unwrap();
+    let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| false).unwrap();
+    let Host { qp, mrs, mem, .. } = h;
+    qp.on_rx(&f, 0, mrs, mem);
+    let mut out = vec![];
+    while let Some(p) = h.qp.poll_tx(0) {
+        out.push(p);
+    }
+    out
+}
+
+/// A signaled send WR with one SGE.
+pub fn wr(id: u64, op: SendOp, addr: u64, len: u32, lkey: u32) -> SendWr {
+    SendWr {
+        wr_id: id,
+        op,
+        sge: Sge { addr, len, lkey },
+        signaled: true,
+        solicited: false,
+    }
+}
+
+/// Writes a recognisable pattern of `len` bytes at `va`; returns it.
+pub fn fill(h: &mut Host, va: u64, len: usize, seed: u8) -> Vec<u8> {
+    let d: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect();
+    h.mem.write(va, &d);
+    d
 }

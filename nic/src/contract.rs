@@ -1,0 +1,405 @@
+//! The contract between the engine and the programs that use it
+//! (DESIGN.md §5): what crosses the boundary and nothing else.
+//!
+//! - [`DeviceConfig`], [`QpOptions`] and [`RemoteQp`]: what a program
+//!   asks for (device settings, per-QP options, the peer of a QP);
+//! - [`Command`]: the slow path (register, create, connect, query), a
+//!   request over `crossbeam-channel` answered on a one-shot reply channel
+//!   with a `Result<_, `[`EngineError`]`>`;
+//! - [`Doorbell`] and [`EngineShared`]: the fast path, lock-free (posted
+//!   work requests in a per-QP SPSC ring, the QP's number in a queue of QPs
+//!   that rang) and the counters the engine publishes.
+//!
+//! Both the engine ([`crate::engine`]) and the user handles
+//! ([`crate::verbs`], [`crate::device`]) import this module; neither
+//! imports the other's internals.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use cc::CcKind;
+use crossbeam_channel::Sender;
+use crossbeam_queue::ArrayQueue;
+use dpdk::ExtBuf;
+use rdma::transport::{Access, QpError, QpState, RecvWr, SendWr, WorkCompletion};
+
+use crate::counters::SharedCounters;
+
+/// QP numbers start here (0 and 1 are special in the IBA).
+pub const QPN_BASE: u32 = 0x11;
+/// Most QPs one engine holds (DESIGN.md §5: the scheduler and the timers
+/// are O(1) per decision at this many).
+pub const MAX_QPS: usize = 16384;
+/// Most hop records the engine takes from one packet's INT container (and
+/// asks the switches for in the containers it inserts).
+pub const MAX_HOPS: usize = 8;
+/// Bytes of each frame kept by the optional capture (every header, the
+/// start of the payload); the original length is recorded in full.
+pub const CAPTURE_SNAP: usize = 512;
+
+/// Device settings.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Local IPv4 address.
+    pub ip: [u8; 4],
+    /// Local MAC (None: the port's).
+    pub mac: Option<[u8; 6]>,
+    /// Line rate the CC and the pacer assume, bits/s.
+    pub line_rate_bps: u64,
+    /// Base RTT the CC assumes, ns.
+    pub base_rtt_ns: u64,
+    /// DSCP that announces an INT container.
+    pub int_dscp: u8,
+    /// CPU to pin the engine to (None: not pinned).
+    pub core: Option<usize>,
+    /// Mbufs in the RX/header pool.
+    pub pool_size: u32,
+    /// Capture every frame sent and received into this pcapng file.
+    pub pcap: Option<std::path::PathBuf>,
+    /// Payloads up to this many bytes are copied into the frame rather than
+    /// attached zero-copy ([`crate::io::TxPools::copy_threshold`]).
+    pub copy_threshold: usize,
+    /// Yield the engine's core (`sched_yield`) after 64 poll turns in a row
+    /// with nothing to do: for processes that share cores (two `roce-perf`
+    /// on one 2-core host, where a busy-polling engine would hold its core
+    /// for a whole scheduler slice). Off: a pure poll-mode core, no syscall
+    /// ever.
+    pub idle_yield: bool,
+    /// Seed of the memory-region key bytes (`rdma::transport::MrTable::with_key_seed`):
+    /// [`DeviceConfig::new`] draws it from the OS, so a peer cannot guess keys.
+    pub mr_key_seed: u64,
+}
+
+impl DeviceConfig {
+    /// Defaults for a device with address `ip`: 100 Gbit/s, 10 us base RTT.
+    pub fn new(ip: [u8; 4]) -> Self {
+        DeviceConfig {
+            ip,
+            mac: None,
+            line_rate_bps: 100_000_000_000,
+            base_rtt_ns: 10_000,
+            int_dscp: rdma::wire::int::DEFAULT_INT_DSCP,
+            core: None,
+            pool_size: 16383,
+            pcap: None,
+            copy_threshold: crate::io::COPY_THRESHOLD,
+            idle_yield: false,
+            // std's RandomState keys come from the OS (getrandom).
+            mr_key_seed: std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                0u64,
+            ),
+        }
+    }
+}
+
+/// Per-QP options chosen at creation.
+#[derive(Debug, Clone, Copy)]
+pub struct QpOptions {
+    /// Send queue depth.
+    pub sq_depth: u16,
+    /// Receive queue depth.
+    pub rq_depth: u16,
+    /// Path MTU (256..4096).
+    pub mtu: u32,
+    /// Congestion control.
+    pub cc: CcKind,
+    /// Retransmit timeout, ns. The default is IBA timeout code 14
+    /// (4.096 us x 2^14 = 67 ms), perftest's default: software engines on a
+    /// shared host can be descheduled for milliseconds, and a NAK, not the
+    /// timer, recovers ordinary loss quickly.
+    pub timeout_ns: u64,
+    /// Retries on timeout (0..7).
+    pub retry_cnt: u8,
+    /// RNR retries (0..7, 7 = infinite).
+    pub rnr_retry: u8,
+    /// Outstanding READ/ATOMIC requests.
+    pub max_rd_atomic: u8,
+}
+
+impl Default for QpOptions {
+    fn default() -> Self {
+        QpOptions {
+            sq_depth: 256,
+            rq_depth: 256,
+            mtu: 4096,
+            cc: CcKind::None,
+            timeout_ns: 4_096 << 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+        }
+    }
+}
+
+/// What the peer needs to know to talk to a QP (exchanged out of band).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteQp {
+    /// QP number.
+    pub qpn: u32,
+    /// First PSN it sends.
+    pub psn: u32,
+    /// IPv4 address.
+    pub ip: [u8; 4],
+    /// MAC address of the next hop towards the peer. `Some` is used as
+    /// given (an out-of-band exchange that carries it, or a router's MAC);
+    /// `None`: the engine resolves the peer's IP by ARP before the QP sends
+    /// (rxe resolves the path the same way when the QP goes to RTR;
+    /// perftest's exchange carries no MAC).
+    pub mac: Option<[u8; 6]>,
+    /// Path MTU.
+    pub mtu: u32,
+    /// Congestion control (must match).
+    pub cc: CcKind,
+}
+
+/// Why the engine refused a slow-path request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// Every memory region key of the engine is in use.
+    #[error("memory region table full")]
+    MrTableFull,
+    /// No region is registered under this key.
+    #[error("no memory region with key {0:#x}")]
+    NoSuchMr(u32),
+    /// No completion queue with this id.
+    #[error("unknown completion queue {0}")]
+    NoSuchCq(u32),
+    /// A path MTU the IBA does not define.
+    #[error("MTU {0} is not one of 256, 512, 1024, 2048, 4096")]
+    BadMtu(u32),
+    /// Every QP slot of the engine is in use.
+    #[error("too many QPs (at most {MAX_QPS} per engine)")]
+    TooManyQps,
+    /// No QP with this number on the engine.
+    #[error("no QP {0:#x}")]
+    NoSuchQp(u32),
+    /// `connect` on a QP that was connected before.
+    #[error("QP {0:#x} is already connected")]
+    AlreadyConnected(u32),
+    /// `connect` without the peer's MAC (ARP resolution not available).
+    #[error("QP {0:#x}: no MAC for the peer given")]
+    NoPeerMac(u32),
+    /// The transport refused the QP's configuration or a state change.
+    #[error("QP {qpn:#x}: {source}")]
+    Transport {
+        /// The QP.
+        qpn: u32,
+        /// What the transport said.
+        #[source]
+        source: QpError,
+    },
+}
+
+/// The reply channel of a [`Command`].
+pub type Reply<T> = Sender<Result<T, EngineError>>;
+
+/// A posted work request on its way to the engine.
+#[derive(Debug, Clone, Copy)]
+pub enum Doorbell {
+    /// `post_send`.
+    Send(SendWr),
+    /// `post_recv`.
+    Recv(RecvWr),
+}
+
+/// Slow-path requests.
+pub enum Command {
+    /// Register memory.
+    RegMr {
+        /// Its protection domain.
+        pd: u32,
+        /// The memory.
+        mem: Arc<ExtBuf>,
+        /// Access flags.
+        access: Access,
+        /// (lkey, rkey).
+        reply: Reply<(u32, u32)>,
+    },
+    /// Deregister memory.
+    DeregMr {
+        /// Its key.
+        lkey: u32,
+        /// Done.
+        reply: Reply<()>,
+    },
+    /// Create a completion queue around a ring.
+    CreateCq {
+        /// Producer end of its ring.
+        ring: rtrb::Producer<WorkCompletion>,
+        /// CQ id.
+        reply: Reply<u32>,
+    },
+    /// Create a QP.
+    CreateQp {
+        /// Its protection domain.
+        pd: u32,
+        /// Send CQ id.
+        send_cq: u32,
+        /// Receive CQ id.
+        recv_cq: u32,
+        /// Options.
+        opts: QpOptions,
+        /// Consumer end of its doorbell ring.
+        ring: rtrb::Consumer<Doorbell>,
+        /// (QPN, initial PSN).
+        reply: Reply<(u32, u32)>,
+    },
+    /// Connect a QP to its peer (INIT -> RTR -> RTS).
+    Connect {
+        /// Local QPN.
+        qpn: u32,
+        /// The peer.
+        remote: RemoteQp,
+        /// Done.
+        reply: Reply<()>,
+    },
+    /// Query a QP's state.
+    QueryQp {
+        /// QPN.
+        qpn: u32,
+        /// Its state.
+        reply: Reply<QpState>,
+    },
+    /// Describe a QP's transport, scheduler and timer state in one line of
+    /// text (like `rdma resource show qp -d`; for diagnosing a stall).
+    DescribeQp {
+        /// QPN.
+        qpn: u32,
+        /// The description.
+        reply: Reply<String>,
+    },
+}
+
+/// What an engine shares with the API handles: the stop and done flags,
+/// the published counters and the doorbell queue.
+pub struct EngineShared {
+    /// Set by the device to stop the engine.
+    pub(crate) stop: AtomicBool,
+    /// Set once the engine has been dropped (its port released).
+    pub(crate) done: AtomicBool,
+    pub(crate) counters: SharedCounters,
+    doorbells: ArrayQueue<u32>,
+    rung: Vec<AtomicBool>,
+    /// The engine's first QPN (each shard of a device has its own range).
+    qpn_base: u32,
+}
+
+impl EngineShared {
+    pub(crate) fn new(max_qps: usize, qpn_base: u32) -> Self {
+        EngineShared {
+            qpn_base,
+            stop: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+            counters: SharedCounters::default(),
+            doorbells: ArrayQueue::new(max_qps),
+            rung: (0..max_qps).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// The engine's first QPN.
+    pub(crate) fn qpn_base(&self) -> u32 {
+        self.qpn_base
+    }
+
+    /// Whether the engine was asked to stop.
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Marks the engine done (dropped, or never started).
+    pub(crate) fn mark_done(&self) {
+        self.done.store(true, Ordering::Release);
+    }
+
+    /// Tells the engine that QP `qpn` has new work (each QP is queued at
+    /// most once until the engine takes it, so the queue never overflows).
+    pub(crate) fn ring_doorbell(&self, qpn: u32) {
+        let i = qpn.wrapping_sub(self.qpn_base) as usize;
+        if let Some(flag) = self.rung.get(i) {
+            if !flag.swap(true, Ordering::AcqRel) {
+                let _ = self.doorbells.push(qpn);
+            }
+        }
+    }
+
+    /// The engine's half of [`Self::ring_doorbell`]: the next QP index with
+    /// new work, its flag cleared so that the next post rings again.
+    ///
+    /// The flag is cleared with an RMW, not a store: a plain release store
+    /// may sit in the store buffer while the engine then reads the QP's ring
+    /// (x86 lets a later load pass an earlier store); a poster whose
+    /// `swap(true)` still saw `true` would skip queuing the QP, and its work
+    /// request would wait for the next doorbell, forever for the last one.
+    /// With RMWs on both sides, whichever comes second in the flag's order
+    /// reads from the other, so the poster's ring push is visible to the
+    /// engine's read of the ring.
+    pub(crate) fn take_rung(&self) -> Option<usize> {
+        let qpn = self.doorbells.pop()?;
+        let i = (qpn - self.qpn_base) as usize;
+        self.rung[i].swap(false, Ordering::AcqRel);
+        Some(i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::time::{Duration, Instant};
+
+    /// The doorbell protocol between a poster and the engine never loses a
+    /// post: the poster posts two work requests back to back (the second
+    /// races with the engine taking the first) and waits for both to be
+    /// taken; a lost doorbell leaves one in the ring with nobody to take it.
+    #[test]
+    fn doorbells_are_never_lost() {
+        let shared = Arc::new(EngineShared::new(4, QPN_BASE));
+        let taken = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (mut post, mut ring) = rtrb::RingBuffer::<u64>::new(64);
+        let engine = {
+            let (shared, taken, stop) = (shared.clone(), taken.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut next = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    while let Some(i) = shared.take_rung() {
+                        assert_eq!(i, 2);
+                        while let Ok(v) = ring.pop() {
+                            assert_eq!(v, next, "work requests in order");
+                            next += 1;
+                        }
+                        taken.store(next, Ordering::Release);
+                    }
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let rounds = if cfg!(debug_assertions) {
+            20_000
+        } else {
+            200_000
+        };
+        let mut posted = 0u64;
+        for round in 0..rounds {
+            for _ in 0..2 {
+                post.push(posted).unwrap();
+                posted += 1;
+                shared.ring_doorbell(QPN_BASE + 2);
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while taken.load(Ordering::Acquire) != posted {
+                if Instant::now() > deadline {
+                    stop.store(true, Ordering::Relaxed);
+                    panic!(
+                        "round {round}: a doorbell was lost ({} of {posted} taken)",
+                        taken.load(Ordering::Acquire)
+                    );
+                }
+                std::hint::spin_loop();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        engine.join().unwrap();
+    }
+}

@@ -1,0 +1,316 @@
+//! Starting and stopping a device: its engine on a poll-mode thread
+//! ([`Device::open`]), several devices' engines on one thread
+//! ([`Device::open_group`]), or one device's QPs sharded over several
+//! engines behind a dispatcher ([`Device::open_sharded`], crate::shard);
+//! the optional capture writer; and the orderly stop that waits until every
+//! engine has released its port ([`Device::close`], also on drop).
+//!
+//! The handles a program then uses are in [`crate::verbs`].
+
+use std::sync::atomic::{AtomicU32, AtomicUsize};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use dpdk::{Eal, Port};
+
+use crate::contract::{DeviceConfig, EngineShared, CAPTURE_SNAP, MAX_QPS, QPN_BASE};
+use crate::counters::Counters;
+use crate::engine::{Engine, EngineParts, PacketIo};
+use crate::pcapng::{CaptureProducer, Interface, PcapngWriter};
+use crate::shard::{shard_base, Dispatcher, DispatcherParts};
+use crate::verbs::{Device, EngineHandle, VerbsError};
+
+/// Records in the ring between the engine and the capture writer.
+const CAPTURE_RING: usize = 8192;
+/// Frames in each ring between a sharded device's dispatcher and a shard.
+const SHARD_RING: u32 = 4096;
+
+/// The thread that writes a device's capture file.
+pub(crate) type CaptureWriter =
+    JoinHandle<std::io::Result<PcapngWriter<std::io::BufWriter<std::fs::File>>>>;
+
+impl Device {
+    /// Starts a device on `port` (configured here with one RX and one TX
+    /// queue) and its engine thread, pinned to `cfg.core`.
+    pub fn open(eal: &'static Eal, port: Port, cfg: DeviceConfig) -> Result<Device, VerbsError> {
+        let core = cfg.core;
+        let (engine, mut dev) = Self::prepare(eal, port, &cfg)?;
+        let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || engine.run())
+            .map_err(|source| VerbsError::Thread {
+                what: "engine",
+                source,
+            })?;
+        dev.threads.push(thread);
+        Ok(dev)
+    }
+
+    /// Starts one device per `(port, config)` with all their engines on ONE
+    /// poll-mode thread pinned to `core` ([`crate::engine::run_group`]), so
+    /// that many NICs share a core; each config's own `core` is ignored.
+    /// Devices are closed one by one as usual; the thread ends with the last.
+    pub fn open_group(
+        eal: &'static Eal,
+        ports: Vec<(Port, DeviceConfig)>,
+        core: Option<usize>,
+    ) -> Result<Vec<Device>, VerbsError> {
+        let mut engines = Vec::with_capacity(ports.len());
+        let mut devices = Vec::with_capacity(ports.len());
+        for (port, cfg) in ports {
+            let (e, d) = Self::prepare(eal, port, &cfg)?;
+            engines.push(e);
+            devices.push(d);
+        }
+        match dpdk::lcore::spawn_pinned(eal, "rsnic-group", core, move || {
+            crate::engine::run_group(engines)
+        }) {
+            Ok(_detached) => Ok(devices),
+            Err(source) => {
+                // The engines were dropped with the closure: nothing to wait for.
+                for d in &devices {
+                    d.engines[0].shared.mark_done();
+                }
+                Err(VerbsError::Thread {
+                    what: "engine",
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Starts a device on `port` whose QPs are sharded over one engine per
+    /// entry of `shard_cores` (each pinned to that CPU, or not pinned for
+    /// `None`), with a dispatcher on `cfg.core` that owns the port's queues
+    /// and steers received frames to the shard of their destination QPN
+    /// (crate::shard; DESIGN.md §5 "QPs sharded").
+    ///
+    /// Completion queues are spread over the shards round robin; a QP lives
+    /// on the shard of its CQs (both must be on the same one). Memory regions
+    /// are registered with every shard, under the same keys. Not available
+    /// with a capture file (`cfg.pcap`), which is per engine.
+    pub fn open_sharded(
+        eal: &'static Eal,
+        mut port: Port,
+        cfg: DeviceConfig,
+        shard_cores: &[Option<usize>],
+    ) -> Result<Device, VerbsError> {
+        if shard_cores.is_empty() {
+            return Err(VerbsError::NoShards);
+        }
+        if cfg.pcap.is_some() {
+            return Err(VerbsError::ShardedCapture);
+        }
+        let mac = match cfg.mac {
+            Some(m) => m,
+            None => port.mac()?,
+        };
+        let rx_pool = Engine::rx_pool(eal, &cfg)?;
+        let (rx, tx, max_frame) = Engine::open_port(&mut port, &rx_pool)?;
+        let mut engines = Vec::new();
+        let mut handles = Vec::new();
+        let (mut to_shard, mut from_shard, mut pools) = (Vec::new(), Vec::new(), Vec::new());
+        for k in 0..shard_cores.len() {
+            let (in_p, in_c) = dpdk::Ring::spsc(eal, &Engine::unique_name("in"), SHARD_RING)?;
+            let (out_p, out_c) = dpdk::Ring::spsc(eal, &Engine::unique_name("out"), SHARD_RING)?;
+            let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+            let shared = Arc::new(EngineShared::new(MAX_QPS, shard_base(k)));
+            let e = Engine::build(
+                eal,
+                &cfg,
+                EngineParts {
+                    port: None,
+                    io: PacketIo::Shard {
+                        rx: in_c,
+                        tx: out_p,
+                    },
+                    rx_pool: rx_pool.clone(),
+                    max_frame,
+                    mac,
+                    shared: shared.clone(),
+                    cmd: cmd_rx,
+                    capture: None,
+                },
+            )?;
+            pools.push(e.tx_pools().clone());
+            to_shard.push(in_p);
+            from_shard.push(out_c);
+            engines.push(e);
+            handles.push(EngineHandle {
+                shared,
+                cmd: cmd_tx,
+            });
+        }
+        let dshared = Arc::new(EngineShared::new(1, QPN_BASE));
+        let dispatcher = Dispatcher::new(DispatcherParts {
+            port,
+            rx,
+            tx,
+            rx_pool,
+            to_shard,
+            from_shard,
+            pools,
+            int_dscp: cfg.int_dscp,
+            idle_yield: cfg.idle_yield,
+            shared: dshared.clone(),
+        });
+        let mut dev = Device::new(handles, Some(dshared), None, mac, &cfg, max_frame);
+        // From here on, `dev`'s drop stops whatever was started.
+        let started =
+            dpdk::lcore::spawn_pinned(eal, "rsnic-dispatch", cfg.core, move || dispatcher.run());
+        match started {
+            Ok(t) => dev.threads.push(t),
+            Err(source) => {
+                dev.all_engines().for_each(|s| s.mark_done());
+                return Err(VerbsError::Thread {
+                    what: "dispatcher",
+                    source,
+                });
+            }
+        }
+        for ((e, core), k) in engines.into_iter().zip(shard_cores).zip(0..) {
+            match dpdk::lcore::spawn_pinned(eal, "rsnic-shard", *core, move || e.run()) {
+                Ok(t) => dev.threads.push(t),
+                Err(source) => {
+                    for h in &dev.engines[k..] {
+                        h.shared.mark_done();
+                    }
+                    return Err(VerbsError::Thread {
+                        what: "shard",
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(dev)
+    }
+
+    /// Builds a device's engine (not yet running) and its handle.
+    fn prepare(
+        eal: &'static Eal,
+        port: Port,
+        cfg: &DeviceConfig,
+    ) -> Result<(Engine, Device), VerbsError> {
+        let mac = match cfg.mac {
+            Some(m) => m,
+            None => port.mac()?,
+        };
+        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+        let shared = Arc::new(EngineShared::new(MAX_QPS, QPN_BASE));
+        let (producer, writer) = match &cfg.pcap {
+            Some(path) => {
+                let (p, w) = start_capture(path, port.name())?;
+                (Some(p), Some(w))
+            }
+            None => (None, None),
+        };
+        let engine = Engine::on_port(eal, port, cfg, mac, shared.clone(), cmd_rx, producer)?;
+        let handle = EngineHandle {
+            shared,
+            cmd: cmd_tx,
+        };
+        let dev = Device::new(vec![handle], None, writer, mac, cfg, engine.max_frame());
+        Ok((engine, dev))
+    }
+
+    fn new(
+        engines: Vec<EngineHandle>,
+        dispatcher: Option<Arc<EngineShared>>,
+        capture: Option<CaptureWriter>,
+        mac: [u8; 6],
+        cfg: &DeviceConfig,
+        max_frame: usize,
+    ) -> Device {
+        Device {
+            engines,
+            dispatcher,
+            threads: Vec::new(),
+            next_cq: AtomicUsize::new(0),
+            capture,
+            mac,
+            ip: cfg.ip,
+            next_pd: AtomicU32::new(1),
+            max_frame,
+        }
+    }
+
+    /// Every engine of the device, with the dispatcher of a sharded one.
+    fn all_engines(&self) -> impl Iterator<Item = &Arc<EngineShared>> {
+        self.engines
+            .iter()
+            .map(|h| &h.shared)
+            .chain(&self.dispatcher)
+    }
+
+    /// Stops the engine and releases the port.
+    pub fn close(mut self) {
+        self.stop();
+    }
+
+    /// Stops the engine, as [`Device::close`], and returns its final
+    /// counters: each engine publishes them after its last poll turn, so
+    /// nothing it counted while the program finished is missing.
+    pub fn close_with_counters(mut self) -> Counters {
+        self.stop();
+        self.counters()
+    }
+
+    /// Asks every engine to stop, waits for their threads, then until every
+    /// engine has been dropped (its port released), then for the capture
+    /// writer to drain and flush.
+    pub(crate) fn stop(&mut self) {
+        for s in self.all_engines() {
+            s.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        // Every engine, alone or in a group, is marked done once dropped (its
+        // port released), also when its thread unwinds; so this returns at
+        // once when called again (from `Drop` after `close`).
+        while !self
+            .all_engines()
+            .all(|s| s.done.load(std::sync::atomic::Ordering::Acquire))
+        {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        // The engine dropped its end of the capture ring: the writer drains
+        // what is left, flushes and ends.
+        if let Some(t) = self.capture.take() {
+            match t.join() {
+                Ok(Err(e)) => tracing::warn!(error = %e, "capture file incomplete"),
+                Err(_) => tracing::warn!("capture writer panicked"),
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Creates the capture file at `path` (one interface for received frames,
+/// one for sent frames, named after the port) and starts its writer: the
+/// engine's end of the capture ring and the writer's thread.
+fn start_capture(
+    path: &std::path::Path,
+    port_name: &str,
+) -> Result<(CaptureProducer<CAPTURE_SNAP>, CaptureWriter), VerbsError> {
+    let capture_err = |source| VerbsError::Capture {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::File::create(path).map_err(capture_err)?;
+    let ifaces = ["rx", "tx"].map(|dir| Interface {
+        name: format!("{port_name}-{dir}"),
+        snaplen: CAPTURE_SNAP as u32,
+    });
+    let writer = PcapngWriter::new(std::io::BufWriter::new(file), &ifaces).map_err(capture_err)?;
+    let (p, c) = crate::pcapng::capture_ring(CAPTURE_RING);
+    let t = crate::pcapng::spawn_writer(c, writer).map_err(|source| VerbsError::Thread {
+        what: "capture writer",
+        source,
+    })?;
+    Ok((p, t))
+}

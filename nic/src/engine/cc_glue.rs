@@ -1,0 +1,271 @@
+//! The glue between a QP's transport, its congestion control and the flow
+//! scheduler (DESIGN.md §5, §7): transport events (ACK, NAK, timeout, CNP,
+//! probe response) and received data become CC calls; the CC's answers
+//! (window, rate, timers, CNPs, probes) go back to the transport, the
+//! scheduler and the timer wheel; completions go to the CQs.
+//!
+//! [`Engine::after_qp_work`] runs after anything touched a QP (a frame, a
+//! timer, a doorbell); each of its steps is a small function below.
+
+use cc::{AckEvent, CongestionControl, IntHop, NakEvent, RxDataEvent, SendEvent};
+use rdma::transport::qp::QpEvent;
+use rdma::transport::{Qp, TxPacket, WcOpcode, WcStatus, WorkCompletion};
+use rdma::wire::int::HopRecord;
+use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
+use rdma::wire::{Ecn, RoceFrame};
+
+use super::timers::{sync_timers, timer_index};
+use super::{Engine, QpSlot, MAX_HOPS};
+use crate::counters::Counters;
+
+impl Engine {
+    /// Moves a QP's events into its CC, its completions into the CQs, and
+    /// puts it back where the scheduler and the wheel should have it.
+    pub(super) fn after_qp_work(&mut self, i: usize, now: u64) {
+        let Some(s) = self.qps[i].as_deref_mut() else {
+            return;
+        };
+        if s.qp.is_none() {
+            return;
+        }
+        feed_events(s, now);
+        // Completions, as long as both CQs have room (a full CQ holds them
+        // in the QP instead of losing them, and the QP waits in `cq_waiting`
+        // until the program makes room).
+        if !move_completions(&mut self.cqs, &mut self.counters, s) && !s.cq_waiting {
+            s.cq_waiting = true;
+            self.cq_waiting.push(i as u32);
+        }
+        self.requeue(i, now);
+        if self.qps[i].as_ref().is_some_and(|s| s.doorbell_blocked) {
+            self.take_doorbells(i);
+        }
+    }
+
+    /// Puts connected QP `i` where it belongs after its state changed: its
+    /// timers on the wheel, its control packets in the scheduler's control
+    /// ring, its pacing rate the CC's, and back on the round robin (new work
+    /// may have become sendable: a window opened, an RNR wait ended, a READ
+    /// to answer; the QP leaves it again when `poll_tx` finds nothing).
+    pub(super) fn requeue(&mut self, i: usize, now: u64) {
+        let Some(s) = self.qps[i].as_deref_mut() else {
+            return;
+        };
+        let Some(qp) = s.qp.as_ref() else { return };
+        let control = s.cnp_pending || qp.has_control();
+        sync_timers(&mut self.wheel, i, s);
+        let q = i as u32;
+        if control && !s.ctrl_queued {
+            // One entry per QP at most, in a ring of MAX_QPS: never full.
+            s.ctrl_queued = self.sched.push_control(q).is_ok();
+        }
+        let rate = s.cc.rate_bps();
+        if rate != s.sched_rate {
+            s.sched_rate = rate;
+            let _ = self.sched.set_rate(q, rate, now);
+        }
+        let _ = self.sched.mark_ready(q, s.next_bytes);
+    }
+
+    /// Gives the QPs whose CQ was full their held completions, now that the
+    /// program may have polled room free; those drained leave the list.
+    #[cold]
+    pub(super) fn retry_completions(&mut self) {
+        let (qps, cqs, counters) = (&mut self.qps, &mut self.cqs, &mut self.counters);
+        self.cq_waiting.retain(|&i| {
+            let Some(s) = qps[i as usize].as_deref_mut() else {
+                return false;
+            };
+            let drained = move_completions(cqs, counters, s);
+            s.cq_waiting = !drained;
+            !drained
+        });
+    }
+}
+
+/// Feeds every event the transport raised into the CC, and the CC's
+/// answers back; the transport's window follows the CC's.
+fn feed_events(s: &mut QpSlot, now: u64) {
+    let mut events = 0;
+    while let Some(ev) = s.qp.as_mut().and_then(Qp::poll_event) {
+        events += 1;
+        let a = on_event(s, &ev, now);
+        s.apply(a);
+    }
+    if events > 0 {
+        s.update_window();
+    }
+}
+
+/// The CC's answer to one transport event.
+fn on_event(s: &mut QpSlot, ev: &QpEvent, now: u64) -> cc::Actions {
+    let mut th = [IntHop::default(); MAX_HOPS];
+    match *ev {
+        QpEvent::Ack {
+            acked_lsn,
+            newly_acked,
+            ce_count,
+            window,
+            n_hops,
+            ref hops,
+            ..
+        } => {
+            let rtt_ns = take_rtt_sample(s, acked_lsn, now);
+            let n = telemetry(&hops[..usize::from(n_hops).min(hops.len())], &mut th);
+            s.cc.on_ack(&AckEvent {
+                now_ns: now,
+                acked_lsn: u64::from(acked_lsn),
+                acked_bytes: newly_acked,
+                acked_pkts: 1,
+                rtt_ns,
+                ecn_echo: ce_count > 0,
+                telemetry: &th[..n],
+                rx_window: window.map(u64::from),
+            })
+        }
+        QpEvent::Nak {
+            syndrome: AethSyndrome::Nak(NakCode::PsnSequenceError),
+            ..
+        } => {
+            s.rtt_probe = None;
+            s.cc.on_nak(&NakEvent {
+                now_ns: now,
+                expected_lsn: 0,
+            })
+        }
+        QpEvent::Timeout { .. } => {
+            s.rtt_probe = None;
+            s.cc.on_rto(now)
+        }
+        QpEvent::CnpReceived => s.cc.on_cnp(now),
+        QpEvent::ProbeResponse { n_hops, ref hops } => {
+            let n = telemetry(&hops[..usize::from(n_hops).min(hops.len())], &mut th);
+            s.cc.on_probe_response(now, &th[..n])
+        }
+        QpEvent::Nak { .. }
+        | QpEvent::CeMarked { .. }
+        | QpEvent::ReadRespAck { .. }
+        | QpEvent::Error => cc::Actions::NONE,
+    }
+}
+
+/// The RTT of the packet being timed, once an ACK covers it (one sample
+/// at a time; 0: no sample).
+fn take_rtt_sample(s: &mut QpSlot, acked_lsn: u32, now: u64) -> u64 {
+    match s.rtt_probe {
+        Some((end, t)) if (acked_lsn.wrapping_sub(end) as i32) >= 0 => {
+            s.rtt_probe = None;
+            now.saturating_sub(t)
+        }
+        _ => 0,
+    }
+}
+
+/// The receiver side of the CC for a data packet received (DCQCN
+/// notification point, Rx-HPCC NewINT): its CE mark and its telemetry.
+pub(super) fn on_rx_data(s: &mut QpSlot, f: &RoceFrame<'_>, now: u64) {
+    let mut hops = [HopRecord::default(); MAX_HOPS];
+    let n = f.int.as_ref().map_or(0, |c| c.copy_hops(&mut hops));
+    let mut th = [IntHop::default(); MAX_HOPS];
+    let n = telemetry(&hops[..n], &mut th);
+    let a = s.cc.on_rx_data(&RxDataEvent {
+        now_ns: now,
+        lsn: f.ccext.map_or(0, |c| u64::from(c.lsn)),
+        bytes: f.payload.len() as u32,
+        ce: f.ip.ecn == Ecn::Ce,
+        telemetry: &th[..n],
+    });
+    s.apply(a);
+}
+
+/// Tells the CC of a data packet about to be sent, applies its answer (a
+/// fast-start packet goes Not-ECT, LDCP draft) and starts an RTT sample
+/// when none is running.
+pub(super) fn on_data_sent(s: &mut QpSlot, pkt: &mut TxPacket, now: u64) {
+    let op = pkt.repr.bth.opcode;
+    let a = s.cc.on_send(&SendEvent {
+        now_ns: now,
+        lsn: u64::from(pkt.lsn),
+        bytes: pkt.lsn_len,
+        last_of_message: !op.is_first() && !op.is_middle(),
+        retransmit: pkt.retransmit,
+    });
+    if a.fast_start {
+        pkt.ecn = Ecn::NotEct;
+    }
+    s.apply(a);
+    if s.rtt_probe.is_none() && !pkt.retransmit {
+        s.rtt_probe = Some((pkt.lsn.wrapping_add(pkt.lsn_len), now));
+    }
+}
+
+/// INT hop records in the CC's units; how many (at most [`MAX_HOPS`]).
+fn telemetry(hops: &[HopRecord], out: &mut [IntHop; MAX_HOPS]) -> usize {
+    for (d, h) in out.iter_mut().zip(hops) {
+        *d = IntHop {
+            switch_id: h.switch_id,
+            port_id: h.port_id,
+            ts_ns: h.ts_ns,
+            tx_bytes: h.tx_bytes,
+            qlen_bytes: u32::from(h.qlen_64b) * 64,
+            link_bps: u64::from(h.link_100m) * 100_000_000,
+        };
+    }
+    hops.len().min(MAX_HOPS)
+}
+
+/// Moves QP `s`'s completions into its CQs while both have room; whether
+/// none is left in the QP.
+fn move_completions(
+    cqs: &mut [rtrb::Producer<WorkCompletion>],
+    counters: &mut Counters,
+    s: &mut QpSlot,
+) -> bool {
+    let Some(qp) = s.qp.as_mut() else {
+        return true;
+    };
+    loop {
+        let room = |c: u32| cqs.get(c as usize).is_some_and(|r| r.slots() > 0);
+        if !(room(s.send_cq) && room(s.recv_cq)) {
+            return qp.pending_completions() == 0;
+        }
+        let Some(wc) = qp.poll_cq() else { return true };
+        if wc.status != WcStatus::Success {
+            counters.completion_errors += 1;
+        }
+        let cq = if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+            s.recv_cq
+        } else {
+            s.send_cq
+        };
+        let _ = cqs[cq as usize].push(wc);
+    }
+}
+
+impl QpSlot {
+    /// Applies the CC's answer: timers to arm, a CNP to send, the window to
+    /// feed back (Rx-HPCC), a probe to send (HPCC++ probe mode).
+    pub(super) fn apply(&mut self, a: cc::Actions) {
+        for t in a.timers() {
+            self.cc_timers[timer_index(t.kind)] = t.deadline_ns.max(1);
+        }
+        if a.send_cnp {
+            self.cnp_pending = true;
+        }
+        if let Some(qp) = self.qp.as_mut() {
+            if let Some(w) = a.feedback_window {
+                qp.set_ack_window(w.min(u64::from(u32::MAX)) as u32);
+            }
+            if a.send_probe {
+                qp.send_probe();
+            }
+        }
+    }
+
+    /// The transport's send window: the CC's.
+    pub(super) fn update_window(&mut self) {
+        if let Some(qp) = self.qp.as_mut() {
+            qp.set_window(self.cc.window_bytes().min(u64::from(u32::MAX)) as u32);
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! The poll-mode engine: one loop that owns a port, the QPs, their
+//! congestion control and the registered memory (DESIGN.md §5; HPCC++ 000
+//! §6.3.1 fig. 7: RX pipeline, TX pipeline, flow scheduler, CC module).
+//!
+//! Each turn of the loop ([`Engine::poll_turn`], in `poll.rs`) reads the
+//! clock once and then
+//! 1. takes doorbells (posted work requests) from the QPs that rang
+//!    (`doorbells.rs`),
+//! 2. receives a burst: parse (INT skipped, ICRC checked), dispatch to the
+//!    QP's responder or requester (`rx.rs`), feed the CC (receiver side: CE
+//!    marks, telemetry; sender side: ACKs, NAKs, CNPs, timeouts) and move
+//!    completions to the completion queues (`cc_glue.rs`),
+//! 3. fires due timers (transport retransmit/RNR, CC timers; `timers.rs`),
+//! 4. transmits a burst: ACK/NAK/CNP first, then round robin over QPs with
+//!    something to send, each paced at its CC rate and gated by its CC
+//!    window in LSN bytes (`tx.rs`),
+//!
+//! and every 256 turns serves the slow path (registration, QP creation and
+//! connection; `slow_path.rs`) and publishes the counters. Nothing on the
+//! per-packet path allocates, locks or makes a system call.
+//!
+//! This file holds the engine's state ([`Engine`], one [`QpSlot`] per QP)
+//! and how an engine is built from its parts ([`EngineParts`]); where its
+//! frames come from is `port.rs`.
+
+mod cc_glue;
+mod doorbells;
+mod poll;
+mod port;
+mod rx;
+mod slow_path;
+mod timers;
+mod tx;
+
+use std::sync::Arc;
+
+use cc::AnyCc;
+use crossbeam_channel::Receiver;
+use dpdk::{Burst, Eal, ExtBuf, Mempool, Port, TscClock};
+use rdma::transport::{MemorySpace, MrTable, Qp, WorkCompletion};
+use rdma::wire::frame::FrameBuilder;
+use rdma::wire::{HeaderTemplate, ParseOptions};
+
+use crate::counters::Counters;
+use crate::io::{TxPools, MAX_FRAME};
+use crate::pcapng::CaptureProducer;
+use crate::scheduler::Scheduler;
+use crate::timer_wheel::{TimerHandle, TimerKey, TimerWheel};
+use crate::verbs::VerbsError;
+
+pub use crate::contract::{
+    Command, Doorbell, EngineShared, CAPTURE_SNAP, MAX_HOPS, MAX_QPS, QPN_BASE,
+};
+use crate::contract::{DeviceConfig, QpOptions};
+pub use poll::run_group;
+pub(crate) use port::PacketIo;
+
+/// Token-bucket depth of the pacer: a QP paced below line rate may send at
+/// most this many bytes back to back after being idle. Deep enough that a
+/// poll turn of ~5 us does not cap a QP paced at 100 Gbit/s (with 16 KiB,
+/// DCQCN at line rate got 17 Gbit/s on a ring pair, 23 with 64 KiB).
+const PACING_BURST_BYTES: u32 = 64 << 10;
+/// DSCP of RoCEv2 data and control traffic.
+const ROCE_DSCP: u8 = 26;
+
+/// Registered memory seen as the process's address space: a region's
+/// virtual address is its pointer. The transport only reads or writes a
+/// range after an [`MrTable`] check accepted it, and the engine keeps every
+/// registered region alive, so each access lies in live memory (the same
+/// contract a NIC's DMA engine has).
+struct RawMemory;
+
+impl MemorySpace for RawMemory {
+    fn read(&self, va: u64, len: usize) -> &[u8] {
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: see the type's docs.
+        unsafe { std::slice::from_raw_parts(va as *const u8, len) }
+    }
+
+    fn write(&mut self, va: u64, data: &[u8]) {
+        // SAFETY: see the type's docs.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), va as *mut u8, data.len()) }
+    }
+}
+
+/// One QP's engine-side state.
+struct QpSlot {
+    opts: QpOptions,
+    /// Its protection domain (0: the device's default one).
+    pd: u32,
+    send_cq: u32,
+    recv_cq: u32,
+    doorbell: rtrb::Consumer<Doorbell>,
+    psn: u32,
+    qp: Option<Qp>,
+    cc: AnyCc,
+    fb: FrameBuilder,
+    /// The QP's header template (DESIGN.md §3, §9): built at connect time
+    /// from `fb` and the peer's QPN; data packets (and ACKs, CNPs on the
+    /// same headers) are built through it. None until connected.
+    tpl: Option<HeaderTemplate>,
+    int_on_data: bool,
+    cc_ext: bool,
+    /// Doorbells wait because the send queue was full.
+    doorbell_blocked: bool,
+    /// The QP index is in the scheduler's control ring.
+    ctrl_queued: bool,
+    /// The rate the scheduler paces the QP at (the CC's last rate).
+    sched_rate: u64,
+    /// Wire bytes of the QP's next data packet, as the pacer charges it
+    /// (the last data packet's size).
+    next_bytes: u32,
+    /// The transport timer on the wheel and the deadline it is armed for.
+    transport_timer: Option<(TimerHandle, u64)>,
+    /// The CC timers on the wheel, by `timers::timer_index`.
+    cc_armed: [Option<(TimerHandle, u64)>; 4],
+    /// One RTT measurement at a time: (LSN end of the timed packet, sent at).
+    rtt_probe: Option<(u32, u64)>,
+    /// Deadlines of the CC timers, by `timers::timer_index` (0 = not armed).
+    cc_timers: [u64; 4],
+    /// A CNP is owed to the peer (DCQCN notification point).
+    cnp_pending: bool,
+    /// The QP holds completions its full CQ could not take; it is in the
+    /// engine's `cq_waiting` list.
+    cq_waiting: bool,
+}
+
+/// The engine. Built on the caller's thread, then moved to its poll-mode
+/// thread by [`Engine::run`].
+pub struct Engine {
+    _port: Option<Port>,
+    /// Yield the core after `poll::IDLE_TURNS_BEFORE_YIELD` idle turns.
+    idle_yield: bool,
+    /// Consecutive turns without a packet or a doorbell.
+    idle_turns: u32,
+    /// The longest frame the port carries (its driver's limit, at most
+    /// [`MAX_FRAME`]).
+    max_frame: usize,
+    io: PacketIo,
+    /// The first QPN of this engine's range (QP index `i` is QPN
+    /// `qpn_base + i`).
+    qpn_base: u32,
+    pools: TxPools,
+    _rx_pool: Arc<Mempool>,
+    clock: TscClock,
+    mac: [u8; 6],
+    ip: [u8; 4],
+    line_rate_bps: u64,
+    base_rtt_ns: u64,
+    int_dscp: u8,
+    parse: ParseOptions,
+    shared: Arc<EngineShared>,
+    cmd: Receiver<Command>,
+    mrs: MrTable,
+    mr_mem: Vec<Option<Arc<ExtBuf>>>,
+    cqs: Vec<rtrb::Producer<WorkCompletion>>,
+    qps: Vec<Option<Box<QpSlot>>>,
+    /// Indices of connected QPs (whose counters are published).
+    connected: Vec<usize>,
+    /// QPs holding completions that a full CQ could not take, retried every
+    /// turn until the program polls room free (preallocated: MAX_QPS).
+    cq_waiting: Vec<u32>,
+    /// The flow scheduler: control first, then round robin over QPs with
+    /// data, paced by credit (crate::scheduler).
+    sched: Scheduler<u32>,
+    /// The transport and CC timers of every QP.
+    wheel: TimerWheel<TimerKey>,
+    counters: Counters,
+    scratch: Vec<u8>,
+    rxb: Burst,
+    txb: Burst,
+    psn_seed: u64,
+    turn: u64,
+    last_publish_ns: u64,
+    capture: Option<CaptureProducer<CAPTURE_SNAP>>,
+}
+
+/// What an engine is built from besides the device's configuration: where
+/// its frames come from and go to, and how the API reaches it.
+pub(crate) struct EngineParts {
+    /// The port it owns (None for a shard, whose dispatcher owns it).
+    pub port: Option<Port>,
+    /// Its RX and TX: the port's queues or a shard's rings.
+    pub io: PacketIo,
+    /// The pool frames are received into (kept alive while frames from it
+    /// may still wait in the engine's bursts or a shard's rings).
+    pub rx_pool: Arc<Mempool>,
+    /// The longest frame the port carries.
+    pub max_frame: usize,
+    /// The device's MAC.
+    pub mac: [u8; 6],
+    /// Flags, counters and doorbells shared with the API handles.
+    pub shared: Arc<EngineShared>,
+    /// Slow-path requests.
+    pub cmd: Receiver<Command>,
+    /// Where sent and received frames are copied to, if capturing.
+    pub capture: Option<CaptureProducer<CAPTURE_SNAP>>,
+}
+
+impl Engine {
+    /// An engine on its own port, configured here.
+    pub(crate) fn on_port(
+        eal: &'static Eal,
+        mut port: Port,
+        cfg: &DeviceConfig,
+        mac: [u8; 6],
+        shared: Arc<EngineShared>,
+        cmd: Receiver<Command>,
+        capture: Option<CaptureProducer<CAPTURE_SNAP>>,
+    ) -> Result<Engine, VerbsError> {
+        let rx_pool = Self::rx_pool(eal, cfg)?;
+        let (rx, tx, max_frame) = Self::open_port(&mut port, &rx_pool)?;
+        Self::build(
+            eal,
+            cfg,
+            EngineParts {
+                port: Some(port),
+                io: PacketIo::Port { rx, tx },
+                rx_pool,
+                max_frame,
+                mac,
+                shared,
+                cmd,
+                capture,
+            },
+        )
+    }
+
+    /// An engine from its parts (for a shard: rings to the dispatcher,
+    /// crate::shard).
+    pub(crate) fn build(
+        eal: &'static Eal,
+        cfg: &DeviceConfig,
+        parts: EngineParts,
+    ) -> Result<Engine, VerbsError> {
+        let pools = TxPools {
+            hdr: Mempool::new(
+                eal,
+                &Self::unique_name("hdr"),
+                cfg.pool_size,
+                256,
+                Mempool::DEFAULT_DATA_ROOM,
+            )?,
+            bare: Mempool::new(eal, &Self::unique_name("ext"), cfg.pool_size, 256, 0)?,
+            copy_threshold: cfg.copy_threshold,
+        };
+        let clock = TscClock::new(eal);
+        Ok(Engine {
+            idle_yield: cfg.idle_yield,
+            idle_turns: 0,
+            max_frame: parts.max_frame,
+            _port: parts.port,
+            io: parts.io,
+            qpn_base: parts.shared.qpn_base(),
+            pools,
+            _rx_pool: parts.rx_pool,
+            psn_seed: clock.cycles() | 1,
+            clock,
+            mac: parts.mac,
+            ip: cfg.ip,
+            line_rate_bps: cfg.line_rate_bps,
+            base_rtt_ns: cfg.base_rtt_ns,
+            int_dscp: cfg.int_dscp,
+            parse: ParseOptions {
+                int_dscp: Some(cfg.int_dscp),
+                verify_icrc: true,
+            },
+            shared: parts.shared,
+            cmd: parts.cmd,
+            mrs: MrTable::with_key_seed(cfg.mr_key_seed),
+            mr_mem: Vec::new(),
+            cqs: Vec::new(),
+            qps: (0..MAX_QPS).map(|_| None).collect(),
+            connected: Vec::with_capacity(MAX_QPS),
+            cq_waiting: Vec::with_capacity(MAX_QPS),
+            sched: Scheduler::new(MAX_QPS as u32, PACING_BURST_BYTES, MAX_QPS),
+            wheel: timers::wheel(clock.now_ns()),
+            counters: Counters::default(),
+            scratch: vec![0u8; MAX_FRAME],
+            rxb: Burst::new(),
+            txb: Burst::new(),
+            turn: 0,
+            last_publish_ns: 0,
+            capture: parts.capture,
+        })
+    }
+
+    /// The TX pools of an engine.
+    pub(crate) fn tx_pools(&self) -> &TxPools {
+        &self.pools
+    }
+
+    /// The longest frame the port carries (what bounds the RoCE path MTU).
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    /// QP index `i`'s slot, if the QP exists.
+    fn slot_mut(&mut self, i: usize) -> Option<&mut QpSlot> {
+        self.qps.get_mut(i).and_then(Option::as_deref_mut)
+    }
+}

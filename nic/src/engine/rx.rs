@@ -1,0 +1,221 @@
+//! The RX pipeline: a burst from the port, each frame checked (ICRC at raw
+//! CRC speed when there is no INT container, otherwise by the parser),
+//! parsed in place (a chained frame without copying its payload), counted
+//! and handed to its QP's transport and to the receiver side of its CC.
+
+use rdma::wire::transport_hdrs::AethSyndrome;
+use rdma::wire::{Ecn, Opcode, ParseOptions, RoceFrame, WireError};
+
+use super::{cc_glue, Engine, RawMemory, MAX_QPS};
+use crate::io::parse_rx;
+
+/// Capture interface id of received frames (`tx.rs` has the sent ones).
+pub(super) const CAPTURE_RX: u32 = 0;
+
+impl Engine {
+    /// Receives a burst and hands every frame, verified, to its QP (frames
+    /// that are not RoCEv2 or fail a check are counted and dropped).
+    pub(super) fn receive(&mut self, now: u64) {
+        if self.io.recv(&mut self.rxb) == 0 {
+            return;
+        }
+        let mut burst = std::mem::take(&mut self.rxb);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for mut m in burst.drain() {
+            self.counters.rx_packets += 1;
+            let len = m.pkt_len();
+            self.counters.rx_bytes += len as u64;
+            if m.nb_segs() > 1
+                && self.capture.is_none()
+                && self.receive_chained(&m, &mut scratch, now)
+            {
+                continue;
+            }
+            // The frame, contiguous and writable: the mbuf's own data, or a
+            // copy of a chained frame in `scratch`.
+            let bytes: &mut [u8] = if m.nb_segs() == 1 {
+                m.data_mut()
+            } else if len <= scratch.len() && m.read(0, &mut scratch[..len]).is_ok() {
+                &mut scratch[..len]
+            } else {
+                self.counters.rx_drop_too_long += 1;
+                continue;
+            };
+            if let Some(cap) = self.capture.as_mut() {
+                cap.capture(CAPTURE_RX, now, bytes);
+            }
+            match self.check_icrc(bytes) {
+                Ok(verified) => self.dispatch(bytes, verified, now),
+                Err(e) => self.count_rx_error(&e),
+            }
+        }
+        self.scratch = scratch;
+        self.rxb = burst;
+    }
+
+    /// Checks the ICRC in place, at raw CRC speed, for a RoCEv2 frame without
+    /// an INT container (`Ok(true)`); frames with a container, and anything
+    /// that is not RoCEv2, are left to the parser (`Ok(false)`), which then
+    /// classifies them and skips the container.
+    fn check_icrc(&self, f: &mut [u8]) -> Result<bool, WireError> {
+        const L3: usize = rdma::wire::ethernet::HEADER_LEN;
+        let rocev2 = f.len() >= L3 + 20 + 8
+            && f[12..14] == [0x08, 0x00]
+            && f[L3] >> 4 == 4
+            && f[L3 + 9] == 17
+            && {
+                let ihl = usize::from(f[L3] & 0xF) * 4;
+                f.len() >= L3 + ihl + 8 && f[L3 + ihl + 2..L3 + ihl + 4] == 4791u16.to_be_bytes()
+            };
+        if !rocev2 || Some(f[L3 + 1] >> 2) == self.parse.int_dscp {
+            return Ok(false);
+        }
+        rdma::wire::verify_icrc_in_place(f, L3, 0)?;
+        Ok(true)
+    }
+
+    fn count_rx_error(&mut self, e: &WireError) {
+        match e {
+            WireError::BadIcrc { .. } => self.counters.rx_drop_icrc += 1,
+            WireError::UnsupportedEtherType(_)
+            | WireError::NotUdp(_)
+            | WireError::NotRoce(_)
+            | WireError::IpFragment => self.counters.rx_drop_not_roce += 1,
+            _ => self.counters.rx_drop_malformed += 1,
+        }
+    }
+
+    fn dispatch(&mut self, bytes: &[u8], icrc_checked: bool, now: u64) {
+        match self.parse_frame(bytes, !icrc_checked) {
+            Ok(f) => self.deliver(&f, now),
+            Err(e) => self.count_rx_error(&e),
+        }
+    }
+
+    /// Parses a contiguous frame (the CC extension where the QP negotiated
+    /// it), verifying its ICRC if `verify_icrc`.
+    fn parse_frame<'b>(
+        &self,
+        bytes: &'b [u8],
+        verify_icrc: bool,
+    ) -> Result<RoceFrame<'b>, WireError> {
+        let qps = &self.qps;
+        let opts = ParseOptions {
+            verify_icrc,
+            ..self.parse
+        };
+        parse_rx(bytes, &opts, |bth| {
+            bth.dest_qp
+                .checked_sub(self.qpn_base)
+                .and_then(|i| qps.get(i as usize))
+                .and_then(Option::as_ref)
+                .is_some_and(|s| s.cc_ext)
+        })
+    }
+
+    /// A frame chained as the sender built it (or as a NIC scatters it):
+    /// every header in the first segment, then the payload, then the pad
+    /// and ICRC, in at most two more segments. Parsed without copying the
+    /// payload: the headers and the last bytes go to `scratch` where the
+    /// parser reads them, the ICRC is computed over the segments, and the
+    /// QP copies the payload straight from its segment into the region.
+    /// `false`: not of that shape (the caller linearises it).
+    fn receive_chained(&mut self, m: &dpdk::Mbuf, scratch: &mut [u8], now: u64) -> bool {
+        let mut segs = m.segments();
+        let (Some(head), Some(body)) = (segs.next(), segs.next()) else {
+            return false;
+        };
+        let tail = segs.next().unwrap_or(&[]);
+        let (h, b) = (head.len(), body.len());
+        let total = h + b + tail.len();
+        if segs.next().is_some() || total > scratch.len() || b < 8 || tail.len() > 7 {
+            return false;
+        }
+        scratch[..h].copy_from_slice(head);
+        scratch[h + b - 8..h + b].copy_from_slice(&body[b - 8..]);
+        scratch[h + b..total].copy_from_slice(tail);
+        let mut f = match self.parse_frame(&scratch[..total], false) {
+            Ok(f) => f,
+            Err(e) => {
+                self.count_rx_error(&e);
+                return true;
+            }
+        };
+        let n = f.payload.len();
+        if f.payload_offset != h || n > b {
+            return false;
+        }
+        // ICRC: masked headers (INT container skipped), then every byte up
+        // to the ICRC (payload, pad), from the segments.
+        let Ok(mut icrc) = rdma::wire::icrc::IcrcHasher::start_headers(
+            head,
+            rdma::wire::ethernet::HEADER_LEN,
+            f.int_len,
+        ) else {
+            self.counters.rx_drop_malformed += 1;
+            return true;
+        };
+        let upto = total - 4 - h;
+        icrc.update(&body[..upto.min(b)]);
+        if upto > b {
+            icrc.update(&tail[..upto - b]);
+        }
+        let computed = icrc.finalize();
+        if computed != f.icrc {
+            self.count_rx_error(&WireError::BadIcrc {
+                found: f.icrc,
+                computed,
+            });
+            return true;
+        }
+        f.payload = &body[..n];
+        self.deliver(&f, now);
+        true
+    }
+
+    /// Hands a parsed, verified frame to its QP (and the receiver side of
+    /// its CC), counting it.
+    fn deliver(&mut self, f: &RoceFrame<'_>, now: u64) {
+        let Some(i) = f
+            .bth
+            .dest_qp
+            .checked_sub(self.qpn_base)
+            .map(|i| i as usize)
+            .filter(|&i| i < MAX_QPS)
+        else {
+            self.counters.rx_drop_unknown_qp += 1;
+            return;
+        };
+        let Some(s) = self.qps[i].as_mut() else {
+            self.counters.rx_drop_unknown_qp += 1;
+            return;
+        };
+        if s.qp.is_none() {
+            self.counters.rx_drop_qp_state += 1;
+            return;
+        }
+        let op = f.bth.opcode;
+        let ce = f.ip.ecn == Ecn::Ce;
+        match op {
+            Opcode::Acknowledge => match f.aeth.map(|a| a.syndrome) {
+                Some(AethSyndrome::Ack { .. }) => self.counters.rx_acks += 1,
+                _ => self.counters.rx_naks += 1,
+            },
+            Opcode::Cnp => self.counters.rx_cnps += 1,
+            _ => {
+                self.counters.rx_data_packets += 1;
+                if ce {
+                    self.counters.rx_ce_marked += 1;
+                }
+            }
+        }
+        // Receiver side of the CC (DCQCN notification point, Rx-HPCC NewINT).
+        if op.is_request() {
+            cc_glue::on_rx_data(s, f, now);
+        }
+        if let Some(qp) = s.qp.as_mut() {
+            qp.on_rx(f, now, &self.mrs, &mut RawMemory);
+        }
+        self.after_qp_work(i, now);
+    }
+}

@@ -1,0 +1,291 @@
+//! The slow path, served every few hundred poll turns: memory
+//! registration, completion queues, QP creation and connection, queries
+//! ([`Command`]). It may allocate; the per-packet path never waits for it.
+
+use cc::{CcKind, CongestionControl, PathConfig};
+use rdma::transport::{Qp, QpConfig, QpState};
+use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders};
+use rdma::wire::{bth, EthernetAddress, HeaderTemplate, Ipv4Address};
+
+use super::{Engine, QpSlot, MAX_HOPS, ROCE_DSCP};
+use crate::contract::{Command, Doorbell, EngineError, QpOptions, RemoteQp};
+use crate::timer_wheel::TimerHandle;
+
+impl Engine {
+    /// Serves every slow-path request waiting.
+    pub(super) fn slow_path(&mut self) {
+        while let Ok(cmd) = self.cmd.try_recv() {
+            match cmd {
+                Command::RegMr {
+                    pd,
+                    mem,
+                    access,
+                    reply,
+                } => {
+                    let _ = reply.send(self.reg_mr(pd, mem, access));
+                }
+                Command::DeregMr { lkey, reply } => {
+                    let _ = reply.send(self.dereg_mr(lkey));
+                }
+                Command::CreateCq { ring, reply } => {
+                    self.cqs.push(ring);
+                    let _ = reply.send(Ok(self.cqs.len() as u32 - 1));
+                }
+                Command::CreateQp {
+                    pd,
+                    send_cq,
+                    recv_cq,
+                    opts,
+                    ring,
+                    reply,
+                } => {
+                    let _ = reply.send(self.create_qp(pd, send_cq, recv_cq, opts, ring));
+                }
+                Command::Connect { qpn, remote, reply } => {
+                    let _ = reply.send(self.connect(qpn, &remote));
+                }
+                Command::QueryQp { qpn, reply } => {
+                    let r = match self.slot(qpn) {
+                        Some(s) => Ok(s.qp.as_ref().map_or(QpState::Init, |q| q.state())),
+                        None => Err(EngineError::NoSuchQp(qpn)),
+                    };
+                    let _ = reply.send(r);
+                }
+                Command::DescribeQp { qpn, reply } => {
+                    let _ = reply.send(self.describe_qp(qpn, self.clock.now_ns()));
+                }
+            }
+        }
+    }
+
+    /// Registers `mem` in protection domain `pd`: (lkey, rkey).
+    fn reg_mr(
+        &mut self,
+        pd: u32,
+        mem: std::sync::Arc<dpdk::ExtBuf>,
+        access: rdma::transport::Access,
+    ) -> Result<(u32, u32), EngineError> {
+        let mr = self
+            .mrs
+            .register_in(pd, mem.base_ptr() as u64, mem.len() as u64, access)
+            .ok_or(EngineError::MrTableFull)?;
+        let i = ((mr.lkey >> 8) - 1) as usize;
+        if self.mr_mem.len() <= i {
+            self.mr_mem.resize(i + 1, None);
+        }
+        self.mr_mem[i] = Some(mem);
+        Ok((mr.lkey, mr.rkey))
+    }
+
+    /// Deregisters the region of `lkey`.
+    fn dereg_mr(&mut self, lkey: u32) -> Result<(), EngineError> {
+        self.mrs
+            .deregister(lkey)
+            .ok_or(EngineError::NoSuchMr(lkey))?;
+        self.mr_mem[((lkey >> 8) - 1) as usize] = None;
+        Ok(())
+    }
+
+    /// One line of a QP's state for [`Command::DescribeQp`].
+    fn describe_qp(&self, qpn: u32, now: u64) -> Result<String, EngineError> {
+        let s = self.slot(qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let i = qpn - self.qpn_base;
+        let timer = |t: Option<(TimerHandle, u64)>| match t {
+            Some((h, at)) => format!(
+                "{}@{:+}ns(wheel {:?})",
+                if self.wheel.is_pending(h) {
+                    "armed"
+                } else {
+                    "LOST"
+                },
+                at as i64 - now as i64,
+                self.wheel.expiry_ns(h).map(|e| e as i64 - now as i64)
+            ),
+            None => "none".into(),
+        };
+        let mut out = format!(
+            "qp {qpn:#x}: sched {:?} credit {}B rate {} next_bytes {} ctrl_queued {} \
+             cnp_pending {} doorbell_blocked {} transport_timer {} cc_timers [",
+            self.sched.state(i),
+            self.sched.credit_bytes(i).unwrap_or(0),
+            s.sched_rate,
+            s.next_bytes,
+            s.ctrl_queued,
+            s.cnp_pending,
+            s.doorbell_blocked,
+            timer(s.transport_timer),
+        );
+        for (k, t) in s.cc_armed.iter().enumerate() {
+            out += &format!(" {}:{}", s.cc_timers[k], timer(*t));
+        }
+        out += " ]";
+        if let Some(qp) = s.qp.as_ref() {
+            out += &format!(
+                " | {:?} next_timer {:?} has_control {} next_lsn {} acked_lsn {} next_psn {} \
+                 una_psn {} expected_psn {} sq_outstanding {} in_flight {} cc_window {:?} {:?}",
+                qp.state(),
+                qp.next_timer().map(|t| t as i64 - now as i64),
+                qp.has_control(),
+                qp.next_lsn(),
+                qp.acked_lsn(),
+                qp.next_psn(),
+                qp.una_psn(),
+                qp.expected_psn(),
+                qp.sq_outstanding(),
+                qp.in_flight(),
+                s.cc.window_bytes(),
+                qp.counters(),
+            );
+        }
+        out += &format!(
+            " | wheel len {} now {:+}ns | sched active {} control {}",
+            self.wheel.len(),
+            self.wheel.now_ns() as i64 - now as i64,
+            self.sched.active_len(),
+            self.sched.control_len()
+        );
+        Ok(out)
+    }
+
+    fn slot(&self, qpn: u32) -> Option<&QpSlot> {
+        let i = qpn.checked_sub(self.qpn_base)? as usize;
+        self.qps.get(i)?.as_deref()
+    }
+
+    fn next_psn(&mut self) -> u32 {
+        // xorshift64: initial PSNs are not predictable, as IBA recommends.
+        let mut x = self.psn_seed;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.psn_seed = x;
+        (x as u32) & 0xFF_FFFF
+    }
+
+    fn create_qp(
+        &mut self,
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        opts: QpOptions,
+        ring: rtrb::Consumer<Doorbell>,
+    ) -> Result<(u32, u32), EngineError> {
+        for cq in [send_cq, recv_cq] {
+            if cq as usize >= self.cqs.len() {
+                return Err(EngineError::NoSuchCq(cq));
+            }
+        }
+        if !matches!(opts.mtu, 256 | 512 | 1024 | 2048 | 4096) {
+            return Err(EngineError::BadMtu(opts.mtu));
+        }
+        let i = self
+            .qps
+            .iter()
+            .position(Option::is_none)
+            .ok_or(EngineError::TooManyQps)?;
+        let psn = self.next_psn();
+        let path = PathConfig {
+            line_rate_bps: self.line_rate_bps,
+            base_rtt_ns: self.base_rtt_ns,
+            mtu_bytes: opts.mtu,
+        };
+        let cc = opts.cc.build(path);
+        let fb = FrameBuilder {
+            net: NetHeaders {
+                src_mac: EthernetAddress(self.mac),
+                dst_mac: EthernetAddress([0; 6]),
+                src_ip: Ipv4Address(self.ip),
+                dst_ip: Ipv4Address([0; 4]),
+                udp_src_port: 0xC000 | ((self.qpn_base + i as u32) & 0x3FFF) as u16,
+                dscp: ROCE_DSCP,
+                ttl: 64,
+            },
+            int: None,
+        };
+        self.qps[i] = Some(Box::new(QpSlot {
+            opts,
+            pd,
+            send_cq,
+            recv_cq,
+            doorbell: ring,
+            psn,
+            qp: None,
+            int_on_data: cc.int_on_data(),
+            cc_ext: opts.cc.uses_extensions(),
+            cc,
+            fb,
+            tpl: None,
+            doorbell_blocked: false,
+            ctrl_queued: false,
+            cq_waiting: false,
+            sched_rate: u64::MAX,
+            next_bytes: opts.mtu + 100,
+            transport_timer: None,
+            cc_armed: [None; 4],
+            rtt_probe: None,
+            cc_timers: [0; 4],
+            cnp_pending: false,
+        }));
+        let now = self.clock.now_ns();
+        let _ = self.sched.reset_qp(i as u32, now);
+        Ok((self.qpn_base + i as u32, psn))
+    }
+
+    fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), EngineError> {
+        let int_dscp = self.int_dscp;
+        let i = qpn
+            .checked_sub(self.qpn_base)
+            .ok_or(EngineError::NoSuchQp(qpn))? as usize;
+        let s = self
+            .qps
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .ok_or(EngineError::NoSuchQp(qpn))?;
+        if s.qp.is_some() {
+            return Err(EngineError::AlreadyConnected(qpn));
+        }
+        let cfg = QpConfig {
+            qpn,
+            dest_qpn: remote.qpn,
+            pmtu: s.opts.mtu.min(remote.mtu),
+            sq_depth: s.opts.sq_depth,
+            rq_depth: s.opts.rq_depth,
+            max_rd_atomic: s.opts.max_rd_atomic,
+            timeout_ns: s.opts.timeout_ns,
+            retry_cnt: s.opts.retry_cnt,
+            rnr_retry: s.opts.rnr_retry,
+            min_rnr_timer: 1,
+            sq_psn: s.psn,
+            rq_psn: remote.psn,
+            cc_ext: s.cc_ext,
+            ack_read_responses: s.opts.cc == CcKind::Ldcp,
+            pd: s.pd,
+        };
+        let transport = |source| EngineError::Transport { qpn, source };
+        let mut qp = Qp::new(cfg).map_err(transport)?;
+        qp.set_peer_ip(remote.ip);
+        for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            qp.modify(st).map_err(transport)?;
+        }
+        let Some(mac) = remote.mac else {
+            return Err(EngineError::NoPeerMac(qpn));
+        };
+        s.fb.net.dst_mac = EthernetAddress(mac);
+        s.fb.net.dst_ip = Ipv4Address(remote.ip);
+        if s.int_on_data {
+            s.fb.int = Some(IntInsert {
+                int_dscp,
+                max_hops: MAX_HOPS as u8,
+            });
+        }
+        // A template that cannot be built (never expected: the QPN was checked by
+        // the QP above) leaves the QP on the general build_frame path.
+        s.tpl = HeaderTemplate::new(s.fb, remote.qpn, bth::DEFAULT_PKEY).ok();
+        s.qp = Some(qp);
+        s.update_window();
+        self.connected.push(i);
+        // Work posted before the connection is taken now.
+        self.shared.ring_doorbell(qpn);
+        Ok(())
+    }
+}

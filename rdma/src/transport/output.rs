@@ -1,0 +1,244 @@
+//! What a queue pair answers: packets to send (a header description plus a payload
+//! reference the NIC attaches zero-copy), work completions, events for the congestion
+//! control, and the drop/error counters (DESIGN.md section 3). The four roles
+//! ([`super::requester`], [`super::completer`], [`super::responder`],
+//! [`super::cc_ext`]) write into one [`Outputs`], as rxe's tasks share the QP's CQ.
+
+use super::mr::MemorySpace;
+use super::wc::WorkCompletion;
+use crate::wire::ccext::MAX_ECHO_HOPS;
+use crate::wire::frame::{FrameBuilder, RoceRepr};
+use crate::wire::int::HopRecord;
+use crate::wire::ipv4::Ecn;
+use crate::wire::transport_hdrs::AethSyndrome;
+use crate::wire::WireError;
+use std::collections::VecDeque;
+
+/// Where a packet's payload comes from, so the NIC can attach it zero-copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// No payload.
+    None,
+    /// From local memory of a send WQE (already checked against `lkey` at post time).
+    Local {
+        /// Local key.
+        lkey: u32,
+        /// Virtual address.
+        va: u64,
+        /// Length.
+        len: u32,
+    },
+    /// From responder memory for a READ response (already checked against `rkey`).
+    Remote {
+        /// Remote key the requester used.
+        rkey: u32,
+        /// Virtual address.
+        va: u64,
+        /// Length.
+        len: u32,
+    },
+}
+
+impl Payload {
+    /// Payload length.
+    pub fn len(&self) -> u32 {
+        match *self {
+            Payload::None => 0,
+            Payload::Local { len, .. } | Payload::Remote { len, .. } => len,
+        }
+    }
+
+    /// No payload bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn range(&self) -> Option<(u64, usize)> {
+        match *self {
+            Payload::None => None,
+            Payload::Local { va, len, .. } | Payload::Remote { va, len, .. } => {
+                Some((va, len as usize))
+            }
+        }
+    }
+}
+
+/// A packet to transmit, described abstractly (headers + payload reference).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxPacket {
+    /// BTH and extension headers.
+    pub repr: RoceRepr,
+    /// Payload reference.
+    pub payload: Payload,
+    /// IP ECN to send with: ECT(0) for data; the NIC may switch LDCP fast-start packets
+    /// to Not-ECT.
+    pub ecn: Ecn,
+    /// ACK/NAK/CNP class: goes before data (DESIGN.md section 5).
+    pub priority: bool,
+    /// LSN of the packet's first byte (the requester or the READ-response space).
+    pub lsn: u32,
+    /// LSN charge of this packet (payload bytes, or [`LSN_HEADER_ONLY_CHARGE`]).
+    pub lsn_len: u32,
+    /// A retransmission (go-back-N, timeout or RNR).
+    pub retransmit: bool,
+}
+
+impl TxPacket {
+    /// An ACK/NAK-class packet: no payload, ahead of data, no LSN charge.
+    pub(super) fn control(repr: RoceRepr) -> Self {
+        Self {
+            repr,
+            payload: Payload::None,
+            ecn: Ecn::Ect0,
+            priority: true,
+            lsn: 0,
+            lsn_len: 0,
+            retransmit: false,
+        }
+    }
+
+    /// Writes the full frame into `buf` (payload copied from `mem`); returns its length.
+    /// For tests and simple paths: the NIC builds headers and attaches payload zero-copy.
+    pub fn build_frame<M: MemorySpace + ?Sized>(
+        &self,
+        fb: &FrameBuilder,
+        mem: &M,
+        buf: &mut [u8],
+    ) -> Result<usize, WireError> {
+        let payload: &[u8] = match self.payload.range() {
+            Some((va, len)) => mem.read(va, len),
+            None => &[],
+        };
+        fb.emit_frame(&self.repr, payload, self.ecn, buf)
+    }
+}
+
+/// Events for the congestion control and the NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpEvent {
+    /// An ACK (or READ response / ATOMIC ACK) made progress or was received.
+    Ack {
+        /// PSN acknowledged.
+        psn: u32,
+        /// Requester LSN now acknowledged (cumulative).
+        acked_lsn: u32,
+        /// Bytes of LSN newly acknowledged by this ACK.
+        newly_acked: u32,
+        /// CE marks echoed (CC extension).
+        ce_count: u8,
+        /// Receiver window (Rx-HPCC), if carried.
+        window: Option<u32>,
+        /// Echoed hop records.
+        n_hops: u8,
+        /// Hop records, newest first.
+        hops: [HopRecord; MAX_ECHO_HOPS],
+    },
+    /// A NAK was received.
+    Nak {
+        /// PSN in the NAK.
+        psn: u32,
+        /// Syndrome.
+        syndrome: AethSyndrome,
+    },
+    /// The retransmit timer fired; `retries_left` after this one.
+    Timeout {
+        /// Oldest unacknowledged PSN.
+        psn: u32,
+        /// Retries left.
+        retries_left: u8,
+    },
+    /// A request arrived CE-marked: the NIC may send a CNP (DCQCN) and the next ACK
+    /// echoes it (CC extension).
+    CeMarked {
+        /// PSN of the marked packet.
+        psn: u32,
+    },
+    /// A CNP arrived for this QP (DCQCN reaction point).
+    CnpReceived,
+    /// The requester acknowledged our READ responses (LDCP section 3.1).
+    ReadRespAck {
+        /// Acknowledged response LSN (cumulative).
+        lsn: u32,
+        /// CE marks it echoes.
+        ce_count: u8,
+    },
+    /// A probe response arrived (HPCC++ probe mode) with the path's telemetry.
+    ProbeResponse {
+        /// Echoed hop records.
+        n_hops: u8,
+        /// Hop records, newest first.
+        hops: [HopRecord; MAX_ECHO_HOPS],
+    },
+    /// The QP entered the error state.
+    Error,
+}
+
+/// Drop and error counters (each drop reason is counted, DESIGN.md section 3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpCounters {
+    /// Packets transmitted.
+    pub tx_packets: u64,
+    /// Retransmitted packets.
+    pub tx_retransmits: u64,
+    /// Packets received and accepted.
+    pub rx_packets: u64,
+    /// Duplicate requests (re-ACKed or replayed).
+    pub rx_duplicates: u64,
+    /// Out-of-sequence requests dropped.
+    pub rx_out_of_sequence: u64,
+    /// Packets for another QP or in a state that ignores them.
+    pub rx_dropped_state: u64,
+    /// Packets from a source IPv4 address other than the connected peer's.
+    pub rx_wrong_source: u64,
+    /// Malformed or unexpected responses dropped.
+    pub rx_bad_response: u64,
+    /// NAKs sent: PSN sequence error.
+    pub nak_seq_sent: u64,
+    /// RNR NAKs sent.
+    pub rnr_nak_sent: u64,
+    /// Remote access / invalid request NAKs sent.
+    pub nak_error_sent: u64,
+    /// Retransmit timeouts.
+    pub timeouts: u64,
+    /// Go-back-N rewinds (NAK, implied NAK, out-of-order READ response).
+    pub rewinds: u64,
+    /// Events dropped because the event queue was full.
+    pub events_dropped: u64,
+    /// Responses dropped because the response queue was full.
+    pub resp_queue_full: u64,
+}
+
+/// The QP's output queues and counters, shared by its roles. Every queue is allocated
+/// at creation and bounded: each WQE completes once, and the event queue drops its
+/// oldest entry (counted) when the CC module does not keep up.
+#[derive(Debug)]
+pub(super) struct Outputs {
+    pub cq: VecDeque<WorkCompletion>,
+    pub events: VecDeque<QpEvent>,
+    events_cap: usize,
+    pub counters: QpCounters,
+}
+
+impl Outputs {
+    pub fn new(sq_depth: usize, rq_depth: usize) -> Self {
+        let events_cap = 4 * (sq_depth + rq_depth) + 64;
+        Self {
+            cq: VecDeque::with_capacity(sq_depth + rq_depth + 8),
+            events: VecDeque::with_capacity(events_cap),
+            events_cap,
+            counters: QpCounters::default(),
+        }
+    }
+
+    pub fn push_wc(&mut self, wc: WorkCompletion) {
+        self.cq.push_back(wc);
+    }
+
+    pub fn push_event(&mut self, e: QpEvent) {
+        if self.events.len() >= self.events_cap {
+            self.events.pop_front();
+            self.counters.events_dropped += 1;
+        }
+        self.events.push_back(e);
+    }
+}

@@ -1,0 +1,819 @@
+//! The responder (Linux rxe `rxe_resp.c`; IBA vol. 1 9.7.4 "responder", 9.7.5.2 NAK
+//! codes, 9.9.3 responder error classes): a request packet goes through a chain of
+//! checks, each a small function answering a [`Check`] — the PSN, the opcode sequence,
+//! the length, the resource (a receive WQE, room for a response), the R_Key and range
+//! — and is then executed: SEND data placed in the receive WQE, WRITE data in the
+//! region, a READ queued for response, an ATOMIC done. A refusal is answered once, by
+//! [`Responder::refuse`]: a NAK (and ERR) for what the requester must hear about, an
+//! RNR NAK when no receive WQE is posted. Duplicates are re-ACKed, READs replayed from
+//! memory and ATOMICs answered from the cache of their results (9.7.5.1.x, rxe
+//! `find_resource`).
+
+use super::cc_ext::CcExtState;
+use super::mr::{Access, MemorySpace, MrTable};
+use super::output::{Outputs, Payload, TxPacket};
+use super::qp::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
+use super::wc::{RecvWr, WcOpcode, WcStatus, WorkCompletion};
+use crate::wire::bth::{BthRepr, Opcode};
+use crate::wire::ccext::{CcExtFlags, CcExtRepr};
+use crate::wire::frame::{RoceFrame, RoceRepr};
+use crate::wire::ipv4::Ecn;
+use crate::wire::psn;
+use crate::wire::transport_hdrs::{
+    AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, NakCode, RethRepr,
+};
+use std::collections::VecDeque;
+
+/// The message being received, between its FIRST and LAST packets.
+#[derive(Debug, Clone, Copy)]
+enum InMsg {
+    Send {
+        offset: u32,
+    },
+    Write {
+        va: u64,
+        rkey: u32,
+        remaining: u32,
+        total: u32,
+    },
+}
+
+/// A READ response in progress: the next packet's PSN, address and what is left.
+#[derive(Debug, Clone, Copy)]
+struct ReadJob {
+    psn: u32,
+    va: u64,
+    rkey: u32,
+    remaining: u32,
+    first: bool,
+    msn: u32,
+}
+
+/// A READ executed, kept so that a duplicate of it (or of its tail) can be replayed
+/// from memory (rxe `find_resource`).
+#[derive(Debug, Clone, Copy)]
+struct ReadResource {
+    first_psn: u32,
+    npkts: u32,
+    va: u64,
+    len: u32,
+    rkey: u32,
+    msn: u32,
+}
+
+impl ReadResource {
+    /// The replay a duplicate READ at PSN `p` asking for `r` gets: from `p` on, if `p`
+    /// is one of this READ's PSNs and `r` is exactly the rest of its range from there
+    /// (the requester re-requests from the first missing response, IBA 9.7.5.1.5).
+    /// A replay from inside the READ continues its opcode sequence (MIDDLE/LAST), as
+    /// rxe's `read_reply` does and its completer expects.
+    fn replay(&self, p: u32, r: &RethRepr, pmtu: u32) -> Option<ReadJob> {
+        let idx = psn::sub(p, self.first_psn);
+        if idx >= self.npkts || r.rkey != self.rkey {
+            return None;
+        }
+        let off = idx * pmtu;
+        let rest = self.len - off.min(self.len);
+        (r.va == self.va + u64::from(off) && r.dma_len == rest).then_some(ReadJob {
+            psn: p,
+            va: r.va,
+            rkey: r.rkey,
+            remaining: rest,
+            first: idx == 0,
+            msn: self.msn,
+        })
+    }
+}
+
+/// What the responder sends, in order.
+#[derive(Debug, Clone, Copy)]
+enum RespItem {
+    Ack {
+        psn: u32,
+        msn: u32,
+        syndrome: AethSyndrome,
+    },
+    Read(ReadJob),
+    AtomicAck {
+        psn: u32,
+        msn: u32,
+        orig: u64,
+    },
+}
+
+/// Why a request is refused (rxe's `RESPST_ERR_*` states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// NAK `code`; the QP enters ERR and the receive WQE the message used completes
+    /// with `local` (IBA 9.9.3 class C; class A for a malformed receive WQE).
+    Fatal { code: NakCode, local: WcStatus },
+    /// No receive WQE (IBA 9.7.5.2.8): RNR NAK, the PSN is not consumed.
+    NotReady,
+    /// No room to queue the response: dropped (counted); the requester retries.
+    NoRoom,
+}
+
+/// The answer of one check of the chain.
+type Check<T> = Result<T, Refusal>;
+
+/// The largest message IBA allows (2^31 bytes); a RETH asking for more is an invalid
+/// request.
+pub(super) const MAX_MESSAGE: u32 = 1 << 31;
+
+/// Shorthand for the fatal refusals.
+const fn fatal(code: NakCode, local: WcStatus) -> Refusal {
+    Refusal::Fatal { code, local }
+}
+const INVALID: Refusal = fatal(NakCode::InvalidRequest, WcStatus::RemInvReqErr);
+const ACCESS: Refusal = fatal(NakCode::RemoteAccessError, WcStatus::RemAccessErr);
+
+/// Where an in-sequence request's PSN stands (IBA 9.7.4.1.1).
+enum PsnCheck {
+    Expected,
+    Duplicate,
+    Ahead,
+}
+
+/// What a checked request acts on.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// SEND bytes go at `offset` of receive WQE `wqe` (the RQ's head).
+    Recv { wqe: RecvWr, offset: u32 },
+    /// WRITE bytes go at `va`; `remaining` of `total` are still to come; an immediate
+    /// completes the RQ's head.
+    Write {
+        va: u64,
+        rkey: u32,
+        remaining: u32,
+        total: u32,
+    },
+    /// A READ of this range.
+    Read(RethRepr),
+    /// An ATOMIC.
+    Atomic(AtomicEthRepr),
+}
+
+/// What the QP does after a request: go on, or enter ERR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    Continue,
+    Error,
+}
+
+/// The responder's state.
+#[derive(Debug)]
+pub(super) struct Responder {
+    /// Expected PSN.
+    pub epsn: u32,
+    /// Message sequence number (messages completed).
+    msn: u32,
+    /// A PSN sequence NAK went out for the current gap.
+    nak_sent: bool,
+    /// In-order packets not yet acknowledged (delayed ACK).
+    unacked: u16,
+    pub ack_coalesce: u16,
+    cur: Option<InMsg>,
+    /// Posted receive WQEs.
+    pub rq: VecDeque<RecvWr>,
+    /// ACKs, NAKs and responses to send.
+    out: VecDeque<RespItem>,
+    out_cap: usize,
+    /// (PSN, original value) of recent ATOMICs, for duplicates.
+    atomic_cache: VecDeque<(u32, u64)>,
+    /// Recent READs (rxe's RDMA/atomic resources), for duplicates.
+    read_cache: VecDeque<ReadResource>,
+    /// READ-response LSN space (LDCP 3.1): next, acknowledged, window.
+    pub resp_next_lsn: u32,
+    pub resp_acked_lsn: u32,
+    pub resp_window: u32,
+}
+
+impl Responder {
+    pub fn new(cfg: &QpConfig) -> Self {
+        let rd = cfg.max_rd_atomic as usize;
+        Self {
+            epsn: cfg.rq_psn,
+            msn: 0,
+            nak_sent: false,
+            unacked: 0,
+            ack_coalesce: 1,
+            cur: None,
+            rq: VecDeque::with_capacity(cfg.rq_depth as usize),
+            out: VecDeque::with_capacity(2 * rd + 8),
+            out_cap: 2 * rd + 8,
+            atomic_cache: VecDeque::with_capacity(rd),
+            read_cache: VecDeque::with_capacity(rd),
+            resp_next_lsn: 0,
+            resp_acked_lsn: 0,
+            resp_window: u32::MAX,
+        }
+    }
+
+    /// Checks a receive WR (buffer must be LOCAL_WRITE) and queues it.
+    pub fn post_recv(&mut self, wr: RecvWr, cfg: &QpConfig, mrs: &MrTable) -> Result<(), QpError> {
+        if self.rq.len() >= cfg.rq_depth as usize {
+            return Err(QpError::QueueFull);
+        }
+        if wr.sge.len > 0 {
+            mrs.check_local_in(
+                cfg.pd,
+                wr.sge.lkey,
+                wr.sge.addr,
+                u64::from(wr.sge.len),
+                Access::LOCAL_WRITE,
+            )
+            .map_err(QpError::LocalProtection)?;
+        }
+        self.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// Completes every receive WQE with WR_FLUSH_ERR: the QP entered ERR.
+    pub fn flush(&mut self, qpn: u32, cq: &mut VecDeque<WorkCompletion>) {
+        while let Some(r) = self.rq.pop_front() {
+            cq.push_back(recv_wc(
+                r.wr_id,
+                WcStatus::WrFlushErr,
+                WcOpcode::Recv,
+                0,
+                None,
+                qpn,
+            ));
+        }
+    }
+
+    /// An ACK, NAK or ATOMIC ACK is at the head of the queue (what a scheduler sends
+    /// ahead of data).
+    pub fn has_control(&self) -> bool {
+        matches!(
+            self.out.front(),
+            Some(RespItem::Ack { .. } | RespItem::AtomicAck { .. })
+        )
+    }
+
+    fn push_out(&mut self, item: RespItem, out: &mut Outputs) -> bool {
+        if let RespItem::Ack { .. } = item {
+            // Every ACK/NAK the responder queues covers all packets received in order.
+            self.unacked = 0;
+        }
+        if let (
+            RespItem::Ack {
+                syndrome: AethSyndrome::Ack { .. },
+                ..
+            },
+            Some(RespItem::Ack {
+                syndrome: AethSyndrome::Ack { .. },
+                ..
+            }),
+        ) = (&item, self.out.back())
+        {
+            // Coalesce consecutive ACKs: the newest cumulative ACK supersedes.
+            if let Some(b) = self.out.back_mut() {
+                *b = item;
+            }
+            return true;
+        }
+        if self.out.len() >= self.out_cap {
+            out.counters.resp_queue_full += 1;
+            return false;
+        }
+        self.out.push_back(item);
+        true
+    }
+
+    fn ack_item(&self, p: u32, syndrome: AethSyndrome) -> RespItem {
+        RespItem::Ack {
+            psn: p,
+            msn: self.msn,
+            syndrome,
+        }
+    }
+
+    /// Queues the cumulative ACK for everything received in order so far, if any packet
+    /// is still unacknowledged (delayed ACK).
+    fn flush_ack(&mut self, out: &mut Outputs) {
+        if self.unacked == 0 {
+            return;
+        }
+        let item = self.ack_item(psn::sub(self.epsn, 1), AethSyndrome::ACK);
+        self.push_out(item, out);
+    }
+
+    // ------------------------------------------------------------ the request chain
+
+    /// A request packet (SEND, WRITE, READ, ATOMIC) for this QP.
+    pub fn on_request<M: MemorySpace + ?Sized>(
+        &mut self,
+        f: &RoceFrame<'_>,
+        cfg: &QpConfig,
+        mrs: &MrTable,
+        mem: &mut M,
+        ext: &mut CcExtState,
+        out: &mut Outputs,
+    ) -> Verdict {
+        ext.on_request(f, out);
+        match self.check_psn(f.bth.psn) {
+            PsnCheck::Ahead => {
+                self.out_of_sequence(out);
+                return Verdict::Continue;
+            }
+            PsnCheck::Duplicate => {
+                out.counters.rx_duplicates += 1;
+                self.duplicate(f, cfg, mrs, out);
+                return Verdict::Continue;
+            }
+            PsnCheck::Expected => out.counters.rx_packets += 1,
+        }
+        let checked = self
+            .check_op_seq(f.bth.opcode)
+            .and_then(|()| self.check_length(f, cfg))
+            .inspect(|()| ext.on_in_order_request(f))
+            .and_then(|()| self.check_resource(f, cfg, mrs))
+            .and_then(|t| self.check_rkey(t, cfg, mrs));
+        match checked {
+            Ok(t) => {
+                self.execute(f, t, cfg, mem, out);
+                Verdict::Continue
+            }
+            Err(r) => self.refuse(f, r, cfg, out),
+        }
+    }
+
+    /// IBA 9.7.4.1.1: the expected PSN, a duplicate (before it), or ahead (a gap).
+    fn check_psn(&self, p: u32) -> PsnCheck {
+        match psn::diff(p, self.epsn) {
+            0 => PsnCheck::Expected,
+            d if d < 0 => PsnCheck::Duplicate,
+            _ => PsnCheck::Ahead,
+        }
+    }
+
+    /// A gap: one PSN sequence NAK per gap, then silent drops until the expected PSN
+    /// arrives (IBA 9.7.5.2.1, class B).
+    fn out_of_sequence(&mut self, out: &mut Outputs) {
+        out.counters.rx_out_of_sequence += 1;
+        if !self.nak_sent {
+            self.nak_sent = true;
+            let item = self.ack_item(self.epsn, AethSyndrome::Nak(NakCode::PsnSequenceError));
+            self.push_out(item, out);
+            out.counters.nak_seq_sent += 1;
+        }
+    }
+
+    /// Opcode sequence (IBA 9.8.3.1, rxe `check_op_seq`): inside a message only its
+    /// MIDDLE/LAST; outside one, no MIDDLE/LAST.
+    fn check_op_seq(&self, op: Opcode) -> Check<()> {
+        let ok = match self.cur {
+            Some(InMsg::Send { .. }) => op.is_send() && (op.is_middle() || op.is_last()),
+            Some(InMsg::Write { .. }) => op.is_write() && (op.is_middle() || op.is_last()),
+            None => !(op.is_middle() || op.is_last()),
+        };
+        ok.then_some(()).ok_or(INVALID)
+    }
+
+    /// Length (rxe `check_length`): FIRST/MIDDLE carry exactly one PMTU, no packet more;
+    /// a WRITE or READ asks for at most [`MAX_MESSAGE`] bytes.
+    fn check_length(&self, f: &RoceFrame<'_>, cfg: &QpConfig) -> Check<()> {
+        let op = f.bth.opcode;
+        let pm = cfg.pmtu as usize;
+        let len = f.payload.len();
+        if (op.is_first() || op.is_middle()) && len != pm || len > pm {
+            return Err(INVALID);
+        }
+        if f.reth.is_some_and(|r| r.dma_len > MAX_MESSAGE) {
+            return Err(INVALID);
+        }
+        Ok(())
+    }
+
+    /// Resources (rxe `check_resource`): a receive WQE for SEND and WRITE with
+    /// immediate, the message's bytes within it (a longer SEND is an invalid request
+    /// that completes the WQE with LOC_LEN_ERR) and within a region it may still
+    /// write (its region deregistered since the post: a malformed WQE, NAK remote
+    /// operational error, class A) or within the WRITE's announced length, room for a
+    /// READ or ATOMIC response.
+    fn check_resource(&self, f: &RoceFrame<'_>, cfg: &QpConfig, mrs: &MrTable) -> Check<Target> {
+        let op = f.bth.opcode;
+        let len = f.payload.len() as u32;
+        if op.is_send() {
+            let wqe = *self.rq.front().ok_or(Refusal::NotReady)?;
+            let offset = match self.cur {
+                Some(InMsg::Send { offset }) => offset,
+                _ => 0,
+            };
+            if u64::from(offset) + u64::from(len) > u64::from(wqe.sge.len) {
+                return Err(fatal(NakCode::InvalidRequest, WcStatus::LocLenErr));
+            }
+            let va = wqe.sge.addr + u64::from(offset);
+            if len > 0
+                && mrs
+                    .check_local_in(
+                        cfg.pd,
+                        wqe.sge.lkey,
+                        va,
+                        u64::from(len),
+                        Access::LOCAL_WRITE,
+                    )
+                    .is_err()
+            {
+                return Err(fatal(NakCode::RemoteOperationalError, WcStatus::LocQpOpErr));
+            }
+            return Ok(Target::Recv { wqe, offset });
+        }
+        if op.is_write() {
+            let (va, rkey, remaining, total) = match (self.cur, f.reth) {
+                (
+                    Some(InMsg::Write {
+                        va,
+                        rkey,
+                        remaining,
+                        total,
+                    }),
+                    _,
+                ) => (va, rkey, remaining, total),
+                (None, Some(r)) => (r.va, r.rkey, r.dma_len, r.dma_len),
+                _ => return Err(INVALID),
+            };
+            let end = op.is_last() || op.is_only();
+            if len > remaining || (end && len != remaining) {
+                return Err(INVALID);
+            }
+            if f.immdt.is_some() && self.rq.is_empty() {
+                return Err(Refusal::NotReady);
+            }
+            return Ok(Target::Write {
+                va,
+                rkey,
+                remaining,
+                total,
+            });
+        }
+        // A READ or ATOMIC response, after the delayed ACK it flushes first.
+        if self.out.len() + 2 > self.out_cap {
+            return Err(Refusal::NoRoom);
+        }
+        match (f.reth, f.atomic) {
+            (Some(r), _) if op == Opcode::ReadRequest => Ok(Target::Read(r)),
+            (_, Some(a)) if op.has_atomic_eth() => Ok(Target::Atomic(a)),
+            _ => Err(INVALID),
+        }
+    }
+
+    /// R_Key, range and permission (rxe `check_rkey`) of a message's first packet, and
+    /// ATOMIC alignment. The one place a remote key is checked.
+    fn check_rkey(&self, t: Target, cfg: &QpConfig, mrs: &MrTable) -> Check<Target> {
+        let (rkey, va, len, need) = match t {
+            Target::Recv { .. } => return Ok(t),
+            Target::Write { .. } if self.cur.is_some() => return Ok(t),
+            Target::Write {
+                va, rkey, total, ..
+            } => (rkey, va, u64::from(total), Access::REMOTE_WRITE),
+            Target::Read(r) => (r.rkey, r.va, u64::from(r.dma_len), Access::REMOTE_READ),
+            Target::Atomic(a) => {
+                if a.va % 8 != 0 {
+                    return Err(INVALID);
+                }
+                (a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
+            }
+        };
+        mrs.check_remote_in(cfg.pd, rkey, va, len, need)
+            .map(|_| t)
+            .map_err(|_| ACCESS)
+    }
+
+    /// Answers a refusal: the NAK and, for a fatal one, the completion of the receive
+    /// WQE a SEND message was using (the QP's flush completes the others).
+    fn refuse(
+        &mut self,
+        f: &RoceFrame<'_>,
+        r: Refusal,
+        cfg: &QpConfig,
+        out: &mut Outputs,
+    ) -> Verdict {
+        let p = f.bth.psn;
+        match r {
+            Refusal::Fatal { code, local } => {
+                if f.bth.opcode.is_send() || matches!(self.cur, Some(InMsg::Send { .. })) {
+                    if let Some(wqe) = self.rq.pop_front() {
+                        out.push_wc(recv_wc(wqe.wr_id, local, WcOpcode::Recv, 0, None, cfg.qpn));
+                    }
+                }
+                let item = self.ack_item(p, AethSyndrome::Nak(code));
+                self.push_out(item, out);
+                out.counters.nak_error_sent += 1;
+                Verdict::Error
+            }
+            Refusal::NotReady => {
+                let item = self.ack_item(
+                    p,
+                    AethSyndrome::RnrNak {
+                        timer: cfg.min_rnr_timer,
+                    },
+                );
+                self.push_out(item, out);
+                out.counters.rnr_nak_sent += 1;
+                Verdict::Continue
+            }
+            Refusal::NoRoom => {
+                out.counters.resp_queue_full += 1;
+                Verdict::Continue
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ execution
+
+    /// Executes a request that passed every check (rxe `execute`).
+    fn execute<M: MemorySpace + ?Sized>(
+        &mut self,
+        f: &RoceFrame<'_>,
+        t: Target,
+        cfg: &QpConfig,
+        mem: &mut M,
+        out: &mut Outputs,
+    ) {
+        let op = f.bth.opcode;
+        let p = f.bth.psn;
+        let len = f.payload.len() as u32;
+        let end = op.is_last() || op.is_only();
+        let imm = f.immdt.map(|i| i.0);
+        match t {
+            Target::Recv { wqe, offset } => {
+                if len > 0 {
+                    mem.write(wqe.sge.addr + u64::from(offset), f.payload);
+                }
+                if end {
+                    self.rq.pop_front();
+                    self.cur = None;
+                    self.msn = psn::add(self.msn, 1);
+                    let wc = recv_wc(
+                        wqe.wr_id,
+                        WcStatus::Success,
+                        WcOpcode::Recv,
+                        offset + len,
+                        imm,
+                        cfg.qpn,
+                    );
+                    out.push_wc(wc);
+                } else {
+                    self.cur = Some(InMsg::Send {
+                        offset: offset + len,
+                    });
+                }
+            }
+            Target::Write {
+                va,
+                rkey,
+                remaining,
+                total,
+            } => {
+                if len > 0 {
+                    mem.write(va, f.payload);
+                }
+                if end {
+                    self.cur = None;
+                    self.msn = psn::add(self.msn, 1);
+                    if imm.is_some() {
+                        if let Some(wqe) = self.rq.pop_front() {
+                            let wc = recv_wc(
+                                wqe.wr_id,
+                                WcStatus::Success,
+                                WcOpcode::RecvRdmaWithImm,
+                                total,
+                                imm,
+                                cfg.qpn,
+                            );
+                            out.push_wc(wc);
+                        }
+                    }
+                } else {
+                    self.cur = Some(InMsg::Write {
+                        va: va + u64::from(len),
+                        rkey,
+                        remaining: remaining - len,
+                        total,
+                    });
+                }
+            }
+            Target::Read(r) => {
+                // Responses carry PSNs after the delayed ACK's: acknowledge first.
+                self.flush_ack(out);
+                self.msn = psn::add(self.msn, 1);
+                let job = ReadJob {
+                    psn: p,
+                    va: r.va,
+                    rkey: r.rkey,
+                    remaining: r.dma_len,
+                    first: true,
+                    msn: self.msn,
+                };
+                self.push_out(RespItem::Read(job), out);
+                let npkts = r.dma_len.div_ceil(cfg.pmtu).max(1);
+                if self.read_cache.len() >= self.read_cache.capacity() {
+                    self.read_cache.pop_front();
+                }
+                self.read_cache.push_back(ReadResource {
+                    first_psn: p,
+                    npkts,
+                    va: r.va,
+                    len: r.dma_len,
+                    rkey: r.rkey,
+                    msn: self.msn,
+                });
+                self.epsn = psn::add(self.epsn, npkts);
+                self.nak_sent = false;
+                return;
+            }
+            Target::Atomic(a) => {
+                self.flush_ack(out);
+                let orig = mem.read_u64(a.va);
+                let new = if op == Opcode::CompareSwap {
+                    if orig == a.compare {
+                        a.swap_add
+                    } else {
+                        orig
+                    }
+                } else {
+                    orig.wrapping_add(a.swap_add)
+                };
+                mem.write_u64(a.va, new);
+                self.msn = psn::add(self.msn, 1);
+                let msn = self.msn;
+                self.push_out(RespItem::AtomicAck { psn: p, msn, orig }, out);
+                if self.atomic_cache.len() >= self.atomic_cache.capacity() {
+                    self.atomic_cache.pop_front();
+                }
+                self.atomic_cache.push_back((p, orig));
+                self.epsn = psn::add(self.epsn, 1);
+                self.nak_sent = false;
+                return;
+            }
+        }
+        self.epsn = psn::add(self.epsn, 1);
+        self.nak_sent = false;
+        self.unacked += 1;
+        if self.unacked >= self.ack_coalesce || f.bth.ack_req {
+            self.flush_ack(out);
+        }
+    }
+
+    /// A duplicate request (IBA 9.7.5.1.x, rxe `duplicate_request`): a READ is
+    /// re-executed from memory when it asks for the rest of an earlier READ from one of
+    /// its PSNs (a new, shorter PSN range; the region re-checked), superseding a replay
+    /// of it still queued; ATOMICs are answered from the result cache, never executed
+    /// twice; SEND/WRITE re-ACK the newest PSN received in order. Anything else is
+    /// dropped (counted as a duplicate).
+    fn duplicate(&mut self, f: &RoceFrame<'_>, cfg: &QpConfig, mrs: &MrTable, out: &mut Outputs) {
+        let p = f.bth.psn;
+        let op = f.bth.opcode;
+        if op == Opcode::ReadRequest {
+            let Some(r) = f.reth else { return };
+            let Some(job) = self
+                .read_cache
+                .iter()
+                .find_map(|res| res.replay(p, &r, cfg.pmtu))
+            else {
+                return;
+            };
+            let need = Access::REMOTE_READ;
+            if mrs
+                .check_remote_in(cfg.pd, r.rkey, r.va, u64::from(r.dma_len), need)
+                .is_err()
+            {
+                return;
+            }
+            self.out
+                .retain(|i| !matches!(i, RespItem::Read(j) if j.msn == job.msn));
+            // Everything before it counts as delivered for the READ-response window.
+            self.resp_acked_lsn = self.resp_next_lsn;
+            self.push_out(RespItem::Read(job), out);
+        } else if op.has_atomic_eth() {
+            if let Some(&(_, orig)) = self.atomic_cache.iter().find(|(q, _)| *q == p) {
+                let msn = self.msn;
+                self.push_out(RespItem::AtomicAck { psn: p, msn, orig }, out);
+            }
+        } else {
+            let item = self.ack_item(psn::sub(self.epsn, 1), AethSyndrome::ACK);
+            self.push_out(item, out);
+        }
+    }
+
+    // ------------------------------------------------------------ transmit
+
+    /// The next packet of the responder: an ACK/NAK, an ATOMIC ACK or a READ response
+    /// packet (the latter gated by the READ-response window).
+    pub fn poll_tx(&mut self, cfg: &QpConfig, ext: &mut CcExtState) -> Option<TxPacket> {
+        let item = *self.out.front()?;
+        let dq = cfg.dest_qpn;
+        match item {
+            RespItem::Ack {
+                psn: p,
+                msn,
+                syndrome,
+            } => {
+                self.out.pop_front();
+                let mut r = RoceRepr::new(BthRepr::new(Opcode::Acknowledge, dq, p));
+                r.aeth = Some(AethRepr { syndrome, msn });
+                r.ccext = ext.ack_ext(cfg);
+                Some(TxPacket::control(r))
+            }
+            RespItem::AtomicAck { psn: p, msn, orig } => {
+                self.out.pop_front();
+                let mut r = RoceRepr::new(BthRepr::new(Opcode::AtomicAcknowledge, dq, p));
+                r.aeth = Some(AethRepr {
+                    syndrome: AethSyndrome::ACK,
+                    msn,
+                });
+                r.atomic_ack = Some(AtomicAckEthRepr { orig });
+                r.ccext = ext.ack_ext(cfg);
+                Some(TxPacket::control(r))
+            }
+            RespItem::Read(j) => self.read_response(j, cfg),
+        }
+    }
+
+    /// The next packet of READ job `j` at the head of the queue.
+    fn read_response(&mut self, mut j: ReadJob, cfg: &QpConfig) -> Option<TxPacket> {
+        let pm = cfg.pmtu;
+        let len = j.remaining.min(pm);
+        let last = j.remaining <= pm;
+        let charge = if len == 0 {
+            LSN_HEADER_ONLY_CHARGE
+        } else {
+            len
+        };
+        if self
+            .resp_next_lsn
+            .wrapping_add(charge)
+            .wrapping_sub(self.resp_acked_lsn)
+            > self.resp_window
+            && self.resp_next_lsn != self.resp_acked_lsn
+        {
+            return None;
+        }
+        let opcode = match (j.first, last) {
+            (true, true) => Opcode::ReadResponseOnly,
+            (true, false) => Opcode::ReadResponseFirst,
+            (false, true) => Opcode::ReadResponseLast,
+            (false, false) => Opcode::ReadResponseMiddle,
+        };
+        let mut r = RoceRepr::new(BthRepr::new(opcode, cfg.dest_qpn, j.psn));
+        if opcode.has_aeth() {
+            r.aeth = Some(AethRepr {
+                syndrome: AethSyndrome::ACK,
+                msn: j.msn,
+            });
+        }
+        let lsn = self.resp_next_lsn;
+        if cfg.cc_ext {
+            r.ccext = Some(CcExtRepr::data(lsn, CcExtFlags::RESP_SPACE));
+        }
+        self.resp_next_lsn = lsn.wrapping_add(charge);
+        let payload = if len > 0 {
+            Payload::Remote {
+                rkey: j.rkey,
+                va: j.va,
+                len,
+            }
+        } else {
+            Payload::None
+        };
+        if last {
+            self.out.pop_front();
+        } else {
+            j.psn = psn::add(j.psn, 1);
+            j.va += u64::from(len);
+            j.remaining -= len;
+            j.first = false;
+            self.out[0] = RespItem::Read(j);
+        }
+        Some(TxPacket {
+            repr: r,
+            payload,
+            ecn: Ecn::Ect0,
+            priority: false,
+            lsn,
+            lsn_len: charge,
+            retransmit: false,
+        })
+    }
+}
+
+/// A receive completion.
+fn recv_wc(
+    wr_id: u64,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: u32,
+    imm: Option<u32>,
+    qpn: u32,
+) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status,
+        opcode,
+        byte_len,
+        imm,
+        qp_num: qpn,
+    }
+}

@@ -1,0 +1,126 @@
+//! Frames in the simulator: real RoCEv2 frames (built by `rdma::wire`, parsed by the
+//! switch core and the receiving transport) in fixed boxed buffers that are recycled
+//! through a free list, so that a run allocates buffers only up to its peak number of
+//! frames in flight and never per packet after that.
+
+use rdma::transport::MemorySpace;
+use switch::PacketBuf;
+
+/// Bytes in front of a new frame: room for the INT hop records pushed at dequeue
+/// (16 bytes a hop, [`crate::nic::INT_MAX_HOPS`] hops).
+pub const HEADROOM: usize = 128;
+/// Largest RoCE MTU the buffers hold (with every header, an INT container and a CC
+/// extension header echoing a full hop stack, in [`BUF_LEN`]). Small buffers keep
+/// the frames in flight of a 320-host fabric in cache-friendly memory.
+pub const MAX_MTU: u32 = 1024;
+/// Buffer size.
+pub const BUF_LEN: usize = HEADROOM + MAX_MTU as usize + 384;
+
+/// A frame buffer laid out like an mbuf: the frame is `data[start..start + len]`.
+pub struct FrameData {
+    start: u16,
+    len: u16,
+    data: [u8; BUF_LEN],
+}
+
+/// An owned frame (one pointer), the switch core's packet handle.
+pub struct SimFrame(Box<FrameData>);
+
+impl SimFrame {
+    /// The writable area where a new frame starts (after the headroom).
+    pub fn build_area(&mut self) -> &mut [u8] {
+        &mut self.0.data[HEADROOM..]
+    }
+
+    /// Sets the frame to the `len` bytes written at the start of [`Self::build_area`].
+    pub fn set_built(&mut self, len: usize) {
+        self.0.start = HEADROOM as u16;
+        self.0.len = len.min(BUF_LEN - HEADROOM) as u16;
+    }
+}
+
+impl PacketBuf for SimFrame {
+    #[inline]
+    fn len(&self) -> usize {
+        usize::from(self.0.len)
+    }
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        let s = usize::from(self.0.start);
+        &self.0.data[s..s + usize::from(self.0.len)]
+    }
+    #[inline]
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let s = usize::from(self.0.start);
+        &mut self.0.data[s..s + usize::from(self.0.len)]
+    }
+    #[inline]
+    fn prepend(&mut self, n: usize) -> bool {
+        if n > usize::from(self.0.start) {
+            return false;
+        }
+        self.0.start -= n as u16;
+        self.0.len += n as u16;
+        true
+    }
+    #[inline]
+    fn trim_front(&mut self, n: usize) {
+        let n = n.min(usize::from(self.0.len)) as u16;
+        self.0.start += n;
+        self.0.len -= n;
+    }
+}
+
+/// Free frame buffers.
+#[derive(Default)]
+pub struct FramePool {
+    free: Vec<SimFrame>,
+    allocated: usize,
+}
+
+impl FramePool {
+    /// A buffer (recycled when one is free).
+    #[inline]
+    pub fn get(&mut self) -> SimFrame {
+        self.free.pop().unwrap_or_else(|| {
+            self.allocated += 1;
+            SimFrame(Box::new(FrameData {
+                start: HEADROOM as u16,
+                len: 0,
+                data: [0; BUF_LEN],
+            }))
+        })
+    }
+
+    /// Gives a buffer back.
+    #[inline]
+    pub fn put(&mut self, f: SimFrame) {
+        self.free.push(f);
+    }
+
+    /// Buffers ever allocated (the run's peak of frames alive).
+    pub fn allocated(&self) -> usize {
+        self.allocated
+    }
+}
+
+/// Registered memory that holds nothing: payload reads are zeros, writes are counted
+/// and vanish. A simulated flow moves bytes, not content, and 320 hosts cannot each keep
+/// the tens of megabytes their flows write. The transport still checks every key and
+/// range; the count is what the receivers' transports delivered (bytes conserved).
+#[derive(Debug, Default)]
+pub struct NullMemory {
+    /// Bytes written.
+    pub written: u64,
+}
+
+static ZEROS: [u8; 8192] = [0; 8192];
+
+impl MemorySpace for NullMemory {
+    fn read(&self, _va: u64, len: usize) -> &[u8] {
+        &ZEROS[..len.min(ZEROS.len())]
+    }
+    fn write(&mut self, _va: u64, data: &[u8]) {
+        self.written += data.len() as u64;
+    }
+}

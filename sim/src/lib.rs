@@ -1,0 +1,20 @@
+//! roce-sim: a deterministic discrete-event simulator of a RoCEv2 datacenter fabric
+//! that runs the project's own code at scale (issue 16): the RC transport
+//! (`rdma::transport::Qp`), congestion control (`cc`), the NIC's flow scheduler and
+//! timing wheel (`sched`) in every host ([`nic`]), and the switch core (`switch`:
+//! routing with ECMP, shaped egress queues, WRED/ECN, INT push at dequeue) in every
+//! switch ([`fabric`]). Nothing here re-implements them; the simulator adds links,
+//! topologies ([`topo`]), workloads ([`workload`]), the event loop ([`event`]) and the
+//! report ([`report`]). Time is simulated nanoseconds; the run is a function of its
+//! inputs and seed. See docs/sim.md.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod event;
+pub mod fabric;
+pub mod frame;
+pub mod nic;
+pub mod report;
+pub mod scenario;
+pub mod topo;
+pub mod workload;

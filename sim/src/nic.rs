@@ -1,0 +1,794 @@
+//! A simulated host NIC: the NIC engine's per-QP work (DESIGN.md §5) on the same pure
+//! parts the engine runs — `rdma::transport::Qp` for reliability, one `cc::AnyCc` per
+//! QP, `sched::scheduler::Scheduler` for control-first round robin with pacing credit,
+//! `sched::timer_wheel::TimerWheel` for the retransmit and CC timers — with simulated
+//! time passed in and frames handed to the fabric instead of a DPDK port.
+//!
+//! What is the engine's and therefore mirrored here (`nic/src/engine.rs`): CC events
+//! from QP events (ACK with its echoed telemetry and one RTT sample in flight, NAK
+//! sequence error, timeout, CNP, probe response), the receiver-side CC call on every
+//! request (DCQCN notification point, Rx-HPCC), a CNP owed as a control packet, the
+//! window pushed into the QP after each event batch, the rate into the scheduler, the
+//! CC's `fast_start` turning a packet Not-ECT, INT inserted on data when the CC wants
+//! it and on probes, and the wheel's 1 us tick. The engine's DPDK parts (mbufs, rings,
+//! doorbells, CQ rings, slow path) have no counterpart: work is posted directly.
+
+use cc::{
+    AckEvent, AnyCc, CcKind, CongestionControl, IntHop, NakEvent, PathConfig, RxDataEvent,
+    SendEvent, TimerKind,
+};
+use rdma::transport::{
+    Access, MrTable, Payload, Qp, QpConfig, QpEvent, QpState, SendOp, SendWr, Sge, TxPacket,
+    WcStatus,
+};
+use rdma::wire::frame::{IntInsert, NetHeaders, RoceRepr};
+use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
+use rdma::wire::{
+    parse_frame, BthRepr, Ecn, EthernetAddress, FrameBuilder, HopRecord, Ipv4Address, Opcode,
+    ParseOptions,
+};
+use sched::scheduler::{Decision, Scheduler};
+use sched::timer_wheel::{TimerHandle, TimerKey, TimerKind as WheelKind, TimerWheel};
+use switch::{wire_bytes, Shaper};
+
+use crate::frame::{FramePool, NullMemory, SimFrame};
+
+/// Hop records a data packet's INT container has room for (the engine's `MAX_HOPS`).
+pub const INT_MAX_HOPS: usize = 8;
+/// First QPN (0 and 1 are special in the IBA), as in the engine.
+const QPN_BASE: u32 = 0x11;
+/// QP slot index bits of a QPN; the bits above carry the slot's generation so that a
+/// late frame for a closed QP never reaches the QP that reuses its slot.
+const SLOT_BITS: u32 = 12;
+/// Most QPs (requester and responder) a simulated NIC holds at once.
+pub const MAX_QPS: u32 = 1 << SLOT_BITS;
+/// The engine's timer wheel: 1 us ticks, 4096 slots.
+const TIMER_TICK_NS: u64 = 1_000;
+const TIMER_SLOTS: usize = 4096;
+/// The engine's pacer depth (token bucket) in bytes.
+const PACING_BURST_BYTES: u32 = 64 << 10;
+/// DSCP of RoCEv2 traffic (the engine's).
+const ROCE_DSCP: u8 = 26;
+/// Base of the single registered region every NIC exposes to its peers.
+const MR_BASE: u64 = 0x1000;
+/// Length of that region: larger than any flow.
+const MR_LEN: u64 = 1 << 40;
+
+/// The CC timers the engine keeps per QP, by index.
+const CC_TIMERS: [(TimerKind, WheelKind); 4] = [
+    (TimerKind::LdcpTick, WheelKind::LdcpTick),
+    (TimerKind::DcqcnAlpha, WheelKind::DcqcnAlpha),
+    (TimerKind::DcqcnRateIncrease, WheelKind::DcqcnRateIncrease),
+    (TimerKind::ProbeTimeout, WheelKind::HpccProbe),
+];
+
+fn cc_timer_index(k: TimerKind) -> usize {
+    CC_TIMERS.iter().position(|&(c, _)| c == k).unwrap_or(0)
+}
+
+/// Per-NIC settings.
+#[derive(Debug, Clone, Copy)]
+pub struct NicConfig {
+    /// Line rate as the CC and pacer know it, bit/s.
+    pub line_rate_bps: u64,
+    /// Rate of the host's link, bit/s (the NIC serialises frames at it).
+    pub link_bps: u64,
+    /// The CCs' base RTT T, ns.
+    pub base_rtt_ns: u64,
+    /// RoCE path MTU (256..4096).
+    pub mtu: u32,
+    /// Congestion control of every QP.
+    pub cc: CcKind,
+    /// DSCP announcing an INT container.
+    pub int_dscp: u8,
+    /// Retransmit timeout, ns.
+    pub timeout_ns: u64,
+}
+
+/// NIC counters (summed over hosts in the report).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NicCounters {
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Data frames retransmitted (go-back-N or timeout).
+    pub retransmits: u64,
+    /// Retransmit timeouts.
+    pub timeouts: u64,
+    /// CNPs sent.
+    pub tx_cnps: u64,
+    /// Frames received.
+    pub rx_frames: u64,
+    /// Frames for no open QP (late duplicates after a flow closed), or unparsable.
+    pub rx_dropped: u64,
+    /// Flows that could not open a QP (all slots busy): counted, started later.
+    pub qp_exhausted: u64,
+    /// Completions with an error status.
+    pub completion_errors: u64,
+    /// Packets whose frame could not be built (never expected; the transport goes on
+    /// as if sent, and retransmits).
+    pub tx_build_errors: u64,
+}
+
+/// A requester QP's flow: bytes to write as messages of at most `msg` bytes, with at
+/// most the send-queue depth of them outstanding.
+#[derive(Debug, Clone, Copy)]
+struct FlowWork {
+    flow: u32,
+    rkey: u32,
+    to_post: u64,
+    outstanding: u32,
+    msg: u32,
+}
+
+struct QpSlot {
+    qp: Qp,
+    cc: AnyCc,
+    fb: FrameBuilder,
+    cc_ext: bool,
+    ctrl_queued: bool,
+    sched_rate: u64,
+    next_bytes: u32,
+    transport_timer: Option<(TimerHandle, u64)>,
+    cc_armed: [Option<(TimerHandle, u64)>; 4],
+    cc_timers: [u64; 4],
+    rtt_probe: Option<(u32, u64)>,
+    cnp_pending: bool,
+    work: Option<FlowWork>,
+}
+
+/// What [`Nic::transmit`] produced.
+pub enum Tx {
+    /// A frame to put on the link, with its wire size (preamble, IFG, FCS included).
+    Frame(SimFrame, u64),
+    /// Nothing to send now; the scheduler's pacing wake-up, if any.
+    Idle(Option<u64>),
+}
+
+/// One simulated NIC.
+pub struct Nic {
+    ip: [u8; 4],
+    mac: [u8; 6],
+    cfg: NicConfig,
+    path: PathConfig,
+    slots: Vec<Option<Box<QpSlot>>>,
+    gens: Vec<u32>,
+    free: Vec<u32>,
+    sched: Scheduler<u32>,
+    wheel: TimerWheel<TimerKey>,
+    /// Never later than the wheel's next deadline (lowered when a timer is armed,
+    /// recomputed after timers fire): what the fabric wakes the NIC for, without a
+    /// scan of the wheel per packet.
+    timer_hint: u64,
+    mrs: MrTable,
+    rkey: u32,
+    lkey: u32,
+    psn_seed: u64,
+    /// Serialisation on the host's link.
+    pub shaper: Shaper,
+    /// Counters.
+    pub counters: NicCounters,
+    /// Flows whose last message completed: `(flow, time)`, taken by the fabric.
+    pub finished: Vec<(u32, u64)>,
+    /// The registered memory (counts the bytes written into it).
+    pub mem: NullMemory,
+}
+
+fn to_int_hop(h: &HopRecord) -> IntHop {
+    IntHop {
+        switch_id: h.switch_id,
+        port_id: h.port_id,
+        ts_ns: h.ts_ns,
+        tx_bytes: h.tx_bytes,
+        qlen_bytes: u32::from(h.qlen_64b) * 64,
+        link_bps: u64::from(h.link_100m) * 100_000_000,
+    }
+}
+
+fn hops_to_int(n: usize, hops: &[HopRecord]) -> ([IntHop; INT_MAX_HOPS], usize) {
+    let n = n.min(INT_MAX_HOPS).min(hops.len());
+    let mut th = [IntHop::default(); INT_MAX_HOPS];
+    for (d, h) in th.iter_mut().zip(&hops[..n]) {
+        *d = to_int_hop(h);
+    }
+    (th, n)
+}
+
+impl QpSlot {
+    fn apply(&mut self, a: cc::Actions) {
+        for t in a.timers() {
+            self.cc_timers[cc_timer_index(t.kind)] = t.deadline_ns.max(1);
+        }
+        if a.send_cnp {
+            self.cnp_pending = true;
+        }
+        if let Some(w) = a.feedback_window {
+            self.qp.set_ack_window(w.min(u64::from(u32::MAX)) as u32);
+        }
+        if a.send_probe {
+            self.qp.send_probe();
+        }
+    }
+
+    fn update_window(&mut self) {
+        self.qp
+            .set_window(self.cc.window_bytes().min(u64::from(u32::MAX)) as u32);
+    }
+}
+
+/// Makes a timer fire no later than `want` (the engine's lazy re-arming: one armed
+/// earlier stays, the handler acts only on what is really due); lowers `hint` to
+/// what it armed.
+fn arm(
+    wheel: &mut TimerWheel<TimerKey>,
+    armed: &mut Option<(TimerHandle, u64)>,
+    want: Option<u64>,
+    key: TimerKey,
+    hint: &mut u64,
+) {
+    match (*armed, want) {
+        (Some((_, at)), Some(w)) if at <= w => {}
+        (_, None) => {}
+        (cur, Some(w)) => {
+            *armed = match cur {
+                Some((h, _)) if wheel.reschedule(h, w).is_ok() => Some((h, w)),
+                _ => wheel.schedule(w, key).ok().map(|h| (h, w)),
+            };
+            *hint = (*hint).min(w);
+        }
+    }
+}
+
+impl Nic {
+    /// A NIC with address `ip`/`mac`; `seed` varies its initial PSNs.
+    pub fn new(ip: [u8; 4], mac: [u8; 6], cfg: NicConfig, seed: u64) -> Self {
+        let mut mrs = MrTable::new();
+        let mr = mrs
+            .register(
+                MR_BASE,
+                MR_LEN,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            )
+            .expect("an empty table registers");
+        let path = PathConfig {
+            line_rate_bps: cfg.line_rate_bps,
+            base_rtt_ns: cfg.base_rtt_ns,
+            mtu_bytes: cfg.mtu,
+        };
+        Self {
+            ip,
+            mac,
+            cfg,
+            path,
+            slots: (0..MAX_QPS).map(|_| None).collect(),
+            gens: vec![0; MAX_QPS as usize],
+            free: (0..MAX_QPS).rev().collect(),
+            sched: Scheduler::new(MAX_QPS, PACING_BURST_BYTES, MAX_QPS as usize),
+            wheel: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, 5 * MAX_QPS as usize),
+            timer_hint: u64::MAX,
+            rkey: mr.rkey,
+            lkey: mr.lkey,
+            mrs,
+            psn_seed: seed | 1,
+            shaper: Shaper::new(cfg.link_bps, 0),
+            counters: NicCounters::default(),
+            finished: Vec::new(),
+            mem: NullMemory::default(),
+        }
+    }
+
+    /// The remote key peers write to.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// IPv4 address.
+    pub fn ip(&self) -> [u8; 4] {
+        self.ip
+    }
+
+    /// MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// QPs open.
+    pub fn open_qps(&self) -> usize {
+        MAX_QPS as usize - self.free.len()
+    }
+
+    fn next_psn(&mut self) -> u32 {
+        let mut x = self.psn_seed;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.psn_seed = x;
+        (x as u32) & 0xFF_FFFF
+    }
+
+    fn slot_of(&self, qpn: u32) -> Option<usize> {
+        let i = (qpn.checked_sub(QPN_BASE)? & (MAX_QPS - 1)) as usize;
+        let s = self.slots.get(i)?.as_ref()?;
+        (s.qp.config().qpn == qpn).then_some(i)
+    }
+
+    /// Opens a QP: `(qpn, initial psn)`, or `None` when every slot is busy.
+    pub fn open_qp(&mut self) -> Option<(u32, u32)> {
+        let Some(i) = self.free.pop() else {
+            self.counters.qp_exhausted += 1;
+            return None;
+        };
+        self.gens[i as usize] = self.gens[i as usize].wrapping_add(1);
+        let qpn = (QPN_BASE + i + (self.gens[i as usize] << SLOT_BITS)) & 0xFF_FFFF;
+        Some((qpn, self.next_psn()))
+    }
+
+    /// Connects QP `qpn` (from [`Self::open_qp`]) to its peer and moves it to RTS.
+    /// `sport` is the UDP source port (the ECMP entropy), `sq_depth` its send queue.
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect(
+        &mut self,
+        qpn: u32,
+        psn: u32,
+        remote_qpn: u32,
+        remote_psn: u32,
+        remote_ip: [u8; 4],
+        sport: u16,
+        sq_depth: u16,
+        now: u64,
+    ) -> Result<(), String> {
+        let i = (qpn.wrapping_sub(QPN_BASE) & (MAX_QPS - 1)) as usize;
+        let cc = self.cfg.cc.build(self.path);
+        let cc_ext = self.cfg.cc.uses_extensions();
+        let qcfg = QpConfig {
+            qpn,
+            dest_qpn: remote_qpn,
+            pmtu: self.cfg.mtu,
+            sq_depth: sq_depth.max(1),
+            rq_depth: 4,
+            max_rd_atomic: 4,
+            timeout_ns: self.cfg.timeout_ns,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            sq_psn: psn,
+            rq_psn: remote_psn,
+            cc_ext,
+            ack_read_responses: self.cfg.cc == CcKind::Ldcp,
+            pd: 0,
+        };
+        let mut qp = Qp::new(qcfg).map_err(|e| e.to_string())?;
+        for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            qp.modify(st).map_err(|e| e.to_string())?;
+        }
+        let fb = FrameBuilder {
+            net: NetHeaders {
+                src_mac: EthernetAddress(self.mac),
+                dst_mac: EthernetAddress([0; 6]),
+                src_ip: Ipv4Address(self.ip),
+                dst_ip: Ipv4Address(remote_ip),
+                udp_src_port: sport,
+                dscp: ROCE_DSCP,
+                ttl: 64,
+            },
+            int: cc.int_on_data().then_some(IntInsert {
+                int_dscp: self.cfg.int_dscp,
+                max_hops: INT_MAX_HOPS as u8,
+            }),
+        };
+        let mut s = Box::new(QpSlot {
+            qp,
+            cc,
+            fb,
+            cc_ext,
+            ctrl_queued: false,
+            sched_rate: u64::MAX,
+            next_bytes: self.cfg.mtu + 100,
+            transport_timer: None,
+            cc_armed: [None; 4],
+            cc_timers: [0; 4],
+            rtt_probe: None,
+            cnp_pending: false,
+            work: None,
+        });
+        s.update_window();
+        self.slots[i] = Some(s);
+        let _ = self.sched.reset_qp(i as u32, now);
+        Ok(())
+    }
+
+    /// Gives QP `qpn` a flow to write: `bytes` to the peer's region (`rkey`) as
+    /// messages of at most `msg` bytes.
+    pub fn start_flow(&mut self, qpn: u32, flow: u32, bytes: u64, msg: u32, rkey: u32, now: u64) {
+        let Some(i) = self.slot_of(qpn) else { return };
+        if let Some(s) = self.slots[i].as_mut() {
+            s.work = Some(FlowWork {
+                flow,
+                rkey,
+                to_post: bytes.max(1),
+                outstanding: 0,
+                msg: msg.max(1),
+            });
+        }
+        self.post(i);
+        self.after_qp_work(i, now);
+    }
+
+    /// Closes QP `qpn` (its slot is reused by a later QP with another generation).
+    pub fn close_qp(&mut self, qpn: u32) {
+        if let Some(i) = self.slot_of(qpn) {
+            self.slots[i] = None;
+            let _ = self.sched.mark_idle(i as u32);
+            self.free.push(i as u32);
+        }
+    }
+
+    fn post(&mut self, i: usize) {
+        let lkey = self.lkey;
+        let Some(s) = self.slots[i].as_mut() else {
+            return;
+        };
+        let Some(w) = s.work.as_mut() else { return };
+        let depth = u32::from(s.qp.config().sq_depth);
+        while w.to_post > 0 && w.outstanding < depth {
+            let len = w.to_post.min(u64::from(w.msg)) as u32;
+            let wr = SendWr {
+                wr_id: u64::from(w.flow),
+                op: SendOp::Write {
+                    remote_va: MR_BASE,
+                    rkey: w.rkey,
+                },
+                sge: Sge {
+                    addr: MR_BASE,
+                    len,
+                    lkey,
+                },
+                signaled: true,
+                solicited: false,
+            };
+            if s.qp.post_send(wr, &self.mrs).is_err() {
+                break;
+            }
+            w.to_post -= u64::from(len);
+            w.outstanding += 1;
+        }
+    }
+
+    /// Handles a frame the link delivered at `now`.
+    pub fn receive(&mut self, bytes: &[u8], now: u64) {
+        self.counters.rx_frames += 1;
+        let opts = ParseOptions {
+            int_dscp: Some(self.cfg.int_dscp),
+            // Frames are never corrupted in the simulator: the ICRC (computed by the
+            // sender's frame builder) is not checked again.
+            verify_icrc: false,
+        };
+        let slots = &self.slots;
+        let f = match parse_frame(bytes, &opts, |bth| {
+            bth.dest_qp
+                .checked_sub(QPN_BASE)
+                .and_then(|i| slots.get((i & (MAX_QPS - 1)) as usize))
+                .and_then(Option::as_ref)
+                .is_some_and(|s| s.cc_ext)
+        }) {
+            Ok(f) => f,
+            Err(_) => {
+                self.counters.rx_dropped += 1;
+                return;
+            }
+        };
+        let Some(i) = self.slot_of(f.bth.dest_qp) else {
+            self.counters.rx_dropped += 1;
+            return;
+        };
+        let s = self.slots[i].as_mut().expect("slot_of checked it");
+        if f.bth.opcode.is_request() {
+            let mut hops = [HopRecord::default(); INT_MAX_HOPS];
+            let n = f.int.as_ref().map_or(0, |c| c.copy_hops(&mut hops));
+            let (th, n) = hops_to_int(n, &hops);
+            let a = s.cc.on_rx_data(&RxDataEvent {
+                now_ns: now,
+                lsn: f.ccext.map_or(0, |c| u64::from(c.lsn)),
+                bytes: f.payload.len() as u32,
+                ce: f.ip.ecn == Ecn::Ce,
+                telemetry: &th[..n],
+            });
+            s.apply(a);
+        }
+        s.qp.on_rx(&f, now, &self.mrs, &mut self.mem);
+        self.after_qp_work(i, now);
+    }
+
+    /// QP events into its CC, completions into the flow, timers onto the wheel, the
+    /// QP back to the scheduler (the engine's `after_qp_work`).
+    fn after_qp_work(&mut self, i: usize, now: u64) {
+        let Some(s) = self.slots[i].as_mut() else {
+            return;
+        };
+        let mut events = 0;
+        while let Some(ev) = s.qp.poll_event() {
+            events += 1;
+            let a = match ev {
+                QpEvent::Ack {
+                    acked_lsn,
+                    newly_acked,
+                    ce_count,
+                    window,
+                    n_hops,
+                    hops,
+                    ..
+                } => {
+                    let mut rtt_ns = 0;
+                    if let Some((end, t)) = s.rtt_probe {
+                        if (acked_lsn.wrapping_sub(end) as i32) >= 0 {
+                            rtt_ns = now.saturating_sub(t);
+                            s.rtt_probe = None;
+                        }
+                    }
+                    let (th, n) = hops_to_int(n_hops as usize, &hops);
+                    s.cc.on_ack(&AckEvent {
+                        now_ns: now,
+                        acked_lsn: u64::from(acked_lsn),
+                        acked_bytes: newly_acked,
+                        acked_pkts: 1,
+                        rtt_ns,
+                        ecn_echo: ce_count > 0,
+                        telemetry: &th[..n],
+                        rx_window: window.map(u64::from),
+                    })
+                }
+                QpEvent::Nak { syndrome, .. } => {
+                    if syndrome == AethSyndrome::Nak(NakCode::PsnSequenceError) {
+                        s.rtt_probe = None;
+                        s.cc.on_nak(&NakEvent {
+                            now_ns: now,
+                            expected_lsn: 0,
+                        })
+                    } else {
+                        cc::Actions::NONE
+                    }
+                }
+                QpEvent::Timeout { .. } => {
+                    s.rtt_probe = None;
+                    self.counters.timeouts += 1;
+                    s.cc.on_rto(now)
+                }
+                QpEvent::CnpReceived => s.cc.on_cnp(now),
+                QpEvent::ProbeResponse { n_hops, hops } => {
+                    let (th, n) = hops_to_int(n_hops as usize, &hops);
+                    s.cc.on_probe_response(now, &th[..n])
+                }
+                QpEvent::CeMarked { .. } | QpEvent::ReadRespAck { .. } | QpEvent::Error => {
+                    cc::Actions::NONE
+                }
+            };
+            s.apply(a);
+        }
+        if events > 0 {
+            s.update_window();
+        }
+        let mut repost = false;
+        while let Some(wc) = s.qp.poll_cq() {
+            if wc.status != WcStatus::Success {
+                self.counters.completion_errors += 1;
+            }
+            if let Some(w) = s.work.as_mut() {
+                w.outstanding = w.outstanding.saturating_sub(1);
+                repost = true;
+                if w.to_post == 0 && w.outstanding == 0 {
+                    self.finished.push((w.flow, now));
+                }
+            }
+        }
+        if repost {
+            self.post(i);
+        }
+        self.sync_timers(i);
+        let Some(s2) = self.slots[i].as_mut() else {
+            return;
+        };
+        let q = i as u32;
+        if (s2.cnp_pending || s2.qp.has_control()) && !s2.ctrl_queued {
+            s2.ctrl_queued = self.sched.push_control(q).is_ok();
+        }
+        let rate = s2.cc.rate_bps();
+        if rate != s2.sched_rate {
+            s2.sched_rate = rate;
+            let _ = self.sched.set_rate(q, rate, now);
+        }
+        let _ = self.sched.mark_ready(q, s2.next_bytes);
+    }
+
+    fn sync_timers(&mut self, i: usize) {
+        let gen = self.gens[i];
+        let Some(s) = self.slots[i].as_mut() else {
+            return;
+        };
+        let key = |kind| TimerKey {
+            qp: i as u32,
+            kind,
+            gen,
+        };
+        let want = s.qp.next_timer();
+        let hint = &mut self.timer_hint;
+        arm(
+            &mut self.wheel,
+            &mut s.transport_timer,
+            want,
+            key(WheelKind::Retransmit),
+            hint,
+        );
+        for ((armed, &d), &(_, kind)) in s.cc_armed.iter_mut().zip(&s.cc_timers).zip(&CC_TIMERS) {
+            arm(
+                &mut self.wheel,
+                armed,
+                (d != 0).then_some(d),
+                key(kind),
+                hint,
+            );
+        }
+    }
+
+    /// Fires the timers due at `now`.
+    pub fn timers(&mut self, now: u64) {
+        self.wheel.expire(now);
+        while let Some(key) = self.wheel.pop_ready() {
+            let i = key.qp as usize;
+            if self.gens.get(i) != Some(&key.gen) {
+                continue;
+            }
+            let Some(s) = self.slots[i].as_mut() else {
+                continue;
+            };
+            if key.kind == WheelKind::Retransmit {
+                s.transport_timer = None;
+                if s.qp.next_timer().is_some_and(|t| t <= now) {
+                    s.qp.on_timer(now);
+                }
+            } else if let Some(k) = CC_TIMERS.iter().position(|&(_, w)| w == key.kind) {
+                s.cc_armed[k] = None;
+                let d = s.cc_timers[k];
+                if d != 0 && d <= now {
+                    s.cc_timers[k] = 0;
+                    let a = s.cc.on_timer(now, CC_TIMERS[k].0);
+                    s.apply(a);
+                    s.update_window();
+                }
+            }
+            self.after_qp_work(i, now);
+        }
+        self.timer_hint = self.wheel.next_deadline().unwrap_or(u64::MAX);
+    }
+
+    /// A control packet (ACK, NAK, CNP, probe response) waits to be sent.
+    pub fn control_pending(&self) -> bool {
+        self.sched.control_len() > 0
+    }
+
+    /// The earliest time a timer may be due (never later than the real one), if any.
+    pub fn next_timer(&self) -> Option<u64> {
+        (self.timer_hint != u64::MAX).then_some(self.timer_hint)
+    }
+
+    /// The next frame the scheduler lets out at `now` (control first, then round robin
+    /// with pacing credit and the CC window), built into a buffer from `pool`.
+    pub fn transmit(&mut self, now: u64, pool: &mut FramePool) -> Tx {
+        loop {
+            match self.sched.next(now) {
+                Decision::Idle { wake_at } => return Tx::Idle(wake_at),
+                Decision::Control(q) => {
+                    if let Some(f) = self.send_control(q as usize, now, pool) {
+                        return f;
+                    }
+                }
+                Decision::Qp { qp, .. } => {
+                    if let Some(f) = self.send_data(qp as usize, now, pool) {
+                        return f;
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_control(&mut self, i: usize, now: u64, pool: &mut FramePool) -> Option<Tx> {
+        let s = self.slots[i].as_mut()?;
+        s.ctrl_queued = false;
+        let mut fb = s.fb;
+        fb.int = None;
+        let pkt = if s.cnp_pending {
+            s.cnp_pending = false;
+            self.counters.tx_cnps += 1;
+            TxPacket {
+                repr: RoceRepr::new(BthRepr::new(Opcode::Cnp, s.qp.config().dest_qpn, 0)),
+                payload: Payload::None,
+                ecn: Ecn::NotEct,
+                priority: true,
+                lsn: 0,
+                lsn_len: 0,
+                retransmit: false,
+            }
+        } else {
+            s.qp.poll_tx_control(now)?
+        };
+        if (s.cnp_pending || s.qp.has_control()) && !s.ctrl_queued {
+            s.ctrl_queued = self.sched.push_control(i as u32).is_ok();
+        }
+        self.emit(&fb, &pkt, pool)
+    }
+
+    fn send_data(&mut self, i: usize, now: u64, pool: &mut FramePool) -> Option<Tx> {
+        let q = i as u32;
+        let Some(s) = self.slots[i].as_mut() else {
+            let _ = self.sched.mark_idle(q);
+            return None;
+        };
+        let Some(mut pkt) = s.qp.poll_tx(now) else {
+            let _ = self.sched.mark_idle(q);
+            return None;
+        };
+        let data = !pkt.priority && pkt.lsn_len > 0 && pkt.repr.bth.opcode != Opcode::Acknowledge;
+        let mut fb = s.fb;
+        if data {
+            let op = pkt.repr.bth.opcode;
+            let a = s.cc.on_send(&SendEvent {
+                now_ns: now,
+                lsn: u64::from(pkt.lsn),
+                bytes: pkt.lsn_len,
+                last_of_message: !op.is_first() && !op.is_middle(),
+                retransmit: pkt.retransmit,
+            });
+            if a.fast_start {
+                pkt.ecn = Ecn::NotEct;
+            }
+            s.apply(a);
+            if s.rtt_probe.is_none() && !pkt.retransmit {
+                s.rtt_probe = Some((pkt.lsn.wrapping_add(pkt.lsn_len), now));
+            }
+            if pkt.retransmit {
+                self.counters.retransmits += 1;
+            }
+        } else if pkt.repr.bth.opcode == Opcode::Probe {
+            fb.int = Some(IntInsert {
+                int_dscp: self.cfg.int_dscp,
+                max_hops: INT_MAX_HOPS as u8,
+            });
+        } else {
+            fb.int = None;
+        }
+        let out = self.emit(&fb, &pkt, pool);
+        let s = self.slots[i].as_mut()?;
+        if let Some(Tx::Frame(_, wire)) = &out {
+            let wire = *wire as u32;
+            let _ = self.sched.on_sent(q, wire, now);
+            if data {
+                s.next_bytes = wire;
+            }
+        }
+        let rate = s.cc.rate_bps();
+        if rate != s.sched_rate {
+            s.sched_rate = rate;
+            let _ = self.sched.set_rate(q, rate, now);
+        }
+        let _ = self.sched.mark_ready(q, s.next_bytes);
+        if (s.cnp_pending || s.qp.has_control()) && !s.ctrl_queued {
+            s.ctrl_queued = self.sched.push_control(q).is_ok();
+        }
+        self.sync_timers(i);
+        out
+    }
+
+    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket, pool: &mut FramePool) -> Option<Tx> {
+        let mut f = pool.get();
+        match pkt.build_frame(fb, &self.mem, f.build_area()) {
+            Ok(n) => {
+                f.set_built(n);
+                self.counters.tx_frames += 1;
+                Some(Tx::Frame(f, wire_bytes(n, false)))
+            }
+            Err(_) => {
+                self.counters.tx_build_errors += 1;
+                pool.put(f);
+                None
+            }
+        }
+    }
+}

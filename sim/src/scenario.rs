@@ -1,0 +1,143 @@
+//! One run of a scenario for one CC: build the fabric, run it, report.
+
+use std::time::Instant;
+
+use cc::CcKind;
+
+use crate::fabric::{RunConfig, RunTotals, Sim};
+use crate::nic::NicConfig;
+use crate::report::{CcReport, PathModel, RunOutcome};
+use crate::topo::Topology;
+use crate::workload::Flow;
+
+/// Settings common to every CC of a scenario.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    /// RoCE MTU.
+    pub mtu: u32,
+    /// The CCs' T, ns (0: the topology's base RTT).
+    pub base_rtt_ns: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Message size flows are written in (0: one message per flow).
+    pub msg_bytes: u32,
+    /// Messages outstanding per flow.
+    pub outstanding: u16,
+    /// Queue sampling interval, ns.
+    pub sample_ns: u64,
+    /// Simulated time limit, ns.
+    pub max_time_ns: u64,
+    /// Retransmit timeout, ns.
+    pub timeout_ns: u64,
+    /// Control-class buffer per port, bytes.
+    pub ctrl_buf: u64,
+    /// The NICs' line rate as their CC and pacer know it, bit/s (0: the host link's).
+    /// roce-testbed gives its NICs the bottleneck's rate while their ports run faster.
+    pub nic_line_bps: u64,
+    /// PFC (XOFF, XON) bytes per ingress link, or none.
+    pub pfc: Option<(u64, u64)>,
+}
+
+/// The outcome of one run.
+pub struct Run {
+    /// The report.
+    pub report: CcReport,
+    /// Raw totals.
+    pub totals: RunTotals,
+}
+
+/// CPU time of this thread (user + system), for reporting only: on a shared machine it
+/// is what the run would take alone, where wall time is not. Linux's
+/// `/proc/thread-self/stat` in clock ticks of 1/100 s.
+pub fn cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// Runs `flows` on `topo` with `cc`; `progress(now, done, total)` is called now and then.
+pub fn run(
+    topo: &Topology,
+    flows: &[Flow],
+    cc: CcKind,
+    p: &Params,
+    progress: impl FnMut(u64, usize, usize),
+) -> Result<Run, String> {
+    let base_rtt_ns = if p.base_rtt_ns > 0 {
+        p.base_rtt_ns
+    } else {
+        topo.base_rtt_ns(p.mtu)
+    };
+    let cfg = RunConfig {
+        nic: NicConfig {
+            line_rate_bps: if p.nic_line_bps > 0 {
+                p.nic_line_bps
+            } else {
+                topo.host_rate_bps
+            },
+            link_bps: topo.host_rate_bps,
+            base_rtt_ns,
+            mtu: p.mtu,
+            cc,
+            int_dscp: rdma::wire::int::DEFAULT_INT_DSCP,
+            timeout_ns: p.timeout_ns,
+        },
+        seed: p.seed,
+        msg_bytes: if p.msg_bytes == 0 {
+            u32::MAX >> 1
+        } else {
+            p.msg_bytes
+        },
+        outstanding: p.outstanding.max(1),
+        sample_ns: p.sample_ns,
+        max_time_ns: p.max_time_ns,
+        ctrl_buf: p.ctrl_buf,
+        pfc: p.pfc,
+    };
+    if !matches!(p.mtu, 256 | 512 | 1024) {
+        return Err(format!(
+            "--mtu {}: one of 256, 512, 1024 (the simulator's frame buffers hold MTU {})",
+            p.mtu,
+            crate::frame::MAX_MTU
+        ));
+    }
+    let mut sim = Sim::new(topo, flows.to_vec(), cfg)?;
+    let wall = Instant::now();
+    let cpu0 = cpu_seconds();
+    let totals = sim.run(progress);
+    let wall_s = wall.elapsed().as_secs_f64();
+    let cpu_s = match (cpu0, cpu_seconds()) {
+        (Some(a), Some(b)) => b - a,
+        _ => wall_s,
+    };
+    let delivered = sim.delivered();
+    let samples = std::mem::take(&mut sim.samples);
+    let (fl, res) = sim.flows();
+    let path = |f: &Flow| PathModel {
+        rates: topo.path_rates(f.src, f.dst),
+        prop_ns: topo.prop_ns,
+    };
+    let monitored_bps = topo
+        .monitored
+        .iter()
+        .map(|&(s, port)| topo.switches[s as usize].ports[usize::from(port)].speed_bps)
+        .collect();
+    let report = CcReport::build(RunOutcome {
+        cc: cc.as_str(),
+        flows: fl,
+        results: res,
+        totals: &totals,
+        samples,
+        monitored_bps,
+        delivered,
+        path: &path,
+        mtu: p.mtu,
+        wall_s,
+        cpu_s,
+    });
+    Ok(Run { report, totals })
+}
