@@ -79,7 +79,7 @@ listening() { # wait until roce-perf listens on the exchange port
 fails=0
 rows=()
 run_one() { # TEST ROLE(of roce-perf) SIZE
-  local t=$1 role=$2 size=$3
+  local t=$1 role=$2 size=$3 label=${LABEL:-}
   local n pkts id=$t-$role-$size ok=1 why="" figure="" t0=$SECONDS
   n=$(iters "$t" "$size")
   pkts=$(( n * ((size + 1023) / 1024) ))
@@ -153,11 +153,11 @@ PY
   local took=$((SECONDS - t0))
   if [ $ok = 1 ]; then
     printf 'interop: %-9s roce-perf %-6s %6s B x %-3s ok   %-14s (%s s)\n' "$t" "$role" "$size" "$n" "$figure" "$took"
-    rows+=("| $t | $role | $size | $n | pass | $figure |")
+    rows+=("| $label$t | $role | $size | $n | pass | $figure |")
   else
     fails=$((fails + 1))
     printf 'interop: %-9s roce-perf %-6s %6s B x %-3s FAIL %s (%s s)\n' "$t" "$role" "$size" "$n" "$why" "$took"
-    rows+=("| $t | $role | $size | $n | **fail** | ${why:0:80} |")
+    rows+=("| $label$t | $role | $size | $n | **fail** | ${why:0:80} |")
     grep -v "tap\|qdisc" "$W/$id.host" | tail -5 | sed 's/^/    host: /'
     tail -5 "$W/$id.guest" | sed 's/^/    guest: /'
   fi
@@ -190,9 +190,8 @@ NFT
     how="nftables: 1% of the frames from each side dropped at the bridge ports (this kernel has no netem)"
   fi
   echo "interop: lossy ($how)"
-  run_one write_bw client 65536
-  run_one read_bw server 4096
-  run_one send_lat client 4096
+  LABEL="lossy " run_one write_bw client 65536
+  LABEL="lossy " run_one read_bw server 4096
   if ip netns exec rxe-ns nft list table netdev rsnic_loss >"$W/loss" 2>/dev/null; then
     echo "interop: frames dropped: $(grep -o 'packets [0-9]*' "$W/loss" | awk '{print $2}' | paste -sd' ' | sed 's/ / from the NIC, /; s/$/ from the guest/')"
     ip netns exec rxe-ns nft delete table netdev rsnic_loss

@@ -290,5 +290,5 @@ case "${1:-}" in
   run) id=r$$; start "${2:?NAME}" "$id" "${3:?SCRIPT}"; wait_for "$2" "$id" "${4:-120}" ;;
   stop) stop "${2:?NAME}" ;;
   down) stop rxe0; stop rxe1; net_down ;;
-  *) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -253,6 +253,7 @@ pub fn read_line(s: &mut TcpStream) -> Res<String> {
                     return Err("the peer's line is longer than 1024 bytes".into());
                 }
             }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e)
                 if e.kind() == std::io::ErrorKind::WouldBlock
                     || e.kind() == std::io::ErrorKind::TimedOut =>
@@ -347,7 +348,10 @@ fn accept(o: &Opts, quiet: bool) -> Res<TcpStream> {
             loop {
                 match l.accept() {
                     Ok((s, _)) => break s,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::WouldBlock
+                            || e.kind() == std::io::ErrorKind::Interrupted =>
+                    {
                         if Instant::now() >= deadline {
                             return Err(format!("no client connected within {t} s").into());
                         }
@@ -372,7 +376,10 @@ fn connect(o: &Opts, addr: std::net::IpAddr) -> Res<TcpStream> {
             Ok(s) => return Ok(s),
             Err(e)
                 if Instant::now() < deadline
-                    && e.kind() == std::io::ErrorKind::ConnectionRefused =>
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::Interrupted
+                    ) =>
             {
                 std::thread::sleep(Duration::from_millis(100))
             }
@@ -390,7 +397,14 @@ fn connect(o: &Opts, addr: std::net::IpAddr) -> Res<TcpStream> {
 /// The protocol a client speaks, from its first bytes.
 fn detect(s: &TcpStream) -> Res<Protocol> {
     let mut first = [0u8; 1];
-    match s.peek(&mut first) {
+    // The TAP PMD's SIGIO may interrupt the wait: wait again.
+    let peeked = loop {
+        match s.peek(&mut first) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
+    match peeked {
         Ok(0) => Err("the client closed the connection before the exchange".into()),
         Ok(_) => pt::detect(&first).ok_or_else(|| {
             format!(
