@@ -11,7 +11,12 @@ for dir in */fuzz; do
   for target in $(cd "$dir/.." && RUSTC_BOOTSTRAP=1 cargo fuzz list); do
     found=1
     echo "-- fuzz $dir $target (${secs}s)"
-    (cd "$dir/.." && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none --release "$target" -- \
+    # Start from the checked-in minimised corpus (fuzz/corpus/<target>, made by
+    # scripts/fuzz-record.sh); what this run finds goes to a scratch dir, so
+    # the checked-in one stays as committed.
+    scratch="fuzz/target/scratch-corpus/$target"
+    (cd "$dir/.." && mkdir -p "$scratch" && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none --release "$target" \
+        "$scratch" $( [ -d "fuzz/corpus/$target" ] && echo "fuzz/corpus/$target" ) -- \
         -max_total_time="$secs" -print_final_stats=0 2>&1 | tail -n 3)
   done
 done

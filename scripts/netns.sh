@@ -10,9 +10,10 @@
 # carries no kernel addresses, MTU 9000 everywhere (4 KiB RoCE MTU fits).
 #
 # usage: scripts/netns.sh up | down | status
+# RSNIC_NETNS=PREFIX names the namespaces PREFIX-a and PREFIX-b (default rsnic).
 set -euo pipefail
-A=rsnic-a
-B=rsnic-b
+A=${RSNIC_NETNS:-rsnic}-a
+B=${RSNIC_NETNS:-rsnic}-b
 
 down() {
   ip netns del "$A" 2>/dev/null || true
@@ -33,7 +34,7 @@ up() {
   ip -n "$B" addr add 10.99.0.2/24 dev ctl-b
   ip link add dat-a netns "$A" mtu 9000 type veth peer name dat-b netns "$B" mtu 9000
   for side in a b; do
-    ns=rsnic-$side
+    ns=${RSNIC_NETNS:-rsnic}-$side
     ip -n "$ns" tuntap add dev "rt-$side" mode tap multi_queue
     ip -n "$ns" link add "br-$side" type bridge
     ip -n "$ns" link set "br-$side" mtu 9000

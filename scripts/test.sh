@@ -31,5 +31,6 @@ GOODPUT_SECS=1 cargo bench -p bench --bench nic_goodput
 echo "== interop: roce-perf against Linux rxe + perftest 4.5 in a QEMU guest (scripts/interop.sh; about 6 minutes on 2 busy cores)"
 timeout 600 scripts/interop.sh all
 
+scripts/soak.sh 0.5 # chaos soak, 30 s: every CC, 1 % loss/dup/reorder/corruption, bytes checked (issue 14; 10-minute run in docs/reliability.md)
 echo "== fuzz smoke (${FUZZ_SECONDS:-5} s per target)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-5}"

@@ -9,6 +9,15 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_roce-perf");
 
+/// The namespaces' prefix: `$RSNIC_NETNS-a` and `-b` (default `rsnic`),
+/// so that scripts/netns-flake.sh can run this test beside others'.
+fn ns(side: &str) -> String {
+    format!(
+        "{}-{side}",
+        std::env::var("RSNIC_NETNS").unwrap_or_else(|_| "rsnic".into())
+    )
+}
+
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/netns.sh")
 }
@@ -83,7 +92,7 @@ fn pair_with(
         "1024",
     ];
     sargs.extend_from_slice(extra);
-    let server = spawn("rsnic-a", &sargs);
+    let server = spawn(&ns("a"), &sargs);
     std::thread::sleep(Duration::from_millis(300));
     let mut cargs = vec![
         client_test,
@@ -97,7 +106,7 @@ fn pair_with(
     cargs.extend_from_slice(extra);
     cargs.extend_from_slice(client_only);
     cargs.push("10.99.0.1");
-    let client = spawn("rsnic-b", &cargs);
+    let client = spawn(&ns("b"), &cargs);
     let c = finish(client, Duration::from_secs(120));
     let s = finish(server, Duration::from_secs(30));
     (s, c)
@@ -172,7 +181,7 @@ fn roce_perf_between_two_namespaces_over_tap() {
     // roce-perf takes the largest the port carries.
     let o = finish(
         spawn(
-            "rsnic-a",
+            &ns("a"),
             &[
                 "write_bw",
                 "--dev",

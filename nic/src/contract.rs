@@ -23,6 +23,7 @@ use crossbeam_queue::ArrayQueue;
 use dpdk::ExtBuf;
 use rdma::transport::{Access, QpError, QpState, RecvWr, SendWr, WorkCompletion};
 
+use crate::control::ArpConfig;
 use crate::counters::SharedCounters;
 
 /// QP numbers start here (0 and 1 are special in the IBA).
@@ -68,6 +69,9 @@ pub struct DeviceConfig {
     /// Seed of the memory-region key bytes (`rdma::transport::MrTable::with_key_seed`):
     /// [`DeviceConfig::new`] draws it from the OS, so a peer cannot guess keys.
     pub mr_key_seed: u64,
+    /// The port's ARP: cache size, entry lifetime, request retries
+    /// (crate::control).
+    pub arp: ArpConfig,
 }
 
 impl DeviceConfig {
@@ -89,6 +93,7 @@ impl DeviceConfig {
                 &std::collections::hash_map::RandomState::new(),
                 0u64,
             ),
+            arp: ArpConfig::default(),
         }
     }
 }
@@ -177,9 +182,16 @@ pub enum EngineError {
     /// `connect` on a QP that was connected before.
     #[error("QP {0:#x} is already connected")]
     AlreadyConnected(u32),
-    /// `connect` without the peer's MAC (ARP resolution not available).
-    #[error("QP {0:#x}: no MAC for the peer given")]
+    /// `connect` reached the engine without the peer's MAC (the API
+    /// resolves it first: [`Command::ResolveMac`]).
+    #[error("QP {0:#x}: the peer's MAC is not resolved")]
     NoPeerMac(u32),
+    /// Nobody answered the ARP requests for this address.
+    #[error("no ARP reply from {0} (the peer is unreachable or not on this link)")]
+    ArpFailed(std::net::Ipv4Addr),
+    /// The ARP cache is full of resolutions under way.
+    #[error("cannot resolve {0}: the ARP cache is full of pending resolutions")]
+    ArpCacheFull(std::net::Ipv4Addr),
     /// The transport refused the QP's configuration or a state change.
     #[error("QP {qpn:#x}: {source}")]
     Transport {
@@ -253,6 +265,15 @@ pub enum Command {
         remote: RemoteQp,
         /// Done.
         reply: Reply<()>,
+    },
+    /// Resolve an IPv4 address to the MAC of its host by ARP (answered
+    /// from the cache, or once a reply came, or with an error once the
+    /// retries ran out).
+    ResolveMac {
+        /// The address.
+        ip: [u8; 4],
+        /// Its MAC.
+        reply: Reply<[u8; 6]>,
     },
     /// Query a QP's state.
     QueryQp {

@@ -91,7 +91,8 @@ counters! {
     rx_drop_icrc,
     /// Frames dropped: malformed or truncated.
     rx_drop_malformed,
-    /// Frames dropped: not IPv4/UDP 4791 (not RoCEv2).
+    /// Frames dropped: neither RoCEv2 (IPv4/UDP 4791) nor for the control
+    /// plane (ARP, ICMP echo to our address).
     rx_drop_not_roce,
     /// Frames dropped: unknown destination QP.
     rx_drop_unknown_qp,
@@ -110,6 +111,43 @@ counters! {
     /// Frames a sharded device's dispatcher dropped because the ring to the
     /// QP's shard was full (like a NIC's per-queue RX overflow).
     rx_drop_shard_full,
+    /// ARP requests received (for any address).
+    rx_arp_requests,
+    /// ARP replies received.
+    rx_arp_replies,
+    /// ARP requests sent (resolutions, retries, the gratuitous one at start).
+    tx_arp_requests,
+    /// ARP replies sent (to requests for our address).
+    tx_arp_replies,
+    /// Peer MACs found in the ARP cache.
+    arp_cache_hits,
+    /// Peer MACs not in the ARP cache (a resolution started).
+    arp_cache_misses,
+    /// Resolutions that got no ARP reply (or found the cache full).
+    arp_resolve_failures,
+    /// ICMP echo requests to our address received.
+    rx_icmp_echo_requests,
+    /// ICMP echo replies sent.
+    tx_icmp_echo_replies,
+    /// ARP or ICMP frames dropped: malformed, bad checksum, or a kind the
+    /// control plane does not speak.
+    rx_drop_control,
+}
+
+impl Counters {
+    /// Takes the control plane's counters (crate::control) into these.
+    pub fn set_control(&mut self, c: &crate::control::ControlCounters) {
+        self.rx_arp_requests = c.rx_arp_requests;
+        self.rx_arp_replies = c.rx_arp_replies;
+        self.tx_arp_requests = c.tx_arp_requests;
+        self.tx_arp_replies = c.tx_arp_replies;
+        self.arp_cache_hits = c.arp_cache_hits;
+        self.arp_cache_misses = c.arp_cache_misses;
+        self.arp_resolve_failures = c.arp_resolve_failures;
+        self.rx_icmp_echo_requests = c.rx_icmp_echo_requests;
+        self.tx_icmp_echo_replies = c.tx_icmp_echo_replies;
+        self.rx_drop_control = c.rx_drop_control;
+    }
 }
 
 impl std::fmt::Display for Counters {

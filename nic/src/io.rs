@@ -248,6 +248,14 @@ fn finish_segments(
     Ok(())
 }
 
+/// A frame copied into mbufs from `pool` (chained when longer than one
+/// mbuf's data room): how the control plane's replies go out.
+pub fn copy_frame(bytes: &[u8], pool: &Mempool) -> Result<Mbuf, TxError> {
+    let mut m = pool.alloc()?;
+    append_copy(&mut m, bytes, pool)?;
+    Ok(m)
+}
+
 /// Appends `bytes` to `m`, chaining more mbufs from `pool` when the last
 /// segment is full (a 4 KiB payload does not fit a 2 KiB data room).
 fn append_copy(m: &mut Mbuf, mut bytes: &[u8], pool: &Mempool) -> Result<(), TxError> {

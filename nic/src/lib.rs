@@ -6,6 +6,7 @@
 //! two meet only in [`contract`].
 
 pub mod contract;
+pub mod control;
 pub mod counters;
 pub mod device;
 pub mod engine;

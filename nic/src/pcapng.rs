@@ -229,11 +229,21 @@ impl<const SNAP: usize> CaptureProducer<SNAP> {
     /// returns false and counts a drop when the ring is full or the writer
     /// has gone. O(SNAP) copy, no allocation.
     pub fn capture(&mut self, port: u32, ts_ns: u64, pkt: &[u8]) -> bool {
+        self.capture_head(port, ts_ns, pkt, pkt.len())
+    }
+
+    /// [`Self::capture`] of a packet of which the caller has copied out the
+    /// first bytes only (`head`; a sent frame is read out of its mbufs):
+    /// `orig_len` is its whole length, recorded as the original length so
+    /// that a decoder sees a packet cut by the snap length, not a
+    /// malformed one.
+    pub fn capture_head(&mut self, port: u32, ts_ns: u64, head: &[u8], orig_len: usize) -> bool {
+        let pkt = head;
         let len = pkt.len().min(SNAP);
         let mut rec = CaptureRecord {
             ts_ns,
             port,
-            orig_len: pkt.len().min(u32::MAX as usize) as u32,
+            orig_len: orig_len.max(len).min(u32::MAX as usize) as u32,
             len: len as u32,
             data: [0u8; SNAP],
         };

@@ -229,6 +229,13 @@ impl Device {
         request(&self.engines[k].cmd, make)
     }
 
+    /// The MAC of the host at `ip` on this port's link, by ARP (from the
+    /// cache when known; otherwise this waits for the reply, and fails with
+    /// [`EngineError::ArpFailed`] when none comes).
+    pub fn resolve_mac(&self, ip: [u8; 4]) -> Result<[u8; 6], VerbsError> {
+        self.call(0, |reply| Command::ResolveMac { ip, reply })
+    }
+
     /// Allocates a protection domain (`ibv_alloc_pd`): regions registered
     /// in it can only be used by queue pairs created in it, locally (lkeys)
     /// and remotely (rkeys sent by the peer; a key of another PD is refused
@@ -346,6 +353,7 @@ impl Device {
             ring: prod,
             shared: self.engines[shard].shared.clone(),
             cmd: self.engines[shard].cmd.clone(),
+            resolver: self.engines[0].cmd.clone(),
             mac: self.mac,
             ip: self.ip,
             connected: false,
@@ -497,6 +505,8 @@ pub struct QueuePair {
     ring: rtrb::Producer<Doorbell>,
     shared: Arc<EngineShared>,
     cmd: Sender<Command>,
+    /// The engine that runs the port's control plane (ARP).
+    resolver: Sender<Command>,
     mac: [u8; 6],
     ip: [u8; 4],
     connected: bool,
@@ -522,7 +532,11 @@ impl QueuePair {
 
     /// Moves the QP to RTR and RTS towards `remote` (IBA 10.3: INIT -> RTR
     /// needs the peer's QPN, PSN and path; RTR -> RTS our send PSN). The MTU
-    /// used is the smaller of the two; the CC kinds must match.
+    /// used is the smaller of the two; the CC kinds must match. Without
+    /// `remote.mac`, the peer's MAC is resolved by ARP first (as rxe does
+    /// at RTR): this waits for the reply, and fails with
+    /// [`EngineError::ArpFailed`] when none comes (`DeviceConfig::arp`: 3
+    /// requests 1 s apart by default).
     pub fn connect(&mut self, remote: &RemoteQp) -> Result<(), VerbsError> {
         if remote.cc != self.opts.cc {
             return Err(VerbsError::CcMismatch {
@@ -530,7 +544,15 @@ impl QueuePair {
                 remote: remote.cc,
             });
         }
-        let (qpn, remote) = (self.qpn, *remote);
+        let mut remote = *remote;
+        if remote.mac.is_none() {
+            let ip = remote.ip;
+            remote.mac = Some(request(&self.resolver, |reply| Command::ResolveMac {
+                ip,
+                reply,
+            })?);
+        }
+        let qpn = self.qpn;
         request(&self.cmd, |reply| Command::Connect { qpn, remote, reply })?;
         self.connected = true;
         Ok(())

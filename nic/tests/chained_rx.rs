@@ -39,8 +39,10 @@ fn next_ack(rx: &mut RxQueue, dut: &Device) -> AethSyndrome {
     let end = Instant::now() + Duration::from_secs(5);
     let mut b: Burst = Burst::new();
     while Instant::now() < end {
-        if rx.recv(&mut b) > 0 {
-            let bytes = b.pop().unwrap().to_vec();
+        rx.recv(&mut b);
+        // The NIC's gratuitous ARP at start is not what we wait for.
+        if let Some(m) = b.drain().find(|m| nic::control::is_rocev2(m.data())) {
+            let bytes = m.to_vec();
             let f = rdma::wire::parse_frame(&bytes, &ParseOptions::default(), |_| false).unwrap();
             assert_eq!(f.bth.opcode, Opcode::Acknowledge);
             return f.aeth.unwrap().syndrome;

@@ -7,7 +7,8 @@
 //! 1. takes doorbells (posted work requests) from the QPs that rang
 //!    (`doorbells.rs`),
 //! 2. receives a burst: parse (INT skipped, ICRC checked), dispatch to the
-//!    QP's responder or requester (`rx.rs`), feed the CC (receiver side: CE
+//!    QP's responder or requester (`rx.rs`; ARP and ICMP echo go to the
+//!    port's control plane, `control.rs`), feed the CC (receiver side: CE
 //!    marks, telemetry; sender side: ACKs, NAKs, CNPs, timeouts) and move
 //!    completions to the completion queues (`cc_glue.rs`),
 //! 3. fires due timers (transport retransmit/RNR, CC timers; `timers.rs`),
@@ -16,7 +17,7 @@
 //!    window in LSN bytes (`tx.rs`),
 //!
 //! and every 256 turns serves the slow path (registration, QP creation and
-//! connection; `slow_path.rs`) and publishes the counters. Nothing on the
+//! connection, ARP resolution; `slow_path.rs`) and publishes the counters. Nothing on the
 //! per-packet path allocates, locks or makes a system call.
 //!
 //! This file holds the engine's state ([`Engine`], one [`QpSlot`] per QP)
@@ -24,6 +25,7 @@
 //! frames come from is `port.rs`.
 
 mod cc_glue;
+mod control;
 mod doorbells;
 mod poll;
 mod port;
@@ -51,7 +53,8 @@ use crate::verbs::VerbsError;
 pub use crate::contract::{
     Command, Doorbell, EngineShared, CAPTURE_SNAP, MAX_HOPS, MAX_QPS, QPN_BASE,
 };
-use crate::contract::{DeviceConfig, QpOptions};
+use crate::contract::{DeviceConfig, QpOptions, Reply};
+use crate::control::ControlPlane;
 pub use poll::run_group;
 pub(crate) use port::PacketIo;
 
@@ -64,24 +67,29 @@ const PACING_BURST_BYTES: u32 = 64 << 10;
 const ROCE_DSCP: u8 = 26;
 
 /// Registered memory seen as the process's address space: a region's
-/// virtual address is its pointer. The transport only reads or writes a
+/// virtual address is its pointer. The transport only copies in or out of a
 /// range after an [`MrTable`] check accepted it, and the engine keeps every
 /// registered region alive, so each access lies in live memory (the same
-/// contract a NIC's DMA engine has).
+/// contract a NIC's DMA engine has). The program may touch these bytes from
+/// its own thread, so no reference to them is ever formed: copies go through
+/// raw pointers only (DESIGN.md §5).
 struct RawMemory;
 
 impl MemorySpace for RawMemory {
-    fn read(&self, va: u64, len: usize) -> &[u8] {
-        if len == 0 {
-            return &[];
+    fn copy_out(&self, va: u64, dst: &mut [u8]) {
+        if dst.is_empty() {
+            return;
         }
-        // SAFETY: see the type's docs.
-        unsafe { std::slice::from_raw_parts(va as *const u8, len) }
+        // SAFETY: see the type's docs; `dst` is ours and cannot overlap a region.
+        unsafe { std::ptr::copy_nonoverlapping(va as *const u8, dst.as_mut_ptr(), dst.len()) }
     }
 
-    fn write(&mut self, va: u64, data: &[u8]) {
+    fn copy_in(&mut self, va: u64, src: &[u8]) {
+        if src.is_empty() {
+            return;
+        }
         // SAFETY: see the type's docs.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), va as *mut u8, data.len()) }
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), va as *mut u8, src.len()) }
     }
 }
 
@@ -175,6 +183,14 @@ pub struct Engine {
     turn: u64,
     last_publish_ns: u64,
     capture: Option<CaptureProducer<CAPTURE_SNAP>>,
+    /// The port's ARP and ICMP echo (crate::control).
+    control: ControlPlane,
+    /// Where the control plane writes the frames it sends.
+    control_out: Vec<u8>,
+    /// Slow-path requests waiting for an ARP resolution.
+    resolving: Vec<([u8; 4], Reply<[u8; 6]>)>,
+    /// The gratuitous ARP went out.
+    announced: bool,
 }
 
 /// What an engine is built from besides the device's configuration: where
@@ -284,6 +300,10 @@ impl Engine {
             turn: 0,
             last_publish_ns: 0,
             capture: parts.capture,
+            control: ControlPlane::new(parts.mac, cfg.ip, cfg.arp),
+            control_out: vec![0u8; MAX_FRAME],
+            resolving: Vec::new(),
+            announced: false,
         })
     }
 

@@ -67,13 +67,16 @@ impl Engine {
     }
 
     /// Publishes the engine's counters, with the QPs' transport counters
-    /// summed in, for the API handles to read.
+    /// summed in and the control plane's, for the API handles to read.
     pub(super) fn publish(&mut self) {
         let mut c = self.counters;
         c.capture_drops = self.capture.as_ref().map_or(0, |p| p.drops());
+        c.set_control(self.control.counters());
         for &i in &self.connected {
-            if let Some(qp) = self.qps[i].as_ref().and_then(|s| s.qp.as_ref()) {
-                let q = qp.counters();
+            let Some(s) = self.qps[i].as_deref() else {
+                continue;
+            };
+            if let Some(q) = s.qp.as_ref().map(|qp| qp.counters()) {
                 c.retransmits += q.tx_retransmits;
                 c.timeouts += q.timeouts;
                 c.rx_duplicates += q.rx_duplicates;

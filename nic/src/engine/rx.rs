@@ -7,6 +7,7 @@ use rdma::wire::transport_hdrs::AethSyndrome;
 use rdma::wire::{Ecn, Opcode, ParseOptions, RoceFrame, WireError};
 
 use super::{cc_glue, Engine, RawMemory, MAX_QPS};
+use crate::control::is_rocev2;
 use crate::io::parse_rx;
 
 /// Capture interface id of received frames (`tx.rs` has the sent ones).
@@ -41,6 +42,10 @@ impl Engine {
                 self.counters.rx_drop_too_long += 1;
                 continue;
             };
+            if !is_rocev2(bytes) {
+                self.control_frame(bytes, now);
+                continue;
+            }
             if let Some(cap) = self.capture.as_mut() {
                 cap.capture(CAPTURE_RX, now, bytes);
             }
@@ -53,21 +58,12 @@ impl Engine {
         self.rxb = burst;
     }
 
-    /// Checks the ICRC in place, at raw CRC speed, for a RoCEv2 frame without
-    /// an INT container (`Ok(true)`); frames with a container, and anything
-    /// that is not RoCEv2, are left to the parser (`Ok(false)`), which then
-    /// classifies them and skips the container.
+    /// Checks the ICRC of a RoCEv2 frame ([`is_rocev2`]) in place, at raw
+    /// CRC speed, when it has no INT container (`Ok(true)`); a frame with a
+    /// container is left to the parser (`Ok(false)`), which skips it.
     fn check_icrc(&self, f: &mut [u8]) -> Result<bool, WireError> {
         const L3: usize = rdma::wire::ethernet::HEADER_LEN;
-        let rocev2 = f.len() >= L3 + 20 + 8
-            && f[12..14] == [0x08, 0x00]
-            && f[L3] >> 4 == 4
-            && f[L3 + 9] == 17
-            && {
-                let ihl = usize::from(f[L3] & 0xF) * 4;
-                f.len() >= L3 + ihl + 8 && f[L3 + ihl + 2..L3 + ihl + 4] == 4791u16.to_be_bytes()
-            };
-        if !rocev2 || Some(f[L3 + 1] >> 2) == self.parse.int_dscp {
+        if Some(f[L3 + 1] >> 2) == self.parse.int_dscp {
             return Ok(false);
         }
         rdma::wire::verify_icrc_in_place(f, L3, 0)?;
@@ -125,6 +121,9 @@ impl Engine {
         let (Some(head), Some(body)) = (segs.next(), segs.next()) else {
             return false;
         };
+        if !is_rocev2(head) {
+            return false;
+        }
         let tail = segs.next().unwrap_or(&[]);
         let (h, b) = (head.len(), body.len());
         let total = h + b + tail.len();

@@ -12,8 +12,11 @@ use crate::contract::{Command, Doorbell, EngineError, QpOptions, RemoteQp};
 use crate::timer_wheel::TimerHandle;
 
 impl Engine {
-    /// Serves every slow-path request waiting.
+    /// Serves every slow-path request waiting, and the control plane's
+    /// timers (ARP retries).
     pub(super) fn slow_path(&mut self) {
+        let now = self.clock.now_ns();
+        self.control_slow_path(now);
         while let Ok(cmd) = self.cmd.try_recv() {
             match cmd {
                 Command::RegMr {
@@ -44,6 +47,7 @@ impl Engine {
                 Command::Connect { qpn, remote, reply } => {
                     let _ = reply.send(self.connect(qpn, &remote));
                 }
+                Command::ResolveMac { ip, reply } => self.resolve_mac(ip, reply, now),
                 Command::QueryQp { qpn, reply } => {
                     let r = match self.slot(qpn) {
                         Some(s) => Ok(s.qp.as_ref().map_or(QpState::Init, |q| q.state())),
@@ -52,7 +56,7 @@ impl Engine {
                     let _ = reply.send(r);
                 }
                 Command::DescribeQp { qpn, reply } => {
-                    let _ = reply.send(self.describe_qp(qpn, self.clock.now_ns()));
+                    let _ = reply.send(self.describe_qp(qpn, now));
                 }
             }
         }

@@ -17,7 +17,7 @@ use crate::scheduler::Decision;
 /// Ethernet preamble, inter-frame gap and FCS: what the wire adds to a frame.
 const WIRE_OVERHEAD: u64 = 24;
 /// Capture interface id of sent frames (`rx.rs` has the received ones).
-const CAPTURE_TX: u32 = 1;
+pub(super) const CAPTURE_TX: u32 = 1;
 
 impl Engine {
     /// Fills a TX burst as the flow scheduler decides: control packets
@@ -45,7 +45,7 @@ impl Engine {
             for m in self.txb.as_slice() {
                 let n = m.pkt_len().min(CAPTURE_SNAP);
                 if m.read(0, &mut head[..n]).is_ok() {
-                    cap.capture(CAPTURE_TX, now, &head[..n]);
+                    cap.capture_head(CAPTURE_TX, now, &head[..n], m.pkt_len());
                 }
             }
         }

@@ -341,7 +341,7 @@ impl Completer {
             return Heard::Done;
         }
         if !f.payload.is_empty() {
-            mem.write(w.wr.sge.addr + u64::from(off), f.payload);
+            mem.copy_in(w.wr.sge.addr + u64::from(off), f.payload);
         }
         if last {
             self.complete_front(WcStatus::Success, cfg, req, out);

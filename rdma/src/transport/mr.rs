@@ -257,26 +257,35 @@ impl MrTable {
 }
 
 /// The memory the transport reads and writes, implemented by the caller: the NIC backs it
-/// with raw registered buffers, tests with a `Vec<u8>`. The transport calls it only for
-/// ranges an [`MrTable`] check accepted, so implementations may treat an out-of-bounds
-/// call as a bug.
+/// with registered buffers the program shares, tests with a `Vec<u8>`.
+///
+/// The contract, both ways:
+/// - the transport calls it only for ranges an [`MrTable`] check accepted just before
+///   (at post time for local buffers, at arrival for remote ones), so an implementation
+///   may treat any other range as a bug;
+/// - the methods copy in and out and hand out no reference into the memory, so an
+///   implementation over memory another thread may write at the same time (the
+///   program's buffers, as a NIC's DMA sees them, DESIGN.md section 5) copies through
+///   raw pointers and never forms a `&[u8]` over it. What the other thread sees of a
+///   range while a copy runs is the same as with DMA: the program must not touch bytes
+///   an operation in flight uses.
 pub trait MemorySpace {
-    /// The bytes `[va, va+len)`.
-    fn read(&self, va: u64, len: usize) -> &[u8];
-    /// Writes `data` at `va`.
-    fn write(&mut self, va: u64, data: &[u8]);
+    /// Copies the bytes at `[va, va + dst.len())` into `dst`.
+    fn copy_out(&self, va: u64, dst: &mut [u8]);
+    /// Copies `src` to `[va, va + src.len())`.
+    fn copy_in(&mut self, va: u64, src: &[u8]);
 
     /// Reads a little-endian u64 (atomics operate on host-order 64-bit words; the hosts
     /// this targets are little-endian).
     fn read_u64(&self, va: u64) -> u64 {
         let mut a = [0u8; 8];
-        a.copy_from_slice(&self.read(va, 8)[..8]);
+        self.copy_out(va, &mut a);
         u64::from_le_bytes(a)
     }
 
     /// Writes a little-endian u64.
     fn write_u64(&mut self, va: u64, v: u64) {
-        self.write(va, &v.to_le_bytes());
+        self.copy_in(va, &v.to_le_bytes());
     }
 }
 
@@ -303,17 +312,27 @@ impl VecMemory {
     fn off(&self, va: u64) -> usize {
         (va - self.base) as usize
     }
-}
 
-impl MemorySpace for VecMemory {
-    fn read(&self, va: u64, len: usize) -> &[u8] {
+    /// The bytes `[va, va+len)` (this memory is owned, so a view is sound).
+    pub fn read(&self, va: u64, len: usize) -> &[u8] {
         let o = self.off(va);
         &self.bytes[o..o + len]
     }
 
-    fn write(&mut self, va: u64, data: &[u8]) {
+    /// Writes `data` at `va`.
+    pub fn write(&mut self, va: u64, data: &[u8]) {
         let o = self.off(va);
         self.bytes[o..o + data.len()].copy_from_slice(data);
+    }
+}
+
+impl MemorySpace for VecMemory {
+    fn copy_out(&self, va: u64, dst: &mut [u8]) {
+        dst.copy_from_slice(self.read(va, dst.len()));
+    }
+
+    fn copy_in(&mut self, va: u64, src: &[u8]) {
+        self.write(va, src);
     }
 }
 

@@ -97,19 +97,32 @@ impl TxPacket {
         }
     }
 
-    /// Writes the full frame into `buf` (payload copied from `mem`); returns its length.
-    /// For tests and simple paths: the NIC builds headers and attaches payload zero-copy.
+    /// Writes the full frame into `buf` (payload copied out of `mem` straight into the
+    /// frame); returns its length. For tests and simple paths: the NIC builds headers
+    /// and attaches payload zero-copy.
     pub fn build_frame<M: MemorySpace + ?Sized>(
         &self,
         fb: &FrameBuilder,
         mem: &M,
         buf: &mut [u8],
     ) -> Result<usize, WireError> {
-        let payload: &[u8] = match self.payload.range() {
-            Some((va, len)) => mem.read(va, len),
-            None => &[],
-        };
-        fb.emit_frame(&self.repr, payload, self.ecn, buf)
+        let len = self.payload.len() as usize;
+        let l = fb.emit_headers(&self.repr, len, self.ecn, buf)?;
+        if buf.len() < l.frame_len {
+            return Err(WireError::BufferTooSmall {
+                what: "RoCEv2 frame",
+                need: l.frame_len,
+                have: buf.len(),
+            });
+        }
+        let mut h = fb.icrc_start(buf, &l)?;
+        let payload = &mut buf[l.len..l.len + len];
+        if let Some((va, _)) = self.payload.range() {
+            mem.copy_out(va, payload);
+        }
+        h.update(payload);
+        FrameBuilder::finish_icrc(h, &l, &mut buf[l.len + len..l.frame_len])?;
+        Ok(l.frame_len)
     }
 }
 
@@ -240,5 +253,47 @@ impl Outputs {
             self.counters.events_dropped += 1;
         }
         self.events.push_back(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::mr::VecMemory;
+    use crate::wire::bth::{BthRepr, Opcode};
+
+    #[test]
+    fn build_frame_copies_the_payload_out_into_the_frame() {
+        let fb = crate::wire::frame::tests::builder(None);
+        let mut mem = VecMemory::new(0x1000, 64);
+        let bytes: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(7)).collect();
+        mem.write(0x1000, &bytes);
+        for len in 0..10u32 {
+            let p = TxPacket {
+                repr: RoceRepr::new(BthRepr::new(Opcode::SendOnly, 5, 9)),
+                payload: if len == 0 {
+                    Payload::None
+                } else {
+                    Payload::Local {
+                        lkey: 1,
+                        va: 0x1003,
+                        len,
+                    }
+                },
+                ecn: Ecn::Ect0,
+                priority: false,
+                lsn: 0,
+                lsn_len: len,
+                retransmit: false,
+            };
+            let (mut got, mut want) = ([0xEEu8; 128], [0u8; 128]);
+            let n = p.build_frame(&fb, &mem, &mut got).unwrap();
+            let m = fb
+                .emit_frame(&p.repr, &bytes[3..3 + len as usize], p.ecn, &mut want)
+                .unwrap();
+            assert_eq!(&got[..n], &want[..m], "payload of {len} bytes");
+            let short = p.build_frame(&fb, &mem, &mut got[..n - 1]);
+            assert!(matches!(short, Err(WireError::BufferTooSmall { .. })));
+        }
     }
 }

@@ -540,7 +540,7 @@ impl Responder {
         match t {
             Target::Recv { wqe, offset } => {
                 if len > 0 {
-                    mem.write(wqe.sge.addr + u64::from(offset), f.payload);
+                    mem.copy_in(wqe.sge.addr + u64::from(offset), f.payload);
                 }
                 if end {
                     self.rq.pop_front();
@@ -568,7 +568,7 @@ impl Responder {
                 total,
             } => {
                 if len > 0 {
-                    mem.write(va, f.payload);
+                    mem.copy_in(va, f.payload);
                 }
                 if end {
                     self.cur = None;

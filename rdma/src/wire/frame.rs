@@ -498,7 +498,7 @@ impl FrameBuilder {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::ccext::CcExtFlags;
     use super::super::int::HopRecord;
     use super::*;

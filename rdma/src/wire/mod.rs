@@ -15,10 +15,12 @@
 //! `Ethernet / IPv4 / UDP(4791) / [INT-MD container] / BTH / [CC ext] / [RETH|AETH|ImmDt|
 //! AtomicETH|AtomicAckETH] / payload / pad / ICRC`.
 
+pub mod arp;
 pub mod bth;
 pub mod ccext;
 pub mod ethernet;
 pub mod frame;
+pub mod icmp;
 pub mod icrc;
 pub mod int;
 pub mod ipv4;
@@ -26,10 +28,12 @@ pub mod template;
 pub mod transport_hdrs;
 pub mod udp;
 
+pub use arp::{ArpOperation, ArpPacket, ArpRepr};
 pub use bth::{BthFlags, BthPacket, BthRepr, Opcode};
 pub use ccext::{CcExtFlags, CcExtPacket, CcExtRepr};
 pub use ethernet::{EtherType, EthernetAddress, EthernetPacket, EthernetRepr};
 pub use frame::{parse_frame, prepare_rx, FrameBuilder, ParseOptions, RoceFrame, RxPrepared};
+pub use icmp::{Icmpv4Packet, Icmpv4Repr};
 pub use icrc::{
     fill_icrc, icrc_frame, icrc_frame_in_place, verify_icrc, verify_icrc_in_place, IcrcHasher,
 };
@@ -132,6 +136,29 @@ pub enum WireError {
     /// CC extension carries more echoed hop records than allowed.
     #[error("CC extension hop count {0} above the maximum")]
     CcExtTooManyHops(u8),
+    /// An ARP packet that is not the Ethernet/IPv4 form (RFC 826).
+    #[error("ARP for hardware type {htype} / protocol {ptype:#06x} ({hlen}/{plen}-byte addresses) is not Ethernet/IPv4")]
+    ArpUnsupported {
+        /// Hardware type.
+        htype: u16,
+        /// Protocol type.
+        ptype: u16,
+        /// Hardware address length.
+        hlen: u8,
+        /// Protocol address length.
+        plen: u8,
+    },
+    /// The ICMP checksum does not verify.
+    #[error("bad ICMP checksum")]
+    IcmpBadChecksum,
+    /// An ICMP message other than echo request or reply.
+    #[error("ICMP type {msg_type} code {code} is not an echo message")]
+    IcmpUnsupported {
+        /// Type.
+        msg_type: u8,
+        /// Code.
+        code: u8,
+    },
     /// A Repr field is out of its wire range (e.g. a QPN above 24 bits).
     #[error("field {0} out of range")]
     FieldRange(&'static str),

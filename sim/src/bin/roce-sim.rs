@@ -264,9 +264,12 @@ fn run_all(
         }
         reports.push(rep);
     }
-    print!("{}", table(&reports));
+    // Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.
+    let mut out = std::io::stdout().lock();
+    let _ = write!(out, "{}", table(&reports));
     let t = &reports;
-    println!(
+    let _ = writeln!(
+        out,
         "drops: {}; PFC pause time: {}; events/s measured on a shared machine",
         t.iter()
             .map(|r| format!("{} {} (tail {})", r.cc, r.drops, r.tail_drops))
@@ -287,7 +290,8 @@ fn run_all(
             .join(", ")
     );
     for r in t {
-        println!(
+        let _ = writeln!(
+            out,
             "{}: {} events in {:.1} s wall, {:.1} s CPU ({:.2} M events per CPU second), {:.3} ms simulated, {} retransmissions, {} timeouts, {} CNPs, {} CE marks",
             r.cc,
             r.events,
@@ -317,7 +321,7 @@ fn run_all(
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        println!("json: {}", path.display());
+        let _ = writeln!(out, "json: {}", path.display());
     }
     if !c.no_plots {
         std::fs::create_dir_all(&c.out).map_err(|e| format!("{}: {e}", c.out.display()))?;
@@ -325,7 +329,7 @@ fn run_all(
         plot_slowdown(&s, &reports, title)?;
         let q = c.out.join("queue_cdf.svg");
         plot_queue_cdf(&q, &reports, title)?;
-        println!("plots: {} {}", s.display(), q.display());
+        let _ = writeln!(out, "plots: {} {}", s.display(), q.display());
     }
     if invariants.is_empty() {
         Ok(())
