@@ -203,6 +203,12 @@ NFT
     ip netns exec rxe-ns tc qdisc del dev $dev root 2>/dev/null
   done
 fi
+if [ -z "$STATIC" ] && { [ "$what" = all ] || [ "$what" = matrix ]; }; then
+  # No static entry anywhere: the guest learned the NIC's MAC by ARP.
+  neigh=$($G run rxe0 '/sbin/ip neigh show 10.0.0.1' 10)
+  echo "interop: the guest's neighbour entry for the NIC: $neigh"
+  case $neigh in *PERMANENT*|"") echo "interop: FAIL: not learned by ARP"; fails=$((fails + 1)) ;; esac
+fi
 if [ -n "$boot1" ]; then
   t0=$SECONDS
   if ! wait $boot1; then
