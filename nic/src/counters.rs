@@ -77,6 +77,9 @@ counters! {
     retransmits,
     /// Retransmission timeouts.
     timeouts,
+    /// Go-back-N rounds (sequence error NAKs, retransmit timeouts) that cut
+    /// the window of a QP without CC (crate::gbn_backoff).
+    gbn_backoffs,
     /// Duplicate requests received (re-ACKed or replayed).
     rx_duplicates,
     /// Out-of-sequence requests dropped silently after the NAK.

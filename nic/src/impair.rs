@@ -4,8 +4,14 @@
 //! flipped, in a copy: a zero-copy frame's payload is the sender's memory). Put between two NICs (two ring
 //! pairs and a forwarding thread), it proves that go-back-N and the
 //! retransmission timer recover every loss.
+//!
+//! [`run_throttled`] is the other stage: a slow link (like `tc tbf`),
+//! frames leave at a given rate behind a FIFO of a given size and what does
+//! not fit is dropped, as at a slow peer's port or a switch's egress.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use dpdk::{Burst, Mbuf, Mempool, RxQueue, TxQueue};
 
@@ -178,6 +184,100 @@ pub fn run(
             }
             // What the output port refuses waits in `out` for the next turn.
             let n = p.tx.send(out);
+            counters.forwarded.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A slow link: its rate and its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttle {
+    /// Bits per second a frame (plus 24 bytes of preamble, gap and FCS)
+    /// takes to leave.
+    pub rate_bps: u64,
+    /// Bytes of frames the FIFO holds; a frame that does not fit is dropped.
+    pub queue_bytes: usize,
+}
+
+/// One direction of a throttled link ([`run_throttled`]).
+pub struct ThrottledPath {
+    rx: RxQueue,
+    tx: TxQueue,
+    /// `None`: forwarded at once.
+    throttle: Option<Throttle>,
+    queue: VecDeque<Mbuf>,
+    queued_bytes: usize,
+    /// When the head of the queue may leave, ns since the stage started.
+    next_ns: u64,
+    out: Burst<64>,
+}
+
+impl ThrottledPath {
+    /// A path from `rx` to `tx`, slowed by `throttle` if given.
+    pub fn new(rx: RxQueue, tx: TxQueue, throttle: Option<Throttle>) -> Self {
+        let frames = throttle.map_or(0, |t| t.queue_bytes / 60 + 64);
+        ThrottledPath {
+            rx,
+            tx,
+            throttle,
+            queue: VecDeque::with_capacity(frames),
+            queued_bytes: 0,
+            next_ns: 0,
+            out: Burst::new(),
+        }
+    }
+
+    /// Takes what arrived into the FIFO (tail drop when full, counted).
+    fn enqueue(&mut self, t: &Throttle, inb: &mut Burst, now: u64, counters: &ImpairCounters) {
+        for m in inb.drain() {
+            let len = m.pkt_len();
+            if self.queued_bytes + len > t.queue_bytes {
+                counters.dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if self.queue.is_empty() {
+                // An idle link earns no credit for later.
+                self.next_ns = self.next_ns.max(now);
+            }
+            self.queued_bytes += len;
+            self.queue.push_back(m);
+        }
+    }
+
+    /// Moves the frames whose time has come to the output burst.
+    fn release(&mut self, t: &Throttle, now: u64) {
+        while now >= self.next_ns && !self.out.is_full() {
+            let Some(m) = self.queue.pop_front() else {
+                break;
+            };
+            let len = m.pkt_len();
+            self.queued_bytes -= len;
+            self.next_ns += (len as u64 + 24) * 8 * 1_000_000_000 / t.rate_bps.max(1);
+            let _ = self.out.push(m);
+        }
+    }
+}
+
+/// Forwards on every path until `stop`, each throttled as configured.
+/// Frames the output port refuses are retried, never dropped silently.
+pub fn run_throttled(paths: &mut [ThrottledPath], counters: &ImpairCounters, stop: &AtomicBool) {
+    let start = Instant::now();
+    let mut inb: Burst = Burst::new();
+    while !stop.load(Ordering::Relaxed) {
+        let now = start.elapsed().as_nanos() as u64;
+        for p in paths.iter_mut() {
+            match p.throttle {
+                Some(t) => {
+                    p.rx.recv(&mut inb);
+                    p.enqueue(&t, &mut inb, now, counters);
+                    p.release(&t, now);
+                }
+                None if p.out.is_empty() => {
+                    p.rx.recv(&mut p.out);
+                }
+                None => {}
+            }
+            let n = p.tx.send(&mut p.out);
             counters.forwarded.fetch_add(n as u64, Ordering::Relaxed);
         }
     }

@@ -11,10 +11,12 @@ pub mod counters;
 pub mod device;
 pub mod engine;
 pub mod exchange;
+pub mod gbn_backoff;
 pub mod impair;
 pub mod io;
 pub mod pcapng;
 pub mod perftest_exchange;
+pub mod port_shaper;
 pub mod shard;
 pub mod verbs;
 

@@ -111,6 +111,9 @@ fn on_event(s: &mut QpSlot, ev: &QpEvent, now: u64) -> cc::Actions {
             ..
         } => {
             let rtt_ns = take_rtt_sample(s, acked_lsn, now);
+            if let Some(b) = s.backoff.as_mut() {
+                b.on_ack(newly_acked);
+            }
             let n = telemetry(&hops[..usize::from(n_hops).min(hops.len())], &mut th);
             s.cc.on_ack(&AckEvent {
                 now_ns: now,
@@ -128,6 +131,7 @@ fn on_event(s: &mut QpSlot, ev: &QpEvent, now: u64) -> cc::Actions {
             ..
         } => {
             s.rtt_probe = None;
+            s.go_back_n();
             s.cc.on_nak(&NakEvent {
                 now_ns: now,
                 expected_lsn: 0,
@@ -135,6 +139,7 @@ fn on_event(s: &mut QpSlot, ev: &QpEvent, now: u64) -> cc::Actions {
         }
         QpEvent::Timeout { .. } => {
             s.rtt_probe = None;
+            s.go_back_n();
             s.cc.on_rto(now)
         }
         QpEvent::CnpReceived => s.cc.on_cnp(now),
@@ -262,10 +267,22 @@ impl QpSlot {
         }
     }
 
-    /// The transport's send window: the CC's.
+    /// The transport's send window: the CC's, or for CC `none` the
+    /// go-back-N backoff's.
     pub(super) fn update_window(&mut self) {
+        let backoff = self.backoff.map_or(u32::MAX, |b| b.window());
         if let Some(qp) = self.qp.as_mut() {
-            qp.set_window(self.cc.window_bytes().min(u64::from(u32::MAX)) as u32);
+            let cc = self.cc.window_bytes().min(u64::from(u32::MAX)) as u32;
+            qp.set_window(cc.min(backoff));
+        }
+    }
+
+    /// A go-back-N round began (a sequence error NAK or a retransmit
+    /// timeout): the backoff of a QP without CC shrinks its window.
+    fn go_back_n(&mut self) {
+        let in_flight = self.qp.as_ref().map_or(0, Qp::in_flight);
+        if let Some(b) = self.backoff.as_mut() {
+            b.on_go_back_n(in_flight);
         }
     }
 }

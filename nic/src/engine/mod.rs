@@ -55,6 +55,8 @@ pub use crate::contract::{
 };
 use crate::contract::{DeviceConfig, QpOptions, Reply};
 use crate::control::ControlPlane;
+use crate::gbn_backoff::GoBackNBackoff;
+use crate::port_shaper::PortShaper;
 pub use poll::run_group;
 pub(crate) use port::PacketIo;
 
@@ -63,6 +65,19 @@ pub(crate) use port::PacketIo;
 /// poll turn of ~5 us does not cap a QP paced at 100 Gbit/s (with 16 KiB,
 /// DCQCN at line rate got 17 Gbit/s on a ring pair, 23 with 64 KiB).
 const PACING_BURST_BYTES: u32 = 64 << 10;
+/// Time at line rate the port's shaper lets go back to back: longer than a
+/// poll turn, so that a turn's TX burst is not cut at a fast line rate.
+const SHAPER_BURST_NS: u64 = 20_000;
+
+/// The depth of the port's shaper at `line_rate_bps`: [`SHAPER_BURST_NS`]
+/// at line rate, at least [`PACING_BURST_BYTES`].
+fn shaper_depth(line_rate_bps: u64) -> u32 {
+    let bytes = u128::from(line_rate_bps) * u128::from(SHAPER_BURST_NS) / 8_000_000_000;
+    u32::try_from(bytes)
+        .unwrap_or(u32::MAX)
+        .max(PACING_BURST_BYTES)
+}
+
 /// DSCP of RoCEv2 data and control traffic.
 const ROCE_DSCP: u8 = 26;
 
@@ -133,6 +148,8 @@ struct QpSlot {
     /// The QP holds completions its full CQ could not take; it is in the
     /// engine's `cq_waiting` list.
     cq_waiting: bool,
+    /// CC `none` only: the window cut by go-back-N rounds (crate::gbn_backoff).
+    backoff: Option<GoBackNBackoff>,
 }
 
 /// The engine. Built on the caller's thread, then moved to its poll-mode
@@ -191,6 +208,8 @@ pub struct Engine {
     resolving: Vec<([u8; 4], Reply<[u8; 6]>)>,
     /// The gratuitous ARP went out.
     announced: bool,
+    /// The port's line rate over every frame the TX burst takes.
+    shaper: PortShaper,
 }
 
 /// What an engine is built from besides the device's configuration: where
@@ -304,6 +323,11 @@ impl Engine {
             control_out: vec![0u8; MAX_FRAME],
             resolving: Vec::new(),
             announced: false,
+            shaper: PortShaper::new(
+                cfg.line_rate_bps,
+                shaper_depth(cfg.line_rate_bps),
+                clock.now_ns(),
+            ),
         })
     }
 

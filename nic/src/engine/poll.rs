@@ -76,6 +76,7 @@ impl Engine {
             let Some(s) = self.qps[i].as_deref() else {
                 continue;
             };
+            c.gbn_backoffs += s.backoff.map_or(0, |b| b.rounds());
             if let Some(q) = s.qp.as_ref().map(|qp| qp.counters()) {
                 c.retransmits += q.tx_retransmits;
                 c.timeouts += q.timeouts;

@@ -9,6 +9,7 @@ use rdma::wire::{bth, EthernetAddress, HeaderTemplate, Ipv4Address};
 
 use super::{Engine, QpSlot, MAX_HOPS, ROCE_DSCP};
 use crate::contract::{Command, Doorbell, EngineError, QpOptions, RemoteQp};
+use crate::gbn_backoff::GoBackNBackoff;
 use crate::timer_wheel::TimerHandle;
 
 impl Engine {
@@ -229,6 +230,7 @@ impl Engine {
             rtt_probe: None,
             cc_timers: [0; 4],
             cnp_pending: false,
+            backoff: None,
         }));
         let now = self.clock.now_ns();
         let _ = self.sched.reset_qp(i as u32, now);
@@ -285,6 +287,9 @@ impl Engine {
         // A template that cannot be built (never expected: the QPN was checked by
         // the QP above) leaves the QP on the general build_frame path.
         s.tpl = HeaderTemplate::new(s.fb, remote.qpn, bth::DEFAULT_PKEY).ok();
+        if s.opts.cc == CcKind::None {
+            s.backoff = Some(GoBackNBackoff::new(cfg.pmtu));
+        }
         s.qp = Some(qp);
         s.update_window();
         self.connected.push(i);

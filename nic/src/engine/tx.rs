@@ -23,7 +23,8 @@ impl Engine {
     /// Fills a TX burst as the flow scheduler decides: control packets
     /// (ACK/NAK/CNP, probe responses) first, then round robin over QPs with
     /// data, each charged its packet against its pacing credit; the QP's
-    /// transport applies the CC window in LSN bytes. Amortised O(1) per
+    /// transport applies the CC window in LSN bytes; the port's shaper
+    /// stops the burst at the line rate (crate::port_shaper). Amortised O(1) per
     /// packet whatever the number of QPs (crate::scheduler).
     pub(super) fn transmit(&mut self, now: u64) {
         // What the port did not take last time goes first.
@@ -33,7 +34,7 @@ impl Engine {
                 return;
             }
         }
-        while !self.txb.is_full() {
+        while !self.txb.is_full() && self.shaper.may_send(now) {
             match self.sched.next(now) {
                 Decision::Idle { .. } => break,
                 Decision::Control(q) => self.send_control(q as usize, now),
@@ -174,6 +175,7 @@ impl Engine {
         match built {
             Ok(m) => {
                 let bytes = m.pkt_len() as u64;
+                self.shaper.charge(bytes + WIRE_OVERHEAD);
                 self.counters.tx_packets += 1;
                 self.counters.tx_bytes += bytes;
                 match pkt.repr.bth.opcode {
