@@ -24,10 +24,11 @@ for dir in */fuzz; do
     (cd "$dir/.." && RUSTC_BOOTSTRAP=1 nice -n 19 cargo fuzz build -s none --release "$t" >/dev/null 2>&1)
     start=$(date +%s)
     out=$(cd "$dir/.." && RUSTC_BOOTSTRAP=1 nice -n 19 cargo fuzz run -s none --release "$t" \
-        "fuzz/corpus/$t" "${extra[@]}" -- -runs="$runs" -print_final_stats=1 2>&1 | tee -a "$log" | tail -n 40)
+        "fuzz/corpus/$t" "${extra[@]}" -- -runs="$runs" -print_final_stats=1 2>&1 | tee -a "$log" |
+        grep -E '^#[0-9]+[[:space:]]+DONE|^stat::|^==[0-9]+==|panicked|deadly signal' || true)
     secs=$(( $(date +%s) - start ))
-    done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' <<<"$out" | tail -n 1)
-    execs=$(grep -E '^stat::number_of_executed_units' <<<"$out" | awk '{print $2}')
+    done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' <<<"$out" | tail -n 1 || true)
+    execs=$(grep -E '^stat::number_of_executed_units' <<<"$out" | awk '{print $2}' || true)
     (cd "$dir/.." && RUSTC_BOOTSTRAP=1 nice -n 19 cargo fuzz cmin -s none --release "$t" "fuzz/corpus/$t" >>"$log" 2>&1)
     files=$(find "$corpus" -type f | wc -l)
     echo "$dir $t: ${execs:-?} executions in ${secs} s; ${done_line:-no DONE line (crash? see $log)}; minimised corpus ${files} files"
