@@ -24,6 +24,7 @@ use dpdk::ExtBuf;
 use rdma::transport::{Access, QpError, QpState, RecvWr, SendWr, WorkCompletion};
 
 use crate::counters::SharedCounters;
+use crate::notify::CqNotify;
 
 /// QP numbers start here (0 and 1 are special in the IBA).
 pub const QPN_BASE: u32 = 0x11;
@@ -172,6 +173,12 @@ pub enum EngineError {
     /// `connect` without the peer's MAC (ARP resolution not available).
     #[error("QP {0:#x}: no MAC for the peer given")]
     NoPeerMac(u32),
+    /// `destroy_cq` on a CQ a QP still completes into (ibverbs: EBUSY).
+    #[error("completion queue {0} is still used by a QP")]
+    CqBusy(u32),
+    /// `dealloc_pd` on a PD that still holds a region or a QP (EBUSY).
+    #[error("protection domain {0} still holds a memory region or a QP")]
+    PdBusy(u32),
     /// The transport refused the QP's configuration or a state change.
     #[error("QP {qpn:#x}: {source}")]
     Transport {
@@ -212,13 +219,15 @@ pub enum Command {
     DeregMr {
         /// Its key.
         lkey: u32,
-        /// Done.
-        reply: Reply<()>,
+        /// Done (None: a handle's drop, nobody waits).
+        reply: Option<Reply<()>>,
     },
     /// Create a completion queue around a ring.
     CreateCq {
         /// Producer end of its ring.
         ring: rtrb::Producer<WorkCompletion>,
+        /// Its completion channel, if the program waits on an eventfd.
+        notify: Option<Arc<CqNotify>>,
         /// CQ id.
         reply: Reply<u32>,
     },
@@ -253,6 +262,38 @@ pub enum Command {
         /// Its state.
         reply: Reply<QpState>,
     },
+    /// Move a QP to another state (`ibv_modify_qp`, IBA 10.3.1).
+    ModifyQp {
+        /// QPN.
+        qpn: u32,
+        /// The new state (with the peer, for RTR).
+        to: QpTransition,
+        /// Done.
+        reply: Reply<()>,
+    },
+    /// Destroy a QP (`ibv_destroy_qp`): its slot, timers and queues are
+    /// freed; work in flight is dropped without completions.
+    DestroyQp {
+        /// QPN.
+        qpn: u32,
+        /// Done (None: a handle's drop, nobody waits).
+        reply: Option<Reply<()>>,
+    },
+    /// Destroy a CQ (`ibv_destroy_cq`), refused while a QP uses it. A
+    /// dropped handle's CQ (no reply) is freed with its last QP instead.
+    DestroyCq {
+        /// CQ id.
+        cq: u32,
+        /// Done (None: a handle's drop).
+        reply: Option<Reply<()>>,
+    },
+    /// Check that no region or QP of a PD is left (`ibv_dealloc_pd`).
+    DeallocPd {
+        /// The PD.
+        pd: u32,
+        /// Done, or [`EngineError::PdBusy`].
+        reply: Reply<()>,
+    },
     /// Describe a QP's transport, scheduler and timer state in one line of
     /// text (like `rdma resource show qp -d`; for diagnosing a stall).
     DescribeQp {
@@ -263,8 +304,55 @@ pub enum Command {
     },
 }
 
+/// The states a program moves a QP to with `modify_qp` (IBA 10.3.1,
+/// `ibv_qp_state`), with what each transition needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpTransition {
+    /// RESET: the QP forgets its peer and its work (posted work requests
+    /// are dropped without completions); it can go to INIT again.
+    Reset,
+    /// INIT: receives may be posted.
+    Init,
+    /// RTR towards this peer: the responder works.
+    Rtr(RemoteQp),
+    /// RTS: the requester works too.
+    Rts,
+    /// ERR: every outstanding work request completes with
+    /// `WR_FLUSH_ERR`, and so does every one posted until RESET.
+    Err,
+}
+
+/// An asynchronous event of a device (`ibv_get_async_event`,
+/// `enum ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// IBV_EVENT_QP_FATAL: the QP went to ERR on its own (retries spent,
+    /// a NAK, a remote error); its work completes with errors.
+    QpFatal {
+        /// The QP.
+        qpn: u32,
+    },
+    /// IBV_EVENT_CQ_ERR: a completion queue was full. Completions of QPs
+    /// are held until the program polls room free; a completion with no
+    /// QP to hold it (an immediate error at post time) was lost.
+    CqOverrun {
+        /// The CQ id.
+        cq: u32,
+        /// Whether a completion was lost (not only held back).
+        lost: bool,
+    },
+    /// IBV_EVENT_PORT_ACTIVE: the port's link came up.
+    PortActive,
+    /// IBV_EVENT_PORT_ERR: the port's link went down.
+    PortDown,
+}
+
+/// Async events an engine queues for the program before it drops them
+/// (counted in `Counters::async_event_drops`).
+pub const ASYNC_EVENT_QUEUE: usize = 256;
+
 /// What an engine shares with the API handles: the stop and done flags,
-/// the published counters and the doorbell queue.
+/// the published counters, the doorbell queue and the async event queue.
 pub struct EngineShared {
     /// Set by the device to stop the engine.
     pub(crate) stop: AtomicBool,
@@ -275,6 +363,8 @@ pub struct EngineShared {
     rung: Vec<AtomicBool>,
     /// The engine's first QPN (each shard of a device has its own range).
     qpn_base: u32,
+    /// Async events, from the engine's slow path to the program.
+    pub(crate) events: (Sender<AsyncEvent>, crossbeam_channel::Receiver<AsyncEvent>),
 }
 
 impl EngineShared {
@@ -286,6 +376,7 @@ impl EngineShared {
             counters: SharedCounters::default(),
             doorbells: ArrayQueue::new(max_qps),
             rung: (0..max_qps).map(|_| AtomicBool::new(false)).collect(),
+            events: crossbeam_channel::bounded(ASYNC_EVENT_QUEUE),
         }
     }
 

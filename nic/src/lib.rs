@@ -12,6 +12,7 @@ pub mod engine;
 pub mod exchange;
 pub mod impair;
 pub mod io;
+pub mod notify;
 pub mod pcapng;
 pub mod shard;
 pub mod verbs;

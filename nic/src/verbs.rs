@@ -10,6 +10,13 @@
 //! lock-free queue of QP numbers), each CQ handle the consumer end of an SPSC
 //! completion ring.
 //!
+//! The lifecycle is ibverbs': `modify_qp` through RESET, INIT, RTR, RTS
+//! and ERR ([`QueuePair::modify_qp`]; `connect` is INIT -> RTS in one
+//! call), `destroy_qp` / `destroy_cq` / `dereg_mr` / `dealloc_pd` on the
+//! [`Device`] (a CQ or PD still in use is refused, as EBUSY), the same on
+//! drop, async events ([`Device::events`]) and a CQ a program can sleep on
+//! ([`Device::create_cq_with_channel`]).
+//!
 //! A whole program (two devices on a ring pair; WRITE, WRITE with
 //! immediate, SEND, READ, both ATOMICs, a bad rkey) is
 //! `nic/examples/verbs.rs`:
@@ -49,14 +56,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cc::CcKind;
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use dpdk::ExtBuf;
 use rdma::transport::{Access, QpState, RecvWr, SendWr, WorkCompletion};
 
+pub use crate::contract::{AsyncEvent, DeviceConfig, QpOptions, QpTransition, RemoteQp};
 use crate::contract::{Command, Doorbell, EngineError, EngineShared, Reply, MAX_HOPS};
-pub use crate::contract::{DeviceConfig, QpOptions, RemoteQp};
 use crate::counters::Counters;
 use crate::device::CaptureWriter;
+use crate::notify::CqNotify;
 
 /// Errors of the verbs API.
 #[derive(Debug, thiserror::Error)]
@@ -73,9 +81,26 @@ pub enum VerbsError {
     /// The ring towards the engine is full: wait for completions.
     #[error("send queue full")]
     QueueFull,
-    /// The QP has not been connected yet.
-    #[error("QP {0:#x} is not connected (call connect first)")]
-    NotConnected(u32),
+    /// The QP's state does not accept this work request (sends need RTS,
+    /// receives INIT or later; `connect` or `modify_qp` first).
+    #[error("QP {qpn:#x} is in {state:?}: post sends in RTS, receives from INIT on")]
+    NotReady {
+        /// The QP.
+        qpn: u32,
+        /// Its state.
+        state: QpState,
+    },
+    /// `dereg_mr` on a region another clone of the handle still uses.
+    #[error(
+        "memory region {0:#x} has other handles (drop them, or let the last one deregister it)"
+    )]
+    MrShared(u32),
+    /// `reg_mr` over no memory (a null pointer or zero length).
+    #[error("a memory region needs a non-null address and a length above 0")]
+    EmptyRegion,
+    /// The completion channel's eventfd failed.
+    #[error("completion channel: {0}")]
+    Channel(#[source] std::io::Error),
     /// The two ends of a QP chose different congestion controls.
     #[error("congestion control mismatch: local {local}, remote {remote}")]
     CcMismatch {
@@ -245,22 +270,68 @@ impl Device {
     /// region's address is its virtual address on the wire (as with
     /// ibverbs, the buffer's pointer).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
-        self.reg_mr_in(0, len, access)
+        let mem = ExtBuf::new(vec![0u8; len.max(1)].into_boxed_slice());
+        self.reg_mr_in(0, mem, len, access, false)
     }
 
-    fn reg_mr_in(&self, pd: u32, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
-        let mem = Arc::new(ExtBuf::new(vec![0u8; len.max(1)].into_boxed_slice()));
+    /// Registers the caller's memory, `len` bytes at `addr`, with `access`
+    /// in the default PD (`ibv_reg_mr` over a buffer the program owns): the
+    /// engine sends from it without copying and places received data into
+    /// it, so its virtual address is `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be valid for reads and writes from now until
+    /// the region is deregistered: [`Device::dereg_mr`] or the drop of its
+    /// last handle, which return only once the engine no longer uses the
+    /// memory and no frame in flight refers to it (they wait for such
+    /// frames to be freed). While registered, the engine (another thread)
+    /// reads and writes these bytes, as a NIC's DMA does: the program must
+    /// not hold Rust references over bytes an operation in flight uses.
+    pub unsafe fn reg_user_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
+        if addr.is_null() || len == 0 {
+            return Err(VerbsError::EmptyRegion);
+        }
+        // SAFETY: the caller's contract above is `from_raw`'s.
+        let mem = unsafe { ExtBuf::from_raw(addr, len) };
+        self.reg_mr_in(0, mem, len, access, true)
+    }
+
+    fn reg_mr_in(
+        &self,
+        pd: u32,
+        mem: ExtBuf,
+        len: usize,
+        access: Access,
+        caller_memory: bool,
+    ) -> Result<MemoryRegion, VerbsError> {
+        let mem = Arc::new(mem);
+        let mut inner = MrInner {
+            mem,
+            lkey: 0,
+            rkey: 0,
+            len,
+            cmds: Vec::with_capacity(self.engines.len()),
+            caller_memory,
+        };
         // Every shard knows every region, under the same keys (each shard's
-        // table hands out keys in the order of the same requests).
+        // table hands out keys in the order of the same requests). A failure
+        // drops `inner`, which deregisters from the shards that accepted.
         let mut keys = None;
         for k in 0..self.engines.len() {
-            let m2 = mem.clone();
+            let m2 = inner.mem.clone();
             let got = self.call(k, |reply| Command::RegMr {
                 pd,
                 mem: m2,
                 access,
                 reply,
             })?;
+            (inner.lkey, inner.rkey) = got;
+            inner.cmds.push(self.engines[k].cmd.clone());
             if let Some(first) = keys.filter(|&k0| k0 != got) {
                 return Err(VerbsError::ShardKeys {
                     shard: k,
@@ -270,36 +341,115 @@ impl Device {
             }
             keys = Some(got);
         }
-        let (lkey, rkey) = keys.expect("a device has at least one engine");
         Ok(MemoryRegion {
-            mem,
-            lkey,
-            rkey,
-            len,
+            inner: Arc::new(inner),
         })
     }
 
-    /// Deregisters a region (it stays alive while packets still use it).
+    /// Deregisters a region (`ibv_dereg_mr`): once this returns, no work
+    /// request or peer can use its keys. Refused while other clones of the
+    /// handle exist (the last one's drop deregisters it).
     pub fn dereg_mr(&self, mr: MemoryRegion) -> Result<(), VerbsError> {
-        for k in 0..self.engines.len() {
-            self.call(k, |reply| Command::DeregMr {
-                lkey: mr.lkey,
-                reply,
-            })?;
-        }
-        Ok(())
+        let lkey = mr.lkey();
+        let mut inner = Arc::try_unwrap(mr.inner).map_err(|_| VerbsError::MrShared(lkey))?;
+        inner.deregister()
     }
 
-    /// Creates a completion queue of `depth` entries.
+    /// Creates a completion queue of `depth` entries, polled by the program
+    /// ([`CompletionQueue::poll`]).
     pub fn create_cq(&self, depth: usize) -> Result<CompletionQueue, VerbsError> {
+        self.create_cq_on(depth, None)
+    }
+
+    /// Creates a completion queue of `depth` entries with a completion
+    /// channel, so that the program can sleep until a completion arrives
+    /// ([`CompletionQueue::wait_blocking`]; `ibv_create_comp_channel` +
+    /// `ibv_create_cq`).
+    pub fn create_cq_with_channel(&self, depth: usize) -> Result<CompletionQueue, VerbsError> {
+        let notify = CqNotify::new().map_err(VerbsError::Channel)?;
+        self.create_cq_on(depth, Some(Arc::new(notify)))
+    }
+
+    fn create_cq_on(
+        &self,
+        depth: usize,
+        notify: Option<Arc<CqNotify>>,
+    ) -> Result<CompletionQueue, VerbsError> {
         let (prod, cons) = rtrb::RingBuffer::new(depth.max(1));
         let shard = self.next_cq.fetch_add(1, Ordering::Relaxed) % self.engines.len();
-        let id = self.call(shard, |reply| Command::CreateCq { ring: prod, reply })?;
+        let n2 = notify.clone();
+        let id = self.call(shard, |reply| Command::CreateCq {
+            ring: prod,
+            notify: n2,
+            reply,
+        })?;
         Ok(CompletionQueue {
             id,
             shard,
             ring: cons,
+            cmd: Some(self.engines[shard].cmd.clone()),
+            notify,
         })
+    }
+
+    /// Destroys a completion queue (`ibv_destroy_cq`). Refused while a QP
+    /// completes into it (EBUSY in ibverbs): the handle comes back in the
+    /// error. Dropping the handle instead frees the CQ with its last QP.
+    pub fn destroy_cq(&self, mut cq: CompletionQueue) -> Result<(), Busy<CompletionQueue>> {
+        let (id, cmd) = (cq.id, cq.cmd.clone());
+        let r = match &cmd {
+            Some(c) => request(c, |reply| Command::DestroyCq {
+                cq: id,
+                reply: Some(reply),
+            }),
+            None => Ok(()),
+        };
+        match r {
+            Ok(()) => {
+                cq.cmd = None;
+                Ok(())
+            }
+            Err(error) => Err(Busy { handle: cq, error }),
+        }
+    }
+
+    /// Destroys a queue pair (`ibv_destroy_qp`): its engine slot, timers
+    /// and queues are freed at once; work requests in flight are dropped
+    /// without completions. Dropping the handle does the same.
+    pub fn destroy_qp(&self, mut qp: QueuePair) -> Result<(), VerbsError> {
+        let qpn = qp.qpn;
+        let cmd = qp.cmd.take().ok_or(VerbsError::EngineGone)?;
+        request(&cmd, |reply| Command::DestroyQp {
+            qpn,
+            reply: Some(reply),
+        })
+    }
+
+    /// Deallocates a protection domain (`ibv_dealloc_pd`). Refused while a
+    /// region or a QP of it exists (EBUSY): the handle comes back.
+    pub fn dealloc_pd<'a>(
+        &'a self,
+        pd: ProtectionDomain<'a>,
+    ) -> Result<(), Busy<ProtectionDomain<'a>>> {
+        let id = pd.id;
+        for k in 0..self.engines.len() {
+            if let Err(error) = self.call(k, |reply| Command::DeallocPd { pd: id, reply }) {
+                return Err(Busy { handle: pd, error });
+            }
+        }
+        Ok(())
+    }
+
+    /// The device's async events (`ibv_get_async_event`): a QP that went to
+    /// ERR on its own, a full CQ, the port's link going down or up.
+    pub fn events(&self) -> AsyncEvents {
+        AsyncEvents {
+            rx: self
+                .engines
+                .iter()
+                .map(|h| h.shared.events.1.clone())
+                .collect(),
+        }
     }
 
     /// Creates an RC queue pair in the default PD, completing into
@@ -345,10 +495,10 @@ impl Device {
             opts,
             ring: prod,
             shared: self.engines[shard].shared.clone(),
-            cmd: self.engines[shard].cmd.clone(),
+            cmd: Some(self.engines[shard].cmd.clone()),
             mac: self.mac,
             ip: self.ip,
-            connected: false,
+            state: QpState::Init,
         })
     }
 }
@@ -369,7 +519,8 @@ impl ProtectionDomain<'_> {
     /// Registers `len` zeroed bytes with `access` in this PD
     /// ([`Device::reg_mr`]).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
-        self.dev.reg_mr_in(self.id, len, access)
+        let mem = ExtBuf::new(vec![0u8; len.max(1)].into_boxed_slice());
+        self.dev.reg_mr_in(self.id, mem, len, access, false)
     }
 
     /// Creates an RC queue pair in this PD ([`Device::create_qp`]): it may
@@ -386,34 +537,86 @@ impl ProtectionDomain<'_> {
 
 /// A registered memory region. Its bytes are shared with the engine, like a
 /// real NIC's DMA memory: do not change bytes an operation in flight uses.
+/// Clones share the registration; the last one's drop deregisters it
+/// (or [`Device::dereg_mr`]).
 #[derive(Clone)]
 pub struct MemoryRegion {
+    inner: Arc<MrInner>,
+}
+
+/// The registration behind the clones of a [`MemoryRegion`].
+struct MrInner {
     mem: Arc<ExtBuf>,
     lkey: u32,
     rkey: u32,
     len: usize,
+    /// The engines it is registered with (emptied once deregistered).
+    cmds: Vec<Sender<Command>>,
+    /// The caller's memory ([`Device::reg_user_mr`]): deregistering waits
+    /// until nothing uses it any more.
+    caller_memory: bool,
+}
+
+impl MrInner {
+    /// Deregisters from every engine and, for the caller's memory, waits
+    /// until no frame in flight refers to it.
+    fn deregister(&mut self) -> Result<(), VerbsError> {
+        let mut result = Ok(());
+        for cmd in self.cmds.drain(..) {
+            let lkey = self.lkey;
+            let r = request(&cmd, |reply| Command::DeregMr {
+                lkey,
+                reply: Some(reply),
+            });
+            result = result.and(r);
+        }
+        if self.caller_memory {
+            // The engines dropped their references; frames sent zero-copy
+            // hold one each until the driver frees them.
+            while self.mem.refs() != 1 {
+                std::thread::yield_now();
+            }
+        }
+        result
+    }
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        if self.caller_memory {
+            let _ = self.deregister();
+        } else {
+            // The engine keeps the memory alive while frames use it.
+            for cmd in self.cmds.drain(..) {
+                let _ = cmd.send(Command::DeregMr {
+                    lkey: self.lkey,
+                    reply: None,
+                });
+            }
+        }
+    }
 }
 
 impl MemoryRegion {
     /// Local key.
     pub fn lkey(&self) -> u32 {
-        self.lkey
+        self.inner.lkey
     }
     /// Remote key.
     pub fn rkey(&self) -> u32 {
-        self.rkey
+        self.inner.rkey
     }
     /// Virtual address of byte 0 (what goes into a RETH).
     pub fn va(&self) -> u64 {
-        self.mem.base_ptr() as u64
+        self.inner.mem.base_ptr() as u64
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.inner.len
     }
     /// Whether the region is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.inner.len == 0
     }
 
     /// Copies `data` into the region at `offset`. Panics if out of range.
@@ -421,7 +624,7 @@ impl MemoryRegion {
         assert!(
             offset
                 .checked_add(data.len())
-                .is_some_and(|e| e <= self.len),
+                .is_some_and(|e| e <= self.inner.len),
             "write outside the region"
         );
         // SAFETY: in range of memory we keep alive; concurrent engine access
@@ -429,7 +632,7 @@ impl MemoryRegion {
         unsafe {
             std::ptr::copy_nonoverlapping(
                 data.as_ptr(),
-                self.mem.base_ptr().add(offset),
+                self.inner.mem.base_ptr().add(offset),
                 data.len(),
             )
         }
@@ -438,13 +641,15 @@ impl MemoryRegion {
     /// Copies bytes at `offset` out of the region. Panics if out of range.
     pub fn read(&self, offset: usize, out: &mut [u8]) {
         assert!(
-            offset.checked_add(out.len()).is_some_and(|e| e <= self.len),
+            offset
+                .checked_add(out.len())
+                .is_some_and(|e| e <= self.inner.len),
             "read outside the region"
         );
         // SAFETY: as in `write`.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                self.mem.base_ptr().add(offset),
+                self.inner.mem.base_ptr().add(offset),
                 out.as_mut_ptr(),
                 out.len(),
             )
@@ -453,14 +658,35 @@ impl MemoryRegion {
 }
 
 /// A completion queue: the consumer end of the engine's completion ring.
+/// Dropping it destroys the CQ (with its last QP, if QPs still use it).
 pub struct CompletionQueue {
     id: u32,
     /// The engine (shard) that completes into it.
     shard: usize,
     ring: rtrb::Consumer<WorkCompletion>,
+    /// The engine's command channel (None once destroyed).
+    cmd: Option<Sender<Command>>,
+    /// The completion channel ([`Device::create_cq_with_channel`]).
+    notify: Option<Arc<CqNotify>>,
+}
+
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        if let Some(cmd) = self.cmd.take() {
+            let _ = cmd.send(Command::DestroyCq {
+                cq: self.id,
+                reply: None,
+            });
+        }
+    }
 }
 
 impl CompletionQueue {
+    /// The CQ's number on its engine (ids of destroyed CQs are reused).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
     /// Takes up to `out.len()` completions; returns how many.
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
@@ -487,6 +713,105 @@ impl CompletionQueue {
     pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
         wait_until(timeout, || self.poll_one())
     }
+
+    /// Asks the engine to signal the completion channel at the next
+    /// completion (`ibv_req_notify_cq`); false without a channel.
+    pub fn req_notify(&self) -> bool {
+        self.notify.as_ref().inspect(|n| n.arm()).is_some()
+    }
+
+    /// Takes one completion, sleeping in the kernel (not spinning) until
+    /// one arrives or `timeout` passes: poll, arm, poll again, sleep on the
+    /// completion channel (`ibv_get_cq_event`). Without a channel
+    /// ([`Device::create_cq`]) it falls back to [`Self::wait`].
+    pub fn wait_blocking(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<WorkCompletion>, VerbsError> {
+        let Some(notify) = self.notify.clone() else {
+            return Ok(self.wait(timeout));
+        };
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(wc) = self.poll_one() {
+                return Ok(Some(wc));
+            }
+            notify.arm();
+            // A completion that came before the arm does not signal.
+            if let Some(wc) = self.poll_one() {
+                return Ok(Some(wc));
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            notify.wait(Some(left)).map_err(VerbsError::Channel)?;
+        }
+    }
+
+    /// The completion channel's eventfd, for a program that waits in its
+    /// own `epoll` (arm with [`Self::req_notify`] first).
+    pub fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.notify.as_ref().map(|n| n.as_raw_fd())
+    }
+}
+
+/// A destroy the engine refused because the object is still in use
+/// (ibverbs' EBUSY); the handle comes back so the program can keep using
+/// it or try again.
+#[derive(thiserror::Error)]
+#[error("{error}")]
+pub struct Busy<T> {
+    /// The handle, still valid.
+    pub handle: T,
+    /// Why.
+    #[source]
+    pub error: VerbsError,
+}
+
+impl<T> std::fmt::Debug for Busy<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Busy").field("error", &self.error).finish()
+    }
+}
+
+impl<T> From<Busy<T>> for VerbsError {
+    fn from(b: Busy<T>) -> Self {
+        b.error
+    }
+}
+
+/// A device's async event queue ([`Device::events`]), one per engine
+/// (shard) of the device, read as one.
+pub struct AsyncEvents {
+    rx: Vec<Receiver<AsyncEvent>>,
+}
+
+impl AsyncEvents {
+    /// The next event, if one is queued.
+    pub fn try_next(&self) -> Option<AsyncEvent> {
+        self.rx.iter().find_map(|r| r.try_recv().ok())
+    }
+
+    /// Waits up to `timeout` for the next event (`ibv_get_async_event`).
+    pub fn next_timeout(&self, timeout: Duration) -> Option<AsyncEvent> {
+        let mut sel = crossbeam_channel::Select::new();
+        for r in &self.rx {
+            sel.recv(r);
+        }
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let op = sel.select_timeout(left).ok()?;
+            let i = op.index();
+            if let Ok(ev) = op.recv(&self.rx[i]) {
+                return Some(ev);
+            }
+            // That engine is gone; wait on the others.
+            sel.remove(i);
+        }
+    }
 }
 
 /// An RC queue pair handle: posts work requests to the engine.
@@ -496,10 +821,24 @@ pub struct QueuePair {
     opts: QpOptions,
     ring: rtrb::Producer<Doorbell>,
     shared: Arc<EngineShared>,
-    cmd: Sender<Command>,
+    /// The engine's command channel (None once destroyed).
+    cmd: Option<Sender<Command>>,
     mac: [u8; 6],
     ip: [u8; 4],
-    connected: bool,
+    /// The state the program last moved it to (the engine may have moved
+    /// it to ERR since; work posted then completes with WR_FLUSH_ERR).
+    state: QpState,
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        if let Some(cmd) = self.cmd.take() {
+            let _ = cmd.send(Command::DestroyQp {
+                qpn: self.qpn,
+                reply: None,
+            });
+        }
+    }
 }
 
 impl QueuePair {
@@ -520,26 +859,58 @@ impl QueuePair {
         }
     }
 
-    /// Moves the QP to RTR and RTS towards `remote` (IBA 10.3: INIT -> RTR
-    /// needs the peer's QPN, PSN and path; RTR -> RTS our send PSN). The MTU
-    /// used is the smaller of the two; the CC kinds must match.
+    /// Moves the QP from INIT to RTR and RTS towards `remote` in one call
+    /// (IBA 10.3: INIT -> RTR needs the peer's QPN, PSN and path; RTR ->
+    /// RTS our send PSN), the shortcut for [`Self::modify_qp`] twice. The
+    /// MTU used is the smaller of the two; the CC kinds must match.
     pub fn connect(&mut self, remote: &RemoteQp) -> Result<(), VerbsError> {
+        self.check_cc(remote)?;
+        let (qpn, remote) = (self.qpn, *remote);
+        self.request(|reply| Command::Connect { qpn, remote, reply })?;
+        self.state = QpState::Rts;
+        Ok(())
+    }
+
+    fn check_cc(&self, remote: &RemoteQp) -> Result<(), VerbsError> {
         if remote.cc != self.opts.cc {
             return Err(VerbsError::CcMismatch {
                 local: self.opts.cc,
                 remote: remote.cc,
             });
         }
-        let (qpn, remote) = (self.qpn, *remote);
-        request(&self.cmd, |reply| Command::Connect { qpn, remote, reply })?;
-        self.connected = true;
         Ok(())
+    }
+
+    /// Moves the QP to another state (`ibv_modify_qp`), as IBA 10.3.1
+    /// allows: RESET -> INIT -> RTR (towards a peer) -> RTS, any state to
+    /// ERR (its outstanding work completes with `WR_FLUSH_ERR`, and so does
+    /// work posted later) and to RESET (its work is dropped; it can go to
+    /// INIT again and be reused). A QP is created in INIT (as
+    /// `rdma_create_qp` leaves it).
+    pub fn modify_qp(&mut self, to: QpTransition) -> Result<(), VerbsError> {
+        if let QpTransition::Rtr(remote) = &to {
+            self.check_cc(remote)?;
+        }
+        let qpn = self.qpn;
+        self.request(|reply| Command::ModifyQp { qpn, to, reply })?;
+        self.state = match to {
+            QpTransition::Reset => QpState::Reset,
+            QpTransition::Init => QpState::Init,
+            QpTransition::Rtr(_) => QpState::Rtr,
+            QpTransition::Rts => QpState::Rts,
+            QpTransition::Err => QpState::Err,
+        };
+        Ok(())
+    }
+
+    fn request<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, VerbsError> {
+        request(self.cmd.as_ref().ok_or(VerbsError::EngineGone)?, make)
     }
 
     /// The QP's state as the engine sees it.
     pub fn state(&self) -> Result<QpState, VerbsError> {
         let qpn = self.qpn;
-        request(&self.cmd, |reply| Command::QueryQp { qpn, reply })
+        self.request(|reply| Command::QueryQp { qpn, reply })
     }
 
     /// One line describing the QP's transport, scheduler and timer state
@@ -547,7 +918,7 @@ impl QueuePair {
     /// progress.
     pub fn describe(&self) -> Result<String, VerbsError> {
         let qpn = self.qpn;
-        request(&self.cmd, |reply| Command::DescribeQp { qpn, reply })
+        self.request(|reply| Command::DescribeQp { qpn, reply })
     }
 
     fn ring(&mut self, d: Doorbell) -> Result<(), VerbsError> {
@@ -559,17 +930,29 @@ impl QueuePair {
     /// Posts a send work request (SEND, WRITE, READ, ATOMIC; see
     /// [`rdma::transport::SendOp`]). Errors found by the engine (a bad lkey,
     /// a full send queue) come back as error completions.
+    /// In ERR, it completes with `WR_FLUSH_ERR`.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), VerbsError> {
-        if !self.connected {
-            return Err(VerbsError::NotConnected(self.qpn));
+        if !matches!(self.state, QpState::Rts | QpState::Err) {
+            return Err(self.not_ready());
         }
         self.ring(Doorbell::Send(wr))
     }
 
-    /// Posts a receive buffer for an incoming SEND (also before `connect`,
-    /// as in verbs, where receives may be posted in INIT).
+    /// Posts a receive buffer for an incoming SEND (from INIT on, as in
+    /// verbs, so before `connect` too; in ERR it completes with
+    /// `WR_FLUSH_ERR`).
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), VerbsError> {
+        if self.state == QpState::Reset {
+            return Err(self.not_ready());
+        }
         self.ring(Doorbell::Recv(wr))
+    }
+
+    fn not_ready(&self) -> VerbsError {
+        VerbsError::NotReady {
+            qpn: self.qpn,
+            state: self.state,
+        }
     }
 
     /// Free slots in the doorbell ring.

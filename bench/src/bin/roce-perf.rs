@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bench::perftest::{self, AddressLine, BwRow, LatStats};
 use cc::CcKind;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use dpdk::{Eal, Port};
 use nic::exchange::{check_compatible, CcName, ConnInfo};
 use nic::verbs::{
@@ -53,14 +53,7 @@ enum Test {
     send_lat(Opts),
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-enum CcArg {
-    None,
-    Dcqcn,
-    Hpcc,
-    RxHpcc,
-    Ldcp,
-}
+use cc::CcKind as CcArg;
 
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 struct Opts {

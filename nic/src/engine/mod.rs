@@ -24,7 +24,9 @@
 //! frames come from is `port.rs`.
 
 mod cc_glue;
+mod cq;
 mod doorbells;
+mod lifecycle;
 mod poll;
 mod port;
 mod rx;
@@ -37,7 +39,7 @@ use std::sync::Arc;
 use cc::AnyCc;
 use crossbeam_channel::Receiver;
 use dpdk::{Burst, Eal, ExtBuf, Mempool, Port, TscClock};
-use rdma::transport::{MemorySpace, MrTable, Qp, WorkCompletion};
+use rdma::transport::{MemorySpace, MrTable, Qp, QpState};
 use rdma::wire::frame::FrameBuilder;
 use rdma::wire::{HeaderTemplate, ParseOptions};
 
@@ -125,6 +127,14 @@ struct QpSlot {
     /// The QP holds completions its full CQ could not take; it is in the
     /// engine's `cq_waiting` list.
     cq_waiting: bool,
+    /// The state of a QP without a transport (`qp` None): RESET or INIT.
+    idle_state: QpState,
+    /// `connect` stops at RTR (`modify_qp` to RTR; RTS comes on its own).
+    stop_at_rtr: bool,
+    /// The program moved the QP to ERR (no `QpFatal` event for that).
+    err_by_program: bool,
+    /// The transport reported that it entered ERR (lifecycle.rs).
+    fatal_pending: bool,
 }
 
 /// The engine. Built on the caller's thread, then moved to its poll-mode
@@ -155,7 +165,9 @@ pub struct Engine {
     cmd: Receiver<Command>,
     mrs: MrTable,
     mr_mem: Vec<Option<Arc<ExtBuf>>>,
-    cqs: Vec<rtrb::Producer<WorkCompletion>>,
+    cqs: Vec<cq::CqRing>,
+    /// Async events, the link state, slots of destroyed QPs (lifecycle.rs).
+    life: lifecycle::Lifecycle,
     qps: Vec<Option<Box<QpSlot>>>,
     /// Indices of connected QPs (whose counters are published).
     connected: Vec<usize>,
@@ -272,6 +284,7 @@ impl Engine {
             mrs: MrTable::new(),
             mr_mem: Vec::new(),
             cqs: Vec::new(),
+            life: lifecycle::Lifecycle::new(),
             qps: (0..MAX_QPS).map(|_| None).collect(),
             connected: Vec::with_capacity(MAX_QPS),
             cq_waiting: Vec::with_capacity(MAX_QPS),
