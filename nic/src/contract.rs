@@ -108,6 +108,15 @@ pub struct QpOptions {
     pub rnr_retry: u8,
     /// Outstanding READ/ATOMIC requests.
     pub max_rd_atomic: u8,
+    /// Most SGEs a send work request may gather from
+    /// (`QueuePair::post_send_sgl`; `ibv_qp_cap.max_send_sge`).
+    pub max_sge: u8,
+    /// Largest payload of an inline send (`QueuePair::post_send_inline`;
+    /// `ibv_qp_cap.max_inline_data`), copied at post time.
+    pub max_inline_data: u32,
+    /// Largest message a send with several SGEs may carry: such a work
+    /// request is gathered into the QP's staging memory at post time.
+    pub max_gather_bytes: u32,
 }
 
 impl Default for QpOptions {
@@ -121,6 +130,9 @@ impl Default for QpOptions {
             retry_cnt: 7,
             rnr_retry: 7,
             max_rd_atomic: 16,
+            max_sge: 1,
+            max_inline_data: 0,
+            max_gather_bytes: 4096,
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod io;
 pub mod notify;
 pub mod pcapng;
 pub mod shard;
+mod staging;
 pub mod verbs;
 
 /// The flow scheduler and the timing wheel live in the pure `sched` crate (shared with

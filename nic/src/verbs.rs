@@ -58,13 +58,14 @@ use std::time::{Duration, Instant};
 use cc::CcKind;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use dpdk::ExtBuf;
-use rdma::transport::{Access, QpState, RecvWr, SendWr, WorkCompletion};
+use rdma::transport::{Access, QpState, RecvWr, SendOp, SendWr, Sge, WorkCompletion};
 
 pub use crate::contract::{AsyncEvent, DeviceConfig, QpOptions, QpTransition, RemoteQp};
 use crate::contract::{Command, Doorbell, EngineError, EngineShared, Reply, MAX_HOPS};
 use crate::counters::Counters;
 use crate::device::CaptureWriter;
 use crate::notify::CqNotify;
+use crate::staging::{Part, Staging};
 
 /// Errors of the verbs API.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +99,29 @@ pub enum VerbsError {
     /// `reg_mr` over no memory (a null pointer or zero length).
     #[error("a memory region needs a non-null address and a length above 0")]
     EmptyRegion,
+    /// More SGEs than the QP was created for (`QpOptions::max_sge`).
+    #[error("{given} SGEs, the QP takes at most {max} (QpOptions::max_sge)")]
+    TooManySges {
+        /// SGEs in the work request.
+        given: usize,
+        /// The QP's limit.
+        max: usize,
+    },
+    /// An inline or gathered payload longer than the QP's staging slot
+    /// (`QpOptions::max_inline_data` / `max_gather_bytes`).
+    #[error("{len} bytes to copy at post time, the QP takes at most {max}")]
+    TooLong {
+        /// The payload's length.
+        len: usize,
+        /// The QP's limit.
+        max: usize,
+    },
+    /// READ and ATOMIC scatter into their local buffer: they take one SGE.
+    #[error("an inline or multi-SGE work request must be a SEND or a WRITE")]
+    NotGatherable,
+    /// An SGE outside its region.
+    #[error("an SGE lies outside its memory region")]
+    OutsideRegion,
     /// The completion channel's eventfd failed.
     #[error("completion channel: {0}")]
     Channel(#[source] std::io::Error),
@@ -478,6 +502,14 @@ impl Device {
             });
         }
         let shard = send_cq.shard;
+        let staging = match Staging::region_len(&opts) {
+            0 => None,
+            n => {
+                let mem = ExtBuf::new(vec![0u8; n].into_boxed_slice());
+                let mr = self.reg_mr_in(pd, mem, n, Staging::ACCESS, false)?;
+                Some(Staging::new(mr, &opts))
+            }
+        };
         let depth = opts.sq_depth as usize + opts.rq_depth as usize;
         let (prod, cons) = rtrb::RingBuffer::new(depth.max(2));
         let (send_cq, recv_cq) = (send_cq.id, recv_cq.id);
@@ -499,6 +531,7 @@ impl Device {
             mac: self.mac,
             ip: self.ip,
             state: QpState::Init,
+            staging,
         })
     }
 }
@@ -638,6 +671,32 @@ impl MemoryRegion {
         }
     }
 
+    /// Copies `len` bytes at `src_offset` of `src` into this region at
+    /// `offset` (regions may be the same; ranges are checked).
+    pub(crate) fn copy_from(
+        &self,
+        offset: usize,
+        src: &MemoryRegion,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<(), VerbsError> {
+        let fits = |o: usize, r: &MemoryRegion| o.checked_add(len).is_some_and(|e| e <= r.len());
+        if !fits(offset, self) || !fits(src_offset, src) {
+            return Err(VerbsError::OutsideRegion);
+        }
+        // SAFETY: both ranges are inside memory the handles keep alive;
+        // `copy` allows overlap. Concurrent engine access to the same
+        // bytes is the caller's race, as with hardware DMA (see `write`).
+        unsafe {
+            std::ptr::copy(
+                src.inner.mem.base_ptr().add(src_offset),
+                self.inner.mem.base_ptr().add(offset),
+                len,
+            )
+        }
+        Ok(())
+    }
+
     /// Copies bytes at `offset` out of the region. Panics if out of range.
     pub fn read(&self, offset: usize, out: &mut [u8]) {
         assert!(
@@ -654,6 +713,34 @@ impl MemoryRegion {
                 out.len(),
             )
         }
+    }
+}
+
+/// One element of a gather list ([`QueuePair::post_send_sgl`]): `len`
+/// bytes at `offset` of a registered region (an `ibv_sge` with its region
+/// instead of the region's lkey).
+#[derive(Clone, Copy)]
+pub struct SgRef<'a> {
+    /// The region.
+    pub mr: &'a MemoryRegion,
+    /// Offset of the first byte in the region.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+impl SgRef<'_> {
+    /// The element as a work request's SGE, checked against its region.
+    fn sge(&self) -> Result<Sge, VerbsError> {
+        let inside = matches!(self.offset.checked_add(self.len), Some(e) if e <= self.mr.len());
+        if !inside || self.len > u32::MAX as usize {
+            return Err(VerbsError::OutsideRegion);
+        }
+        Ok(Sge {
+            addr: self.mr.va() + self.offset as u64,
+            len: self.len as u32,
+            lkey: self.mr.lkey(),
+        })
     }
 }
 
@@ -828,6 +915,8 @@ pub struct QueuePair {
     /// The state the program last moved it to (the engine may have moved
     /// it to ERR since; work posted then completes with WR_FLUSH_ERR).
     state: QpState,
+    /// Where inline and multi-SGE sends are copied at post time.
+    staging: Option<Staging>,
 }
 
 impl Drop for QueuePair {
@@ -946,6 +1035,90 @@ impl QueuePair {
             return Err(self.not_ready());
         }
         self.ring(Doorbell::Recv(wr))
+    }
+
+    /// Posts a SEND or WRITE that gathers its payload from several SGEs
+    /// (`ibv_send_wr` with `num_sge` up to `QpOptions::max_sge`), in order.
+    /// One SGE is sent zero-copy like [`Self::post_send`]; several are
+    /// gathered into the QP's staging memory now (up to
+    /// `QpOptions::max_gather_bytes`), so the regions may change as soon as
+    /// this returns.
+    pub fn post_send_sgl(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        sgl: &[SgRef<'_>],
+        signaled: bool,
+    ) -> Result<(), VerbsError> {
+        let max = usize::from(self.opts.max_sge.max(1));
+        if sgl.len() > max {
+            return Err(VerbsError::TooManySges {
+                given: sgl.len(),
+                max,
+            });
+        }
+        let sge = match sgl {
+            [one] => one.sge()?,
+            _ => {
+                for r in sgl {
+                    r.sge()?;
+                }
+                self.stage(op, sgl.iter().map(|r| Part::Region(r.mr, r.offset, r.len)))?
+            }
+        };
+        self.post_send(SendWr {
+            wr_id,
+            op,
+            sge,
+            signaled,
+            solicited: false,
+        })
+    }
+
+    /// Posts a SEND or WRITE of `data`, copied now (`IBV_SEND_INLINE`: no
+    /// registered memory, no lkey; at most `QpOptions::max_inline_data`
+    /// bytes).
+    pub fn post_send_inline(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        data: &[u8],
+        signaled: bool,
+    ) -> Result<(), VerbsError> {
+        let max = self.opts.max_inline_data as usize;
+        if data.len() > max {
+            return Err(VerbsError::TooLong {
+                len: data.len(),
+                max,
+            });
+        }
+        let sge = self.stage(op, [Part::Bytes(data)])?;
+        self.post_send(SendWr {
+            wr_id,
+            op,
+            sge,
+            signaled,
+            solicited: false,
+        })
+    }
+
+    fn stage<'a>(
+        &mut self,
+        op: SendOp,
+        parts: impl IntoIterator<Item = Part<'a>>,
+    ) -> Result<Sge, VerbsError> {
+        if op.needs_response() {
+            return Err(VerbsError::NotGatherable);
+        }
+        if !matches!(self.state, QpState::Rts | QpState::Err) {
+            return Err(self.not_ready());
+        }
+        let max = Staging::slot_bytes(&self.opts);
+        let staging = self
+            .staging
+            .as_mut()
+            .ok_or(VerbsError::TooLong { len: 1, max })?;
+        staging.stage(parts)
     }
 
     fn not_ready(&self) -> VerbsError {
