@@ -35,7 +35,7 @@ pub const MAX_LINE: usize = 1024;
 pub const MTUS: [u16; 5] = [256, 512, 1024, 2048, 4096];
 
 /// Congestion control of the QP, as negotiated (DESIGN.md §7): the
-/// project's one CC enum, spelt on the wire by [`CcKind::as_str`].
+/// project's one CC enum, spelt on the wire by [`cc::CcKind::as_str`].
 pub use cc::CcKind as CcName;
 
 /// What one side tells the other (see the module docs and
