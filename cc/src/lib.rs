@@ -91,8 +91,11 @@ pub trait CongestionControl {
     fn kind(&self) -> CcKind;
 }
 
-/// The algorithms, as named on the command line and at connection setup.
+/// The algorithms, as named on the command line (a `clap::ValueEnum` with
+/// the `clap` feature) and at connection setup (`nic::exchange`): the one
+/// CC enum of the project.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum CcKind {
     /// Fixed window at line rate.
     None,
@@ -115,6 +118,13 @@ impl CcKind {
         CcKind::RxHpcc,
         CcKind::Ldcp,
     ];
+
+    /// The kind whose [`Self::as_str`] is exactly `s` (the connection
+    /// exchange's strict spelling; [`FromStr`] also ignores case and
+    /// surrounding blanks).
+    pub fn from_wire(s: &str) -> Option<CcKind> {
+        CcKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
 
     /// The lower-case name ("none", "dcqcn", "hpcc", "rx-hpcc", "ldcp").
     pub fn as_str(&self) -> &'static str {

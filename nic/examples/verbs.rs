@@ -16,44 +16,25 @@ use std::error::Error;
 use std::time::{Duration, Instant};
 
 use cc::CcKind;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use dpdk::{Eal, Port};
-use nic::verbs::{CompletionQueue, Device, DeviceConfig, QpOptions, RemoteQp};
+use nic::verbs::{
+    AsyncEvent, CompletionQueue, Device, DeviceConfig, QpOptions, QpTransition, RemoteQp,
+};
 use rdma::transport::{Access, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 
 #[derive(Parser, Debug)]
 #[command(about = "RDMA WRITE/READ/SEND/ATOMIC between two rsnic devices on a ring pair")]
 struct Args {
     /// Congestion control of both QPs.
-    #[arg(long, value_enum, default_value_t = Cc::Dcqcn)]
-    cc: Cc,
+    #[arg(long, value_enum, default_value_t = CcKind::Dcqcn)]
+    cc: CcKind,
     /// Bytes moved by the WRITE and by the READ.
     #[arg(long, default_value_t = 1 << 20)]
     size: usize,
     /// Path MTU (256, 512, 1024, 2048 or 4096).
     #[arg(long, default_value_t = 1024)]
     mtu: u32,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Cc {
-    None,
-    Dcqcn,
-    Hpcc,
-    RxHpcc,
-    Ldcp,
-}
-
-impl From<Cc> for CcKind {
-    fn from(c: Cc) -> CcKind {
-        match c {
-            Cc::None => CcKind::None,
-            Cc::Dcqcn => CcKind::Dcqcn,
-            Cc::Hpcc => CcKind::Hpcc,
-            Cc::RxHpcc => CcKind::RxHpcc,
-            Cc::Ldcp => CcKind::Ldcp,
-        }
-    }
 }
 
 /// Waits for one completion and checks that it is what the caller expects.
@@ -90,7 +71,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut cq_b = b.create_cq(1024)?;
     let opts = QpOptions {
         mtu: args.mtu,
-        cc: args.cc.into(),
+        cc: args.cc,
         ..QpOptions::default()
     };
     let mut qa = a.create_qp(&cq_a, &cq_a, opts)?;
@@ -301,11 +282,49 @@ fn main() -> Result<(), Box<dyn Error>> {
         qa.state()?
     );
 
+    // The engine told the program on the device's async event queue.
+    let ev = a.events().next_timeout(Duration::from_secs(2));
+    assert_eq!(ev, Some(AsyncEvent::QpFatal { qpn: qa.qpn() }));
+    println!("async event {ev:?}");
+
+    // The lifecycle: the QP in ERR is reset and brought back to RTS with
+    // modify_qp (the peer too, so that both start from fresh PSNs), then
+    // works again.
+    for q in [&mut qa, &mut qb] {
+        q.modify_qp(QpTransition::Reset)?;
+        q.modify_qp(QpTransition::Init)?;
+    }
+    let (info_a, info_b) = (qa.remote_info(), qb.remote_info());
+    qa.modify_qp(QpTransition::Rtr(info_b))?;
+    qb.modify_qp(QpTransition::Rtr(info_a))?;
+    qa.modify_qp(QpTransition::Rts)?;
+    qb.modify_qp(QpTransition::Rts)?;
+    qa.post_send(SendWr {
+        wr_id: 8,
+        op: SendOp::Write {
+            remote_va: dst.va(),
+            rkey: dst.rkey(),
+        },
+        sge: ret,
+        signaled: true,
+        solicited: false,
+    })?;
+    expect(&mut cq_a, 8, WcOpcode::RdmaWrite)?;
+    println!("reset      RESET -> INIT -> RTR -> RTS, WRITE completed again");
+
     let (ca, cb) = (a.counters(), b.counters());
     println!(
         "A: {} packets out, {} retransmits; B: {} packets in, {} ACKs out, {} NAKs out",
         ca.tx_packets, ca.retransmits, cb.rx_packets, cb.tx_acks, cb.tx_naks
     );
+    // Everything is freed in the engines: QPs first, then the CQs they
+    // used (a CQ still in use would be refused), then the regions.
+    a.destroy_qp(qa)?;
+    b.destroy_qp(qb)?;
+    a.destroy_cq(cq_a)?;
+    b.destroy_cq(cq_b)?;
+    a.dereg_mr(src)?;
+    b.dereg_mr(dst)?;
     a.close();
     b.close();
     Ok(())

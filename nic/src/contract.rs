@@ -25,6 +25,7 @@ use rdma::transport::{Access, QpError, QpState, RecvWr, SendWr, WorkCompletion};
 
 use crate::control::ArpConfig;
 use crate::counters::SharedCounters;
+use crate::notify::CqNotify;
 
 /// QP numbers start here (0 and 1 are special in the IBA).
 pub const QPN_BASE: u32 = 0x11;
@@ -120,6 +121,15 @@ pub struct QpOptions {
     pub rnr_retry: u8,
     /// Outstanding READ/ATOMIC requests.
     pub max_rd_atomic: u8,
+    /// Most SGEs a send work request may gather from
+    /// (`QueuePair::post_send_sgl`; `ibv_qp_cap.max_send_sge`).
+    pub max_sge: u8,
+    /// Largest payload of an inline send (`QueuePair::post_send_inline`;
+    /// `ibv_qp_cap.max_inline_data`), copied at post time.
+    pub max_inline_data: u32,
+    /// Largest message a send with several SGEs may carry: such a work
+    /// request is gathered into the QP's staging memory at post time.
+    pub max_gather_bytes: u32,
 }
 
 impl Default for QpOptions {
@@ -133,6 +143,9 @@ impl Default for QpOptions {
             retry_cnt: 7,
             rnr_retry: 7,
             max_rd_atomic: 16,
+            max_sge: 1,
+            max_inline_data: 0,
+            max_gather_bytes: 4096,
         }
     }
 }
@@ -192,6 +205,12 @@ pub enum EngineError {
     /// The ARP cache is full of resolutions under way.
     #[error("cannot resolve {0}: the ARP cache is full of pending resolutions")]
     ArpCacheFull(std::net::Ipv4Addr),
+    /// `destroy_cq` on a CQ a QP still completes into (ibverbs: EBUSY).
+    #[error("completion queue {0} is still used by a QP")]
+    CqBusy(u32),
+    /// `dealloc_pd` on a PD that still holds a region or a QP (EBUSY).
+    #[error("protection domain {0} still holds a memory region or a QP")]
+    PdBusy(u32),
     /// The transport refused the QP's configuration or a state change.
     #[error("QP {qpn:#x}: {source}")]
     Transport {
@@ -232,13 +251,15 @@ pub enum Command {
     DeregMr {
         /// Its key.
         lkey: u32,
-        /// Done.
-        reply: Reply<()>,
+        /// Done (None: a handle's drop, nobody waits).
+        reply: Option<Reply<()>>,
     },
     /// Create a completion queue around a ring.
     CreateCq {
         /// Producer end of its ring.
         ring: rtrb::Producer<WorkCompletion>,
+        /// Its completion channel, if the program waits on an eventfd.
+        notify: Option<Arc<CqNotify>>,
         /// CQ id.
         reply: Reply<u32>,
     },
@@ -282,6 +303,38 @@ pub enum Command {
         /// Its state.
         reply: Reply<QpState>,
     },
+    /// Move a QP to another state (`ibv_modify_qp`, IBA 10.3.1).
+    ModifyQp {
+        /// QPN.
+        qpn: u32,
+        /// The new state (with the peer, for RTR).
+        to: QpTransition,
+        /// Done.
+        reply: Reply<()>,
+    },
+    /// Destroy a QP (`ibv_destroy_qp`): its slot, timers and queues are
+    /// freed; work in flight is dropped without completions.
+    DestroyQp {
+        /// QPN.
+        qpn: u32,
+        /// Done (None: a handle's drop, nobody waits).
+        reply: Option<Reply<()>>,
+    },
+    /// Destroy a CQ (`ibv_destroy_cq`), refused while a QP uses it. A
+    /// dropped handle's CQ (no reply) is freed with its last QP instead.
+    DestroyCq {
+        /// CQ id.
+        cq: u32,
+        /// Done (None: a handle's drop).
+        reply: Option<Reply<()>>,
+    },
+    /// Check that no region or QP of a PD is left (`ibv_dealloc_pd`).
+    DeallocPd {
+        /// The PD.
+        pd: u32,
+        /// Done, or [`EngineError::PdBusy`].
+        reply: Reply<()>,
+    },
     /// Describe a QP's transport, scheduler and timer state in one line of
     /// text (like `rdma resource show qp -d`; for diagnosing a stall).
     DescribeQp {
@@ -292,8 +345,55 @@ pub enum Command {
     },
 }
 
+/// The states a program moves a QP to with `modify_qp` (IBA 10.3.1,
+/// `ibv_qp_state`), with what each transition needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpTransition {
+    /// RESET: the QP forgets its peer and its work (posted work requests
+    /// are dropped without completions); it can go to INIT again.
+    Reset,
+    /// INIT: receives may be posted.
+    Init,
+    /// RTR towards this peer: the responder works.
+    Rtr(RemoteQp),
+    /// RTS: the requester works too.
+    Rts,
+    /// ERR: every outstanding work request completes with
+    /// `WR_FLUSH_ERR`, and so does every one posted until RESET.
+    Err,
+}
+
+/// An asynchronous event of a device (`ibv_get_async_event`,
+/// `enum ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// IBV_EVENT_QP_FATAL: the QP went to ERR on its own (retries spent,
+    /// a NAK, a remote error); its work completes with errors.
+    QpFatal {
+        /// The QP.
+        qpn: u32,
+    },
+    /// IBV_EVENT_CQ_ERR: a completion queue was full. Completions of QPs
+    /// are held until the program polls room free; a completion with no
+    /// QP to hold it (an immediate error at post time) was lost.
+    CqOverrun {
+        /// The CQ id.
+        cq: u32,
+        /// Whether a completion was lost (not only held back).
+        lost: bool,
+    },
+    /// IBV_EVENT_PORT_ACTIVE: the port's link came up.
+    PortActive,
+    /// IBV_EVENT_PORT_ERR: the port's link went down.
+    PortDown,
+}
+
+/// Async events an engine queues for the program before it drops them
+/// (counted in `Counters::async_event_drops`).
+pub const ASYNC_EVENT_QUEUE: usize = 256;
+
 /// What an engine shares with the API handles: the stop and done flags,
-/// the published counters and the doorbell queue.
+/// the published counters, the doorbell queue and the async event queue.
 pub struct EngineShared {
     /// Set by the device to stop the engine.
     pub(crate) stop: AtomicBool,
@@ -304,6 +404,8 @@ pub struct EngineShared {
     rung: Vec<AtomicBool>,
     /// The engine's first QPN (each shard of a device has its own range).
     qpn_base: u32,
+    /// Async events, from the engine's slow path to the program.
+    pub(crate) events: (Sender<AsyncEvent>, crossbeam_channel::Receiver<AsyncEvent>),
 }
 
 impl EngineShared {
@@ -315,6 +417,7 @@ impl EngineShared {
             counters: SharedCounters::default(),
             doorbells: ArrayQueue::new(max_qps),
             rung: (0..max_qps).map(|_| AtomicBool::new(false)).collect(),
+            events: crossbeam_channel::bounded(ASYNC_EVENT_QUEUE),
         }
     }
 

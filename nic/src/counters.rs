@@ -111,6 +111,11 @@ counters! {
     completion_errors,
     /// Capture records dropped because the capture ring was full.
     capture_drops,
+    /// Async events dropped because the program did not read them
+    /// (`Device::events`) and the queue was full.
+    async_event_drops,
+    /// QPs that exist on the engine (a gauge: created and not destroyed).
+    qps_live,
     /// Frames a sharded device's dispatcher dropped because the ring to the
     /// QP's shard was full (like a NIC's per-queue RX overflow).
     rx_drop_shard_full,

@@ -21,7 +21,6 @@
 //!
 //! This module is the slow path: it allocates and blocks freely.
 
-use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -35,54 +34,9 @@ pub const MAX_LINE: usize = 1024;
 /// MTUs RoCE allows (IBA path MTU values), in bytes.
 pub const MTUS: [u16; 5] = [256, 512, 1024, 2048, 4096];
 
-/// Congestion control of the QP, as negotiated (DESIGN.md §7). Local to this
-/// module; the engine maps it onto `cc::CcKind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CcName {
-    /// No congestion control (plain RoCEv2 at line rate).
-    None,
-    /// DCQCN (the hardware-NIC baseline, plain RoCEv2 + CNP).
-    Dcqcn,
-    /// HPCC++, sender-based (INT echoed in ACKs).
-    Hpcc,
-    /// Rx-HPCC, receiver-computed window (HPCC++ 000 §6.2).
-    RxHpcc,
-    /// LDCP (draft-dai-tsvwg-pfc-free-congestion-control).
-    Ldcp,
-}
-
-impl CcName {
-    /// Every kind, in wire spelling order.
-    pub const ALL: [CcName; 5] = [
-        CcName::None,
-        CcName::Dcqcn,
-        CcName::Hpcc,
-        CcName::RxHpcc,
-        CcName::Ldcp,
-    ];
-
-    /// The wire spelling: `none`, `dcqcn`, `hpcc`, `rx-hpcc`, `ldcp`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CcName::None => "none",
-            CcName::Dcqcn => "dcqcn",
-            CcName::Hpcc => "hpcc",
-            CcName::RxHpcc => "rx-hpcc",
-            CcName::Ldcp => "ldcp",
-        }
-    }
-
-    /// Parses the wire spelling (exact, lower case).
-    pub fn from_wire(s: &str) -> Option<CcName> {
-        CcName::ALL.into_iter().find(|c| c.as_str() == s)
-    }
-}
-
-impl fmt::Display for CcName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Congestion control of the QP, as negotiated (DESIGN.md §7): the
+/// project's one CC enum, spelt on the wire by [`cc::CcKind::as_str`].
+pub use cc::CcKind as CcName;
 
 /// What one side tells the other (see the module docs and
 /// `docs/connection.md`).

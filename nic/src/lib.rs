@@ -14,10 +14,12 @@ pub mod exchange;
 pub mod gbn_backoff;
 pub mod impair;
 pub mod io;
+pub mod notify;
 pub mod pcapng;
 pub mod perftest_exchange;
 pub mod port_shaper;
 pub mod shard;
+mod staging;
 pub mod verbs;
 
 /// The flow scheduler and the timing wheel live in the pure `sched` crate (shared with

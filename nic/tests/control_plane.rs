@@ -147,5 +147,5 @@ fn a_peer_that_never_answers_arp_fails_the_connect() {
         signaled: true,
         solicited: false,
     };
-    assert!(matches!(qa.post_send(wr), Err(VerbsError::NotConnected(_))));
+    assert!(matches!(qa.post_send(wr), Err(VerbsError::NotReady { .. })));
 }

@@ -13,9 +13,11 @@ use crate::Mbuf;
 
 /// The heap block behind an [`ExtBuf`]: the memory and its shared info.
 struct Block {
-    data: Box<[u8]>,
-    /// `data`'s address, taken once so attaching never reborrows `data`.
+    /// The memory, if the block owns it (None: the caller's, [`ExtBuf::from_raw`]).
+    _owned: Option<Box<[u8]>>,
+    /// The memory's address, taken once so attaching never reborrows it.
     base: *mut u8,
+    len: usize,
     shinfo: dpdk_sys::rte_mbuf_ext_shared_info,
 }
 
@@ -54,12 +56,34 @@ impl ExtBuf {
     /// Takes ownership of `data` as attachable memory.
     pub fn new(data: Box<[u8]>) -> ExtBuf {
         let mut data = data;
-        let base = data.as_mut_ptr();
-        let block = Box::new(Block {
-            data,
+        let (base, len) = (data.as_mut_ptr(), data.len());
+        Self::with_block(Block {
+            _owned: Some(data),
             base,
+            len,
             shinfo: dpdk_sys::rte_mbuf_ext_shared_info::default(),
-        });
+        })
+    }
+
+    /// Memory the caller owns (`len` bytes at `base`), attachable like
+    /// [`ExtBuf::new`]'s but never freed by it.
+    ///
+    /// # Safety
+    /// `base..base + len` must be valid for reads and writes, and stay so
+    /// (not freed, not reused) until this handle is dropped and
+    /// [`ExtBuf::refs`] has been 1 since (no mbuf attached any more: an
+    /// attached mbuf reads the memory until the driver frees it).
+    pub unsafe fn from_raw(base: *mut u8, len: usize) -> ExtBuf {
+        Self::with_block(Block {
+            _owned: None,
+            base,
+            len,
+            shinfo: dpdk_sys::rte_mbuf_ext_shared_info::default(),
+        })
+    }
+
+    fn with_block(block: Block) -> ExtBuf {
+        let block = Box::new(block);
         let block = NonNull::from(Box::leak(block));
         // SAFETY: we own the block; refcount 1 is the handle's own reference.
         unsafe {
@@ -74,7 +98,7 @@ impl ExtBuf {
     /// Length of the memory.
     pub fn len(&self) -> usize {
         // SAFETY: the block lives while we hold a reference.
-        unsafe { self.block.as_ref().data.len() }
+        unsafe { self.block.as_ref().len }
     }
 
     /// Whether the memory is empty.
@@ -84,8 +108,12 @@ impl ExtBuf {
 
     /// The memory, read-only (mbufs may be reading it concurrently).
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: as in len.
-        unsafe { &self.block.as_ref().data }
+        // SAFETY: as in len; base..base+len is the block's memory (owned, or
+        // the caller's under `from_raw`'s contract).
+        unsafe {
+            let b = self.block.as_ref();
+            std::slice::from_raw_parts(b.base, b.len)
+        }
     }
 
     /// The memory, writable; only while no mbuf is attached.
@@ -94,7 +122,10 @@ impl ExtBuf {
             return None;
         }
         // SAFETY: no mbuf refers to it and we have `&mut self`.
-        Some(unsafe { &mut self.block.as_mut().data })
+        Some(unsafe {
+            let b = self.block.as_ref();
+            std::slice::from_raw_parts_mut(b.base, b.len)
+        })
     }
 
     /// The memory's base address, for a datapath that writes into it while

@@ -9,11 +9,12 @@
 
 use cc::{AckEvent, CongestionControl, IntHop, NakEvent, RxDataEvent, SendEvent};
 use rdma::transport::qp::QpEvent;
-use rdma::transport::{Qp, TxPacket, WcOpcode, WcStatus, WorkCompletion};
+use rdma::transport::{Qp, TxPacket, WcOpcode, WcStatus};
 use rdma::wire::int::HopRecord;
 use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
 use rdma::wire::{Ecn, RoceFrame};
 
+use super::cq::CqRing;
 use super::timers::{sync_timers, timer_index};
 use super::{Engine, QpSlot, MAX_HOPS};
 use crate::counters::Counters;
@@ -35,7 +36,13 @@ impl Engine {
         if !move_completions(&mut self.cqs, &mut self.counters, s) && !s.cq_waiting {
             s.cq_waiting = true;
             self.cq_waiting.push(i as u32);
+            let (send, recv) = (s.send_cq, s.recv_cq);
+            let full = [send, recv]
+                .into_iter()
+                .find(|&c| self.cqs[c as usize].slots() == 0);
+            self.report_cq_full(full.unwrap_or(send), false);
         }
+        self.report_qp_error(i);
         self.requeue(i, now);
         if self.qps[i].as_ref().is_some_and(|s| s.doorbell_blocked) {
             self.take_doorbells(i);
@@ -147,10 +154,13 @@ fn on_event(s: &mut QpSlot, ev: &QpEvent, now: u64) -> cc::Actions {
             let n = telemetry(&hops[..usize::from(n_hops).min(hops.len())], &mut th);
             s.cc.on_probe_response(now, &th[..n])
         }
-        QpEvent::Nak { .. }
-        | QpEvent::CeMarked { .. }
-        | QpEvent::ReadRespAck { .. }
-        | QpEvent::Error => cc::Actions::NONE,
+        QpEvent::Error => {
+            s.fatal_pending = true;
+            cc::Actions::NONE
+        }
+        QpEvent::Nak { .. } | QpEvent::CeMarked { .. } | QpEvent::ReadRespAck { .. } => {
+            cc::Actions::NONE
+        }
     }
 }
 
@@ -221,11 +231,7 @@ fn telemetry(hops: &[HopRecord], out: &mut [IntHop; MAX_HOPS]) -> usize {
 
 /// Moves QP `s`'s completions into its CQs while both have room; whether
 /// none is left in the QP.
-fn move_completions(
-    cqs: &mut [rtrb::Producer<WorkCompletion>],
-    counters: &mut Counters,
-    s: &mut QpSlot,
-) -> bool {
+fn move_completions(cqs: &mut [CqRing], counters: &mut Counters, s: &mut QpSlot) -> bool {
     let Some(qp) = s.qp.as_mut() else {
         return true;
     };

@@ -2,10 +2,10 @@
 //! taken from the rings of the QPs that rang and handed to their transport;
 //! a request the transport refuses completes at once with an error.
 
-use rdma::transport::{QpError, WcOpcode, WcStatus, WorkCompletion};
+use rdma::transport::{QpError, QpState, WcOpcode, WcStatus, WorkCompletion};
 
 use super::Engine;
-use crate::contract::Doorbell;
+use crate::contract::{AsyncEvent, Doorbell};
 
 impl Engine {
     /// Takes the work requests of every QP that rang; whether any did.
@@ -14,6 +14,7 @@ impl Engine {
         while let Some(i) = self.shared.take_rung() {
             rung = true;
             self.take_doorbells(i);
+            self.after_flushed_posts(i);
         }
         rung
     }
@@ -60,6 +61,10 @@ impl Engine {
                         if ring.push(wc).is_err() {
                             // CQ overrun: the completion is counted, not silently lost.
                             self.counters.completion_errors += 1;
+                            self.life.queue(
+                                AsyncEvent::CqOverrun { cq, lost: true },
+                                &mut self.counters,
+                            );
                         }
                     }
                 }
@@ -67,5 +72,19 @@ impl Engine {
             let _ = s.doorbell.pop();
         }
         let _ = self.sched.mark_ready(i as u32, s.next_bytes);
+    }
+
+    /// Work posted to a QP in ERR completes at once with WR_FLUSH_ERR
+    /// (IBA 10.3.1): those completions go to the CQs now, not with the
+    /// QP's next packet or timer (it has none).
+    fn after_flushed_posts(&mut self, i: usize) {
+        let flushed = self.qps[i]
+            .as_ref()
+            .and_then(|s| s.qp.as_ref())
+            .is_some_and(|qp| qp.state() == QpState::Err && qp.pending_completions() > 0);
+        if flushed {
+            let now = self.clock.now_ns();
+            self.after_qp_work(i, now);
+        }
     }
 }

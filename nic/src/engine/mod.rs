@@ -26,7 +26,9 @@
 
 mod cc_glue;
 mod control;
+mod cq;
 mod doorbells;
+mod lifecycle;
 mod poll;
 mod port;
 mod rx;
@@ -39,7 +41,7 @@ use std::sync::Arc;
 use cc::AnyCc;
 use crossbeam_channel::Receiver;
 use dpdk::{Burst, Eal, ExtBuf, Mempool, Port, TscClock};
-use rdma::transport::{MemorySpace, MrTable, Qp, WorkCompletion};
+use rdma::transport::{MemorySpace, MrTable, Qp, QpState};
 use rdma::wire::frame::FrameBuilder;
 use rdma::wire::{HeaderTemplate, ParseOptions};
 
@@ -150,6 +152,14 @@ struct QpSlot {
     cq_waiting: bool,
     /// CC `none` only: the window cut by go-back-N rounds (crate::gbn_backoff).
     backoff: Option<GoBackNBackoff>,
+    /// The state of a QP without a transport (`qp` None): RESET or INIT.
+    idle_state: QpState,
+    /// `connect` stops at RTR (`modify_qp` to RTR; RTS comes on its own).
+    stop_at_rtr: bool,
+    /// The program moved the QP to ERR (no `QpFatal` event for that).
+    err_by_program: bool,
+    /// The transport reported that it entered ERR (lifecycle.rs).
+    fatal_pending: bool,
 }
 
 /// The engine. Built on the caller's thread, then moved to its poll-mode
@@ -180,7 +190,9 @@ pub struct Engine {
     cmd: Receiver<Command>,
     mrs: MrTable,
     mr_mem: Vec<Option<Arc<ExtBuf>>>,
-    cqs: Vec<rtrb::Producer<WorkCompletion>>,
+    cqs: Vec<cq::CqRing>,
+    /// Async events, the link state, slots of destroyed QPs (lifecycle.rs).
+    life: lifecycle::Lifecycle,
     qps: Vec<Option<Box<QpSlot>>>,
     /// Indices of connected QPs (whose counters are published).
     connected: Vec<usize>,
@@ -307,6 +319,7 @@ impl Engine {
             mrs: MrTable::with_key_seed(cfg.mr_key_seed),
             mr_mem: Vec::new(),
             cqs: Vec::new(),
+            life: lifecycle::Lifecycle::new(),
             qps: (0..MAX_QPS).map(|_| None).collect(),
             connected: Vec::with_capacity(MAX_QPS),
             cq_waiting: Vec::with_capacity(MAX_QPS),

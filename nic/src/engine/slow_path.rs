@@ -18,6 +18,7 @@ impl Engine {
     pub(super) fn slow_path(&mut self) {
         let now = self.clock.now_ns();
         self.control_slow_path(now);
+        self.lifecycle_turn(now);
         while let Ok(cmd) = self.cmd.try_recv() {
             match cmd {
                 Command::RegMr {
@@ -29,11 +30,18 @@ impl Engine {
                     let _ = reply.send(self.reg_mr(pd, mem, access));
                 }
                 Command::DeregMr { lkey, reply } => {
-                    let _ = reply.send(self.dereg_mr(lkey));
+                    let r = self.dereg_mr(lkey);
+                    if let Some(reply) = reply {
+                        let _ = reply.send(r);
+                    }
                 }
-                Command::CreateCq { ring, reply } => {
-                    self.cqs.push(ring);
-                    let _ = reply.send(Ok(self.cqs.len() as u32 - 1));
+                Command::CreateCq {
+                    ring,
+                    notify,
+                    reply,
+                } => {
+                    let id = self.create_cq(super::cq::CqRing::new(ring, notify));
+                    let _ = reply.send(Ok(id));
                 }
                 Command::CreateQp {
                     pd,
@@ -51,7 +59,7 @@ impl Engine {
                 Command::ResolveMac { ip, reply } => self.resolve_mac(ip, reply, now),
                 Command::QueryQp { qpn, reply } => {
                     let r = match self.slot(qpn) {
-                        Some(s) => Ok(s.qp.as_ref().map_or(QpState::Init, |q| q.state())),
+                        Some(s) => Ok(s.qp.as_ref().map_or(s.idle_state, |q| q.state())),
                         None => Err(EngineError::NoSuchQp(qpn)),
                     };
                     let _ = reply.send(r);
@@ -59,6 +67,10 @@ impl Engine {
                 Command::DescribeQp { qpn, reply } => {
                     let _ = reply.send(self.describe_qp(qpn, now));
                 }
+                cmd @ (Command::ModifyQp { .. }
+                | Command::DestroyQp { .. }
+                | Command::DestroyCq { .. }
+                | Command::DeallocPd { .. }) => self.lifecycle_command(cmd),
             }
         }
     }
@@ -176,7 +188,11 @@ impl Engine {
         ring: rtrb::Consumer<Doorbell>,
     ) -> Result<(u32, u32), EngineError> {
         for cq in [send_cq, recv_cq] {
-            if cq as usize >= self.cqs.len() {
+            if !self
+                .cqs
+                .get(cq as usize)
+                .is_some_and(|c| c.in_use() && !c.orphaned)
+            {
                 return Err(EngineError::NoSuchCq(cq));
             }
         }
@@ -231,13 +247,22 @@ impl Engine {
             cc_timers: [0; 4],
             cnp_pending: false,
             backoff: None,
+            idle_state: QpState::Init,
+            stop_at_rtr: false,
+            err_by_program: false,
+            fatal_pending: false,
         }));
+        if self.life.take_ctrl_orphan(i) {
+            // The control-ring entry a destroyed QP left in this slot is ours.
+            self.qps[i].as_deref_mut().expect("set above").ctrl_queued = true;
+        }
+        self.counters.qps_live += 1;
         let now = self.clock.now_ns();
         let _ = self.sched.reset_qp(i as u32, now);
         Ok((self.qpn_base + i as u32, psn))
     }
 
-    fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), EngineError> {
+    pub(super) fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), EngineError> {
         let int_dscp = self.int_dscp;
         let i = qpn
             .checked_sub(self.qpn_base)
@@ -270,8 +295,9 @@ impl Engine {
         let transport = |source| EngineError::Transport { qpn, source };
         let mut qp = Qp::new(cfg).map_err(transport)?;
         qp.set_peer_ip(remote.ip);
-        for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
-            qp.modify(st).map_err(transport)?;
+        let last = if s.stop_at_rtr { 2 } else { 3 };
+        for st in &[QpState::Init, QpState::Rtr, QpState::Rts][..last] {
+            qp.modify(*st).map_err(transport)?;
         }
         let Some(mac) = remote.mac else {
             return Err(EngineError::NoPeerMac(qpn));

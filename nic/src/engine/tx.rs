@@ -59,6 +59,7 @@ impl Engine {
     /// next ACK/NAK or probe response. Not charged to the QP's credit.
     fn send_control(&mut self, i: usize, now: u64) {
         let Some(s) = self.qps[i].as_deref_mut() else {
+            self.life.clear_ctrl_orphan(i);
             return;
         };
         s.ctrl_queued = false;

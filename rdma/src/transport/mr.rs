@@ -254,6 +254,15 @@ impl MrTable {
     ) -> Result<&Mr, AccessError> {
         self.check(pd, lkey, va, len, need)
     }
+
+    /// Whether any region of protection domain `pd` is registered (a PD
+    /// with regions cannot be deallocated, `ibv_dealloc_pd` EBUSY).
+    pub fn any_in_pd(&self, pd: u32) -> bool {
+        self.slots
+            .iter()
+            .filter_map(|s| s.mr.as_ref())
+            .any(|m| m.pd == pd)
+    }
 }
 
 /// The memory the transport reads and writes, implemented by the caller: the NIC backs it

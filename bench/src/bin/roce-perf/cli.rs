@@ -2,9 +2,7 @@
 
 use std::net::Ipv4Addr;
 
-use cc::CcKind;
 use clap::{Parser, Subcommand, ValueEnum};
-use nic::exchange::CcName;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -34,14 +32,8 @@ pub enum Test {
     send_lat(Opts),
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CcArg {
-    None,
-    Dcqcn,
-    Hpcc,
-    RxHpcc,
-    Ldcp,
-}
+/// `--cc`: the one CC enum (a `clap::ValueEnum` through cc's `clap` feature).
+pub use cc::CcKind as CcArg;
 
 /// The out-of-band exchange a client speaks (a server detects it).
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,24 +209,4 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
         *d = u8::from_str_radix(p, 16).map_err(|_| format!("{s:?} is not a MAC address"))?;
     }
     Ok(m)
-}
-
-pub fn cc_kind(c: CcArg) -> CcKind {
-    match c {
-        CcArg::None => CcKind::None,
-        CcArg::Dcqcn => CcKind::Dcqcn,
-        CcArg::Hpcc => CcKind::Hpcc,
-        CcArg::RxHpcc => CcKind::RxHpcc,
-        CcArg::Ldcp => CcKind::Ldcp,
-    }
-}
-
-pub fn cc_name(c: CcArg) -> CcName {
-    match c {
-        CcArg::None => CcName::None,
-        CcArg::Dcqcn => CcName::Dcqcn,
-        CcArg::Hpcc => CcName::Hpcc,
-        CcArg::RxHpcc => CcName::RxHpcc,
-        CcArg::Ldcp => CcName::Ldcp,
-    }
 }

@@ -21,7 +21,7 @@ use nic::verbs::{
 };
 use rdma::transport::{Access, WcStatus, WorkCompletion};
 
-use crate::cli::{cc_kind, cc_name, ExchangeArg, Opts, Test};
+use crate::cli::{ExchangeArg, Opts, Test};
 use crate::Res;
 
 /// How long one item of the exchange may take to arrive or to be sent
@@ -466,7 +466,7 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         }
     };
     let role = if server { Role::Server } else { Role::Client };
-    let kind = cc_kind(o.cc);
+    let kind = o.cc;
     let (mut cycle, mut cache_line) = (CYCLE_BUFFER, CACHE_LINE);
     let mut perftest_conn = None;
     if protocol == Protocol::Perftest {
@@ -630,7 +630,7 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
                     va: mr.va() + layout.incoming(q),
                     len: layout.unit,
                     mtu: mtu as u16,
-                    cc: cc_name(o.cc),
+                    cc: o.cc,
                     ext: ext.clone(),
                     udp_sport: 0xC000 | (me.qpn as u16 & 0x3FFF),
                     test: test_name.clone(),

@@ -10,6 +10,13 @@
 //! lock-free queue of QP numbers), each CQ handle the consumer end of an SPSC
 //! completion ring.
 //!
+//! The lifecycle is ibverbs': `modify_qp` through RESET, INIT, RTR, RTS
+//! and ERR ([`QueuePair::modify_qp`]; `connect` is INIT -> RTS in one
+//! call), `destroy_qp` / `destroy_cq` / `dereg_mr` / `dealloc_pd` on the
+//! [`Device`] (a CQ or PD still in use is refused, as EBUSY), the same on
+//! drop, async events ([`Device::events`]) and a CQ a program can sleep on
+//! ([`Device::create_cq_with_channel`]).
+//!
 //! A whole program (two devices on a ring pair; WRITE, WRITE with
 //! immediate, SEND, READ, both ATOMICs, a bad rkey) is
 //! `nic/examples/verbs.rs`:
@@ -51,12 +58,23 @@ use std::time::{Duration, Instant};
 use cc::CcKind;
 use crossbeam_channel::{bounded, Sender};
 use dpdk::ExtBuf;
-use rdma::transport::{Access, QpState, RecvWr, SendWr, WorkCompletion};
+use rdma::transport::{Access, QpState};
 
-use crate::contract::{Command, Doorbell, EngineError, EngineShared, Reply, MAX_HOPS};
-pub use crate::contract::{DeviceConfig, QpOptions, RemoteQp};
+pub use crate::contract::{AsyncEvent, DeviceConfig, QpOptions, QpTransition, RemoteQp};
+use crate::contract::{Command, EngineError, EngineShared, Reply, MAX_HOPS};
 use crate::counters::Counters;
 use crate::device::CaptureWriter;
+use crate::notify::CqNotify;
+use crate::staging::Staging;
+
+mod cq;
+mod mr;
+mod qp;
+
+pub use cq::{AsyncEvents, CompletionQueue};
+use mr::MrInner;
+pub use mr::{MemoryRegion, SgRef};
+pub use qp::QueuePair;
 
 /// Errors of the verbs API.
 #[derive(Debug, thiserror::Error)]
@@ -73,9 +91,49 @@ pub enum VerbsError {
     /// The ring towards the engine is full: wait for completions.
     #[error("send queue full")]
     QueueFull,
-    /// The QP has not been connected yet.
-    #[error("QP {0:#x} is not connected (call connect first)")]
-    NotConnected(u32),
+    /// The QP's state does not accept this work request (sends need RTS,
+    /// receives INIT or later; `connect` or `modify_qp` first).
+    #[error("QP {qpn:#x} is in {state:?}: post sends in RTS, receives from INIT on")]
+    NotReady {
+        /// The QP.
+        qpn: u32,
+        /// Its state.
+        state: QpState,
+    },
+    /// `dereg_mr` on a region another clone of the handle still uses.
+    #[error(
+        "memory region {0:#x} has other handles (drop them, or let the last one deregister it)"
+    )]
+    MrShared(u32),
+    /// `reg_mr` over no memory (a null pointer or zero length).
+    #[error("a memory region needs a non-null address and a length above 0")]
+    EmptyRegion,
+    /// More SGEs than the QP was created for (`QpOptions::max_sge`).
+    #[error("{given} SGEs, the QP takes at most {max} (QpOptions::max_sge)")]
+    TooManySges {
+        /// SGEs in the work request.
+        given: usize,
+        /// The QP's limit.
+        max: usize,
+    },
+    /// An inline or gathered payload longer than the QP's staging slot
+    /// (`QpOptions::max_inline_data` / `max_gather_bytes`).
+    #[error("{len} bytes to copy at post time, the QP takes at most {max}")]
+    TooLong {
+        /// The payload's length.
+        len: usize,
+        /// The QP's limit.
+        max: usize,
+    },
+    /// READ and ATOMIC scatter into their local buffer: they take one SGE.
+    #[error("an inline or multi-SGE work request must be a SEND or a WRITE")]
+    NotGatherable,
+    /// An SGE outside its region.
+    #[error("an SGE lies outside its memory region")]
+    OutsideRegion,
+    /// The completion channel's eventfd failed.
+    #[error("completion channel: {0}")]
+    Channel(#[source] std::io::Error),
     /// The two ends of a QP chose different congestion controls.
     #[error("congestion control mismatch: local {local}, remote {remote}")]
     CcMismatch {
@@ -252,22 +310,68 @@ impl Device {
     /// region's address is its virtual address on the wire (as with
     /// ibverbs, the buffer's pointer).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
-        self.reg_mr_in(0, len, access)
+        let mem = ExtBuf::new(vec![0u8; len.max(1)].into_boxed_slice());
+        self.reg_mr_in(0, mem, len, access, false)
     }
 
-    fn reg_mr_in(&self, pd: u32, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
-        let mem = Arc::new(ExtBuf::new(vec![0u8; len.max(1)].into_boxed_slice()));
+    /// Registers the caller's memory, `len` bytes at `addr`, with `access`
+    /// in the default PD (`ibv_reg_mr` over a buffer the program owns): the
+    /// engine sends from it without copying and places received data into
+    /// it, so its virtual address is `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be valid for reads and writes from now until
+    /// the region is deregistered: [`Device::dereg_mr`] or the drop of its
+    /// last handle, which return only once the engine no longer uses the
+    /// memory and no frame in flight refers to it (they wait for such
+    /// frames to be freed). While registered, the engine (another thread)
+    /// reads and writes these bytes, as a NIC's DMA does: the program must
+    /// not hold Rust references over bytes an operation in flight uses.
+    pub unsafe fn reg_user_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
+        if addr.is_null() || len == 0 {
+            return Err(VerbsError::EmptyRegion);
+        }
+        // SAFETY: the caller's contract above is `from_raw`'s.
+        let mem = unsafe { ExtBuf::from_raw(addr, len) };
+        self.reg_mr_in(0, mem, len, access, true)
+    }
+
+    fn reg_mr_in(
+        &self,
+        pd: u32,
+        mem: ExtBuf,
+        len: usize,
+        access: Access,
+        caller_memory: bool,
+    ) -> Result<MemoryRegion, VerbsError> {
+        let mem = Arc::new(mem);
+        let mut inner = MrInner {
+            mem,
+            lkey: 0,
+            rkey: 0,
+            len,
+            cmds: Vec::with_capacity(self.engines.len()),
+            caller_memory,
+        };
         // Every shard knows every region, under the same keys (each shard's
-        // table hands out keys in the order of the same requests).
+        // table hands out keys in the order of the same requests). A failure
+        // drops `inner`, which deregisters from the shards that accepted.
         let mut keys = None;
         for k in 0..self.engines.len() {
-            let m2 = mem.clone();
+            let m2 = inner.mem.clone();
             let got = self.call(k, |reply| Command::RegMr {
                 pd,
                 mem: m2,
                 access,
                 reply,
             })?;
+            (inner.lkey, inner.rkey) = got;
+            inner.cmds.push(self.engines[k].cmd.clone());
             if let Some(first) = keys.filter(|&k0| k0 != got) {
                 return Err(VerbsError::ShardKeys {
                     shard: k,
@@ -277,36 +381,115 @@ impl Device {
             }
             keys = Some(got);
         }
-        let (lkey, rkey) = keys.expect("a device has at least one engine");
         Ok(MemoryRegion {
-            mem,
-            lkey,
-            rkey,
-            len,
+            inner: Arc::new(inner),
         })
     }
 
-    /// Deregisters a region (it stays alive while packets still use it).
+    /// Deregisters a region (`ibv_dereg_mr`): once this returns, no work
+    /// request or peer can use its keys. Refused while other clones of the
+    /// handle exist (the last one's drop deregisters it).
     pub fn dereg_mr(&self, mr: MemoryRegion) -> Result<(), VerbsError> {
-        for k in 0..self.engines.len() {
-            self.call(k, |reply| Command::DeregMr {
-                lkey: mr.lkey,
-                reply,
-            })?;
-        }
-        Ok(())
+        let lkey = mr.lkey();
+        let mut inner = Arc::try_unwrap(mr.inner).map_err(|_| VerbsError::MrShared(lkey))?;
+        inner.deregister()
     }
 
-    /// Creates a completion queue of `depth` entries.
+    /// Creates a completion queue of `depth` entries, polled by the program
+    /// ([`CompletionQueue::poll`]).
     pub fn create_cq(&self, depth: usize) -> Result<CompletionQueue, VerbsError> {
+        self.create_cq_on(depth, None)
+    }
+
+    /// Creates a completion queue of `depth` entries with a completion
+    /// channel, so that the program can sleep until a completion arrives
+    /// ([`CompletionQueue::wait_blocking`]; `ibv_create_comp_channel` +
+    /// `ibv_create_cq`).
+    pub fn create_cq_with_channel(&self, depth: usize) -> Result<CompletionQueue, VerbsError> {
+        let notify = CqNotify::new().map_err(VerbsError::Channel)?;
+        self.create_cq_on(depth, Some(Arc::new(notify)))
+    }
+
+    fn create_cq_on(
+        &self,
+        depth: usize,
+        notify: Option<Arc<CqNotify>>,
+    ) -> Result<CompletionQueue, VerbsError> {
         let (prod, cons) = rtrb::RingBuffer::new(depth.max(1));
         let shard = self.next_cq.fetch_add(1, Ordering::Relaxed) % self.engines.len();
-        let id = self.call(shard, |reply| Command::CreateCq { ring: prod, reply })?;
+        let n2 = notify.clone();
+        let id = self.call(shard, |reply| Command::CreateCq {
+            ring: prod,
+            notify: n2,
+            reply,
+        })?;
         Ok(CompletionQueue {
             id,
             shard,
             ring: cons,
+            cmd: Some(self.engines[shard].cmd.clone()),
+            notify,
         })
+    }
+
+    /// Destroys a completion queue (`ibv_destroy_cq`). Refused while a QP
+    /// completes into it (EBUSY in ibverbs): the handle comes back in the
+    /// error. Dropping the handle instead frees the CQ with its last QP.
+    pub fn destroy_cq(&self, mut cq: CompletionQueue) -> Result<(), Busy<CompletionQueue>> {
+        let (id, cmd) = (cq.id, cq.cmd.clone());
+        let r = match &cmd {
+            Some(c) => request(c, |reply| Command::DestroyCq {
+                cq: id,
+                reply: Some(reply),
+            }),
+            None => Ok(()),
+        };
+        match r {
+            Ok(()) => {
+                cq.cmd = None;
+                Ok(())
+            }
+            Err(error) => Err(Busy { handle: cq, error }),
+        }
+    }
+
+    /// Destroys a queue pair (`ibv_destroy_qp`): its engine slot, timers
+    /// and queues are freed at once; work requests in flight are dropped
+    /// without completions. Dropping the handle does the same.
+    pub fn destroy_qp(&self, mut qp: QueuePair) -> Result<(), VerbsError> {
+        let qpn = qp.qpn;
+        let cmd = qp.cmd.take().ok_or(VerbsError::EngineGone)?;
+        request(&cmd, |reply| Command::DestroyQp {
+            qpn,
+            reply: Some(reply),
+        })
+    }
+
+    /// Deallocates a protection domain (`ibv_dealloc_pd`). Refused while a
+    /// region or a QP of it exists (EBUSY): the handle comes back.
+    pub fn dealloc_pd<'a>(
+        &'a self,
+        pd: ProtectionDomain<'a>,
+    ) -> Result<(), Busy<ProtectionDomain<'a>>> {
+        let id = pd.id;
+        for k in 0..self.engines.len() {
+            if let Err(error) = self.call(k, |reply| Command::DeallocPd { pd: id, reply }) {
+                return Err(Busy { handle: pd, error });
+            }
+        }
+        Ok(())
+    }
+
+    /// The device's async events (`ibv_get_async_event`): a QP that went to
+    /// ERR on its own, a full CQ, the port's link going down or up.
+    pub fn events(&self) -> AsyncEvents {
+        AsyncEvents {
+            rx: self
+                .engines
+                .iter()
+                .map(|h| h.shared.events.1.clone())
+                .collect(),
+        }
     }
 
     /// Creates an RC queue pair in the default PD, completing into
@@ -335,6 +518,14 @@ impl Device {
             });
         }
         let shard = send_cq.shard;
+        let staging = match Staging::region_len(&opts) {
+            0 => None,
+            n => {
+                let mem = ExtBuf::new(vec![0u8; n].into_boxed_slice());
+                let mr = self.reg_mr_in(pd, mem, n, Staging::ACCESS, false)?;
+                Some(Staging::new(mr, &opts))
+            }
+        };
         let depth = opts.sq_depth as usize + opts.rq_depth as usize;
         let (prod, cons) = rtrb::RingBuffer::new(depth.max(2));
         let (send_cq, recv_cq) = (send_cq.id, recv_cq.id);
@@ -352,11 +543,12 @@ impl Device {
             opts,
             ring: prod,
             shared: self.engines[shard].shared.clone(),
-            cmd: self.engines[shard].cmd.clone(),
+            cmd: Some(self.engines[shard].cmd.clone()),
             resolver: self.engines[0].cmd.clone(),
             mac: self.mac,
             ip: self.ip,
-            connected: false,
+            state: QpState::Init,
+            staging,
         })
     }
 }
@@ -377,7 +569,8 @@ impl ProtectionDomain<'_> {
     /// Registers `len` zeroed bytes with `access` in this PD
     /// ([`Device::reg_mr`]).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
-        self.dev.reg_mr_in(self.id, len, access)
+        let mem = ExtBuf::new(vec![0u8; len.max(1)].into_boxed_slice());
+        self.dev.reg_mr_in(self.id, mem, len, access, false)
     }
 
     /// Creates an RC queue pair in this PD ([`Device::create_qp`]): it may
@@ -392,211 +585,28 @@ impl ProtectionDomain<'_> {
     }
 }
 
-/// A registered memory region. Its bytes are shared with the engine, like a
-/// real NIC's DMA memory: do not change bytes an operation in flight uses.
-#[derive(Clone)]
-pub struct MemoryRegion {
-    mem: Arc<ExtBuf>,
-    lkey: u32,
-    rkey: u32,
-    len: usize,
+/// A destroy the engine refused because the object is still in use
+/// (ibverbs' EBUSY); the handle comes back so the program can keep using
+/// it or try again.
+#[derive(thiserror::Error)]
+#[error("{error}")]
+pub struct Busy<T> {
+    /// The handle, still valid.
+    pub handle: T,
+    /// Why.
+    #[source]
+    pub error: VerbsError,
 }
 
-impl MemoryRegion {
-    /// Local key.
-    pub fn lkey(&self) -> u32 {
-        self.lkey
-    }
-    /// Remote key.
-    pub fn rkey(&self) -> u32 {
-        self.rkey
-    }
-    /// Virtual address of byte 0 (what goes into a RETH).
-    pub fn va(&self) -> u64 {
-        self.mem.base_ptr() as u64
-    }
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    /// Whether the region is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Copies `data` into the region at `offset`. Panics if out of range.
-    pub fn write(&self, offset: usize, data: &[u8]) {
-        assert!(
-            offset
-                .checked_add(data.len())
-                .is_some_and(|e| e <= self.len),
-            "write outside the region"
-        );
-        // SAFETY: in range of memory we keep alive; concurrent engine access
-        // to the same bytes is the caller's race, as with hardware DMA.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.mem.base_ptr().add(offset),
-                data.len(),
-            )
-        }
-    }
-
-    /// Copies bytes at `offset` out of the region. Panics if out of range.
-    pub fn read(&self, offset: usize, out: &mut [u8]) {
-        assert!(
-            offset.checked_add(out.len()).is_some_and(|e| e <= self.len),
-            "read outside the region"
-        );
-        // SAFETY: as in `write`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mem.base_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        }
+impl<T> std::fmt::Debug for Busy<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Busy").field("error", &self.error).finish()
     }
 }
 
-/// A completion queue: the consumer end of the engine's completion ring.
-pub struct CompletionQueue {
-    id: u32,
-    /// The engine (shard) that completes into it.
-    shard: usize,
-    ring: rtrb::Consumer<WorkCompletion>,
-}
-
-impl CompletionQueue {
-    /// Takes up to `out.len()` completions; returns how many.
-    pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
-        let mut n = 0;
-        while n < out.len() {
-            match self.ring.pop() {
-                Ok(wc) => {
-                    out[n] = wc;
-                    n += 1;
-                }
-                Err(_) => break,
-            }
-        }
-        n
-    }
-
-    /// Takes one completion, if any.
-    pub fn poll_one(&mut self) -> Option<WorkCompletion> {
-        self.ring.pop().ok()
-    }
-
-    /// Polls for one completion for at most `timeout`: busy for a short
-    /// while, then yielding the CPU between polls (on a host with fewer cores
-    /// than spinning threads, the engine needs it to make progress).
-    pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
-        wait_until(timeout, || self.poll_one())
-    }
-}
-
-/// An RC queue pair handle: posts work requests to the engine.
-pub struct QueuePair {
-    qpn: u32,
-    psn: u32,
-    opts: QpOptions,
-    ring: rtrb::Producer<Doorbell>,
-    shared: Arc<EngineShared>,
-    cmd: Sender<Command>,
-    /// The engine that runs the port's control plane (ARP).
-    resolver: Sender<Command>,
-    mac: [u8; 6],
-    ip: [u8; 4],
-    connected: bool,
-}
-
-impl QueuePair {
-    /// QP number.
-    pub fn qpn(&self) -> u32 {
-        self.qpn
-    }
-
-    /// What the peer needs to connect to this QP.
-    pub fn remote_info(&self) -> RemoteQp {
-        RemoteQp {
-            qpn: self.qpn,
-            psn: self.psn,
-            ip: self.ip,
-            mac: Some(self.mac),
-            mtu: self.opts.mtu,
-            cc: self.opts.cc,
-        }
-    }
-
-    /// Moves the QP to RTR and RTS towards `remote` (IBA 10.3: INIT -> RTR
-    /// needs the peer's QPN, PSN and path; RTR -> RTS our send PSN). The MTU
-    /// used is the smaller of the two; the CC kinds must match. Without
-    /// `remote.mac`, the peer's MAC is resolved by ARP first (as rxe does
-    /// at RTR): this waits for the reply, and fails with
-    /// [`EngineError::ArpFailed`] when none comes (`DeviceConfig::arp`: 3
-    /// requests 1 s apart by default).
-    pub fn connect(&mut self, remote: &RemoteQp) -> Result<(), VerbsError> {
-        if remote.cc != self.opts.cc {
-            return Err(VerbsError::CcMismatch {
-                local: self.opts.cc,
-                remote: remote.cc,
-            });
-        }
-        let mut remote = *remote;
-        if remote.mac.is_none() {
-            let ip = remote.ip;
-            remote.mac = Some(request(&self.resolver, |reply| Command::ResolveMac {
-                ip,
-                reply,
-            })?);
-        }
-        let qpn = self.qpn;
-        request(&self.cmd, |reply| Command::Connect { qpn, remote, reply })?;
-        self.connected = true;
-        Ok(())
-    }
-
-    /// The QP's state as the engine sees it.
-    pub fn state(&self) -> Result<QpState, VerbsError> {
-        let qpn = self.qpn;
-        request(&self.cmd, |reply| Command::QueryQp { qpn, reply })
-    }
-
-    /// One line describing the QP's transport, scheduler and timer state
-    /// (like `rdma resource show qp -d`): for diagnosing a QP that does not
-    /// progress.
-    pub fn describe(&self) -> Result<String, VerbsError> {
-        let qpn = self.qpn;
-        request(&self.cmd, |reply| Command::DescribeQp { qpn, reply })
-    }
-
-    fn ring(&mut self, d: Doorbell) -> Result<(), VerbsError> {
-        self.ring.push(d).map_err(|_| VerbsError::QueueFull)?;
-        self.shared.ring_doorbell(self.qpn);
-        Ok(())
-    }
-
-    /// Posts a send work request (SEND, WRITE, READ, ATOMIC; see
-    /// [`rdma::transport::SendOp`]). Errors found by the engine (a bad lkey,
-    /// a full send queue) come back as error completions.
-    pub fn post_send(&mut self, wr: SendWr) -> Result<(), VerbsError> {
-        if !self.connected {
-            return Err(VerbsError::NotConnected(self.qpn));
-        }
-        self.ring(Doorbell::Send(wr))
-    }
-
-    /// Posts a receive buffer for an incoming SEND (also before `connect`,
-    /// as in verbs, where receives may be posted in INIT).
-    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), VerbsError> {
-        self.ring(Doorbell::Recv(wr))
-    }
-
-    /// Free slots in the doorbell ring.
-    pub fn free_slots(&self) -> usize {
-        self.ring.slots()
+impl<T> From<Busy<T>> for VerbsError {
+    fn from(b: Busy<T>) -> Self {
+        b.error
     }
 }
 

@@ -1,0 +1,61 @@
+//! The engine's end of a completion queue: the producer of the CQ's ring,
+//! and its completion channel when the program sleeps on it
+//! ([`crate::notify`]). The hot path pushes through [`CqRing::push`], which
+//! signals an armed channel once and otherwise costs a branch.
+
+use std::sync::Arc;
+
+use rdma::transport::WorkCompletion;
+
+use crate::notify::CqNotify;
+
+/// One CQ id's slot in the engine.
+pub(crate) struct CqRing {
+    /// The ring's producer; None once the CQ is destroyed (its id is free).
+    ring: Option<rtrb::Producer<WorkCompletion>>,
+    /// The completion channel, if the program asked for one.
+    notify: Option<Arc<CqNotify>>,
+    /// The program dropped its handle while QPs still used the CQ: it is
+    /// freed with its last QP.
+    pub(super) orphaned: bool,
+}
+
+impl CqRing {
+    pub(super) fn new(ring: rtrb::Producer<WorkCompletion>, notify: Option<Arc<CqNotify>>) -> Self {
+        CqRing {
+            ring: Some(ring),
+            notify,
+            orphaned: false,
+        }
+    }
+
+    /// Whether the id is taken (a live CQ, or an orphan waiting for its QPs).
+    pub(super) fn in_use(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Frees the CQ (its id may be reused).
+    pub(super) fn free(&mut self) {
+        self.ring = None;
+        self.notify = None;
+        self.orphaned = false;
+    }
+
+    /// Free entries (0 for a destroyed CQ).
+    #[inline]
+    pub(super) fn slots(&self) -> usize {
+        self.ring.as_ref().map_or(0, rtrb::Producer::slots)
+    }
+
+    /// Pushes a completion (gives it back if the ring is full or the CQ is
+    /// destroyed) and signals the completion channel if it is armed.
+    #[inline]
+    pub(super) fn push(&mut self, wc: WorkCompletion) -> Result<(), WorkCompletion> {
+        let ring = self.ring.as_mut().ok_or(wc)?;
+        ring.push(wc).map_err(|rtrb::PushError::Full(wc)| wc)?;
+        if let Some(n) = &self.notify {
+            n.completed();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,144 @@
+//! Completion queues ([`CompletionQueue`], `ibv_cq` with its completion
+//! channel) and the device's async event queue ([`AsyncEvents`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use rdma::transport::WorkCompletion;
+
+use super::{wait_until, AsyncEvent, VerbsError};
+use crate::contract::Command;
+use crate::notify::CqNotify;
+
+/// A completion queue: the consumer end of the engine's completion ring.
+/// Dropping it destroys the CQ (with its last QP, if QPs still use it).
+pub struct CompletionQueue {
+    pub(super) id: u32,
+    /// The engine (shard) that completes into it.
+    pub(super) shard: usize,
+    pub(super) ring: rtrb::Consumer<WorkCompletion>,
+    /// The engine's command channel (None once destroyed).
+    pub(super) cmd: Option<Sender<Command>>,
+    /// The completion channel ([`super::Device::create_cq_with_channel`]).
+    pub(super) notify: Option<Arc<CqNotify>>,
+}
+
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        if let Some(cmd) = self.cmd.take() {
+            let _ = cmd.send(Command::DestroyCq {
+                cq: self.id,
+                reply: None,
+            });
+        }
+    }
+}
+
+impl CompletionQueue {
+    /// The CQ's number on its engine (ids of destroyed CQs are reused).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Takes up to `out.len()` completions; returns how many.
+    pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.ring.pop() {
+                Ok(wc) => {
+                    out[n] = wc;
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        n
+    }
+
+    /// Takes one completion, if any.
+    pub fn poll_one(&mut self) -> Option<WorkCompletion> {
+        self.ring.pop().ok()
+    }
+
+    /// Polls for one completion for at most `timeout`: busy for a short
+    /// while, then yielding the CPU between polls (on a host with fewer cores
+    /// than spinning threads, the engine needs it to make progress).
+    pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
+        wait_until(timeout, || self.poll_one())
+    }
+
+    /// Asks the engine to signal the completion channel at the next
+    /// completion (`ibv_req_notify_cq`); false without a channel.
+    pub fn req_notify(&self) -> bool {
+        self.notify.as_ref().inspect(|n| n.arm()).is_some()
+    }
+
+    /// Takes one completion, sleeping in the kernel (not spinning) until
+    /// one arrives or `timeout` passes: poll, arm, poll again, sleep on the
+    /// completion channel (`ibv_get_cq_event`). Without a channel
+    /// ([`super::Device::create_cq`]) it falls back to [`Self::wait`].
+    pub fn wait_blocking(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<WorkCompletion>, VerbsError> {
+        let Some(notify) = self.notify.clone() else {
+            return Ok(self.wait(timeout));
+        };
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(wc) = self.poll_one() {
+                return Ok(Some(wc));
+            }
+            notify.arm();
+            // A completion that came before the arm does not signal.
+            if let Some(wc) = self.poll_one() {
+                return Ok(Some(wc));
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            notify.wait(Some(left)).map_err(VerbsError::Channel)?;
+        }
+    }
+
+    /// The completion channel's eventfd, for a program that waits in its
+    /// own `epoll` (arm with [`Self::req_notify`] first).
+    pub fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.notify.as_ref().map(|n| n.as_raw_fd())
+    }
+}
+
+/// A device's async event queue ([`super::Device::events`]), one per engine
+/// (shard) of the device, read as one.
+pub struct AsyncEvents {
+    pub(super) rx: Vec<Receiver<AsyncEvent>>,
+}
+
+impl AsyncEvents {
+    /// The next event, if one is queued.
+    pub fn try_next(&self) -> Option<AsyncEvent> {
+        self.rx.iter().find_map(|r| r.try_recv().ok())
+    }
+
+    /// Waits up to `timeout` for the next event (`ibv_get_async_event`).
+    pub fn next_timeout(&self, timeout: Duration) -> Option<AsyncEvent> {
+        let mut sel = crossbeam_channel::Select::new();
+        for r in &self.rx {
+            sel.recv(r);
+        }
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let op = sel.select_timeout(left).ok()?;
+            let i = op.index();
+            if let Ok(ev) = op.recv(&self.rx[i]) {
+                return Some(ev);
+            }
+            // That engine is gone; wait on the others.
+            sel.remove(i);
+        }
+    }
+}

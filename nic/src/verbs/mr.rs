@@ -1,0 +1,187 @@
+//! Memory regions ([`MemoryRegion`], `ibv_mr`) and gather elements
+//! ([`SgRef`]).
+
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use dpdk::ExtBuf;
+use rdma::transport::Sge;
+
+use super::{request, VerbsError};
+use crate::contract::Command;
+
+/// A registered memory region. Its bytes are shared with the engine, like a
+/// real NIC's DMA memory: do not change bytes an operation in flight uses.
+/// Clones share the registration; the last one's drop deregisters it
+/// (or [`super::Device::dereg_mr`]).
+#[derive(Clone)]
+pub struct MemoryRegion {
+    pub(super) inner: Arc<MrInner>,
+}
+
+/// The registration behind the clones of a [`MemoryRegion`].
+pub(super) struct MrInner {
+    pub(super) mem: Arc<ExtBuf>,
+    pub(super) lkey: u32,
+    pub(super) rkey: u32,
+    pub(super) len: usize,
+    /// The engines it is registered with (emptied once deregistered).
+    pub(super) cmds: Vec<Sender<Command>>,
+    /// The caller's memory ([`super::Device::reg_user_mr`]): deregistering waits
+    /// until nothing uses it any more.
+    pub(super) caller_memory: bool,
+}
+
+impl MrInner {
+    /// Deregisters from every engine and, for the caller's memory, waits
+    /// until no frame in flight refers to it.
+    pub(super) fn deregister(&mut self) -> Result<(), VerbsError> {
+        let mut result = Ok(());
+        for cmd in self.cmds.drain(..) {
+            let lkey = self.lkey;
+            let r = request(&cmd, |reply| Command::DeregMr {
+                lkey,
+                reply: Some(reply),
+            });
+            result = result.and(r);
+        }
+        if self.caller_memory {
+            // The engines dropped their references; frames sent zero-copy
+            // hold one each until the driver frees them.
+            while self.mem.refs() != 1 {
+                std::thread::yield_now();
+            }
+        }
+        result
+    }
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        if self.caller_memory {
+            let _ = self.deregister();
+        } else {
+            // The engine keeps the memory alive while frames use it.
+            for cmd in self.cmds.drain(..) {
+                let _ = cmd.send(Command::DeregMr {
+                    lkey: self.lkey,
+                    reply: None,
+                });
+            }
+        }
+    }
+}
+
+impl MemoryRegion {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.inner.lkey
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.inner.rkey
+    }
+    /// Virtual address of byte 0 (what goes into a RETH).
+    pub fn va(&self) -> u64 {
+        self.inner.mem.base_ptr() as u64
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// Copies `data` into the region at `offset`. Panics if out of range.
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        assert!(
+            offset
+                .checked_add(data.len())
+                .is_some_and(|e| e <= self.inner.len),
+            "write outside the region"
+        );
+        // SAFETY: in range of memory we keep alive; concurrent engine access
+        // to the same bytes is the caller's race, as with hardware DMA.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.inner.mem.base_ptr().add(offset),
+                data.len(),
+            )
+        }
+    }
+
+    /// Copies `len` bytes at `src_offset` of `src` into this region at
+    /// `offset` (regions may be the same; ranges are checked).
+    pub(crate) fn copy_from(
+        &self,
+        offset: usize,
+        src: &MemoryRegion,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<(), VerbsError> {
+        let fits = |o: usize, r: &MemoryRegion| o.checked_add(len).is_some_and(|e| e <= r.len());
+        if !fits(offset, self) || !fits(src_offset, src) {
+            return Err(VerbsError::OutsideRegion);
+        }
+        // SAFETY: both ranges are inside memory the handles keep alive;
+        // `copy` allows overlap. Concurrent engine access to the same
+        // bytes is the caller's race, as with hardware DMA (see `write`).
+        unsafe {
+            std::ptr::copy(
+                src.inner.mem.base_ptr().add(src_offset),
+                self.inner.mem.base_ptr().add(offset),
+                len,
+            )
+        }
+        Ok(())
+    }
+
+    /// Copies bytes at `offset` out of the region. Panics if out of range.
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(
+            offset
+                .checked_add(out.len())
+                .is_some_and(|e| e <= self.inner.len),
+            "read outside the region"
+        );
+        // SAFETY: as in `write`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.inner.mem.base_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        }
+    }
+}
+
+/// One element of a gather list ([`super::QueuePair::post_send_sgl`]): `len`
+/// bytes at `offset` of a registered region (an `ibv_sge` with its region
+/// instead of the region's lkey).
+#[derive(Clone, Copy)]
+pub struct SgRef<'a> {
+    /// The region.
+    pub mr: &'a MemoryRegion,
+    /// Offset of the first byte in the region.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+impl SgRef<'_> {
+    /// The element as a work request's SGE, checked against its region.
+    pub(super) fn sge(&self) -> Result<Sge, VerbsError> {
+        let inside = matches!(self.offset.checked_add(self.len), Some(e) if e <= self.mr.len());
+        if !inside || self.len > u32::MAX as usize {
+            return Err(VerbsError::OutsideRegion);
+        }
+        Ok(Sge {
+            addr: self.mr.va() + self.offset as u64,
+            len: self.len as u32,
+            lkey: self.mr.lkey(),
+        })
+    }
+}

@@ -1,0 +1,269 @@
+//! RC queue pair handles ([`QueuePair`], `ibv_qp`): posting work
+//! requests, `modify_qp`, inline and gathered sends.
+
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use rdma::transport::{QpState, RecvWr, SendOp, SendWr, Sge};
+
+use super::{request, QpOptions, QpTransition, RemoteQp, SgRef, VerbsError};
+use crate::contract::{Command, Doorbell, EngineShared, Reply};
+use crate::staging::{Part, Staging};
+
+/// An RC queue pair handle: posts work requests to the engine.
+pub struct QueuePair {
+    pub(super) qpn: u32,
+    pub(super) psn: u32,
+    pub(super) opts: QpOptions,
+    pub(super) ring: rtrb::Producer<Doorbell>,
+    pub(super) shared: Arc<EngineShared>,
+    /// The engine's command channel (None once destroyed).
+    pub(super) cmd: Option<Sender<Command>>,
+    /// The engine that runs the port's control plane (ARP).
+    pub(super) resolver: Sender<Command>,
+    pub(super) mac: [u8; 6],
+    pub(super) ip: [u8; 4],
+    /// The state the program last moved it to (the engine may have moved
+    /// it to ERR since; work posted then completes with WR_FLUSH_ERR).
+    pub(super) state: QpState,
+    /// Where inline and multi-SGE sends are copied at post time.
+    pub(super) staging: Option<Staging>,
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        if let Some(cmd) = self.cmd.take() {
+            let _ = cmd.send(Command::DestroyQp {
+                qpn: self.qpn,
+                reply: None,
+            });
+        }
+    }
+}
+
+impl QueuePair {
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// What the peer needs to connect to this QP.
+    pub fn remote_info(&self) -> RemoteQp {
+        RemoteQp {
+            qpn: self.qpn,
+            psn: self.psn,
+            ip: self.ip,
+            mac: Some(self.mac),
+            mtu: self.opts.mtu,
+            cc: self.opts.cc,
+        }
+    }
+
+    /// Moves the QP from INIT to RTR and RTS towards `remote` in one call
+    /// (IBA 10.3: INIT -> RTR needs the peer's QPN, PSN and path; RTR ->
+    /// RTS our send PSN), the shortcut for [`Self::modify_qp`] twice. The
+    /// MTU used is the smaller of the two; the CC kinds must match.
+    ///
+    /// Without `remote.mac`, the peer's MAC is resolved by ARP first (as rxe
+    /// does at RTR): this waits for the reply, and fails with
+    /// [`crate::contract::EngineError::ArpFailed`] when none comes (`DeviceConfig::arp`: 3
+    /// requests 1 s apart by default).
+    pub fn connect(&mut self, remote: &RemoteQp) -> Result<(), VerbsError> {
+        self.check_cc(remote)?;
+        let remote = self.with_mac(remote)?;
+        let qpn = self.qpn;
+        self.request(|reply| Command::Connect { qpn, remote, reply })?;
+        self.state = QpState::Rts;
+        Ok(())
+    }
+
+    /// `remote` with its MAC: as given, or resolved by ARP.
+    fn with_mac(&self, remote: &RemoteQp) -> Result<RemoteQp, VerbsError> {
+        let mut remote = *remote;
+        if remote.mac.is_none() {
+            let ip = remote.ip;
+            remote.mac = Some(request(&self.resolver, |reply| Command::ResolveMac {
+                ip,
+                reply,
+            })?);
+        }
+        Ok(remote)
+    }
+
+    fn check_cc(&self, remote: &RemoteQp) -> Result<(), VerbsError> {
+        if remote.cc != self.opts.cc {
+            return Err(VerbsError::CcMismatch {
+                local: self.opts.cc,
+                remote: remote.cc,
+            });
+        }
+        Ok(())
+    }
+
+    /// Moves the QP to another state (`ibv_modify_qp`), as IBA 10.3.1
+    /// allows: RESET -> INIT -> RTR (towards a peer) -> RTS, any state to
+    /// ERR (its outstanding work completes with `WR_FLUSH_ERR`, and so does
+    /// work posted later) and to RESET (its work is dropped; it can go to
+    /// INIT again and be reused). A QP is created in INIT (as
+    /// `rdma_create_qp` leaves it).
+    pub fn modify_qp(&mut self, to: QpTransition) -> Result<(), VerbsError> {
+        let to = match to {
+            QpTransition::Rtr(remote) => {
+                self.check_cc(&remote)?;
+                QpTransition::Rtr(self.with_mac(&remote)?)
+            }
+            other => other,
+        };
+        let qpn = self.qpn;
+        self.request(|reply| Command::ModifyQp { qpn, to, reply })?;
+        self.state = match to {
+            QpTransition::Reset => QpState::Reset,
+            QpTransition::Init => QpState::Init,
+            QpTransition::Rtr(_) => QpState::Rtr,
+            QpTransition::Rts => QpState::Rts,
+            QpTransition::Err => QpState::Err,
+        };
+        Ok(())
+    }
+
+    fn request<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, VerbsError> {
+        request(self.cmd.as_ref().ok_or(VerbsError::EngineGone)?, make)
+    }
+
+    /// The QP's state as the engine sees it.
+    pub fn state(&self) -> Result<QpState, VerbsError> {
+        let qpn = self.qpn;
+        self.request(|reply| Command::QueryQp { qpn, reply })
+    }
+
+    /// One line describing the QP's transport, scheduler and timer state
+    /// (like `rdma resource show qp -d`): for diagnosing a QP that does not
+    /// progress.
+    pub fn describe(&self) -> Result<String, VerbsError> {
+        let qpn = self.qpn;
+        self.request(|reply| Command::DescribeQp { qpn, reply })
+    }
+
+    fn ring(&mut self, d: Doorbell) -> Result<(), VerbsError> {
+        self.ring.push(d).map_err(|_| VerbsError::QueueFull)?;
+        self.shared.ring_doorbell(self.qpn);
+        Ok(())
+    }
+
+    /// Posts a send work request (SEND, WRITE, READ, ATOMIC; see
+    /// [`rdma::transport::SendOp`]). Errors found by the engine (a bad lkey,
+    /// a full send queue) come back as error completions.
+    /// In ERR, it completes with `WR_FLUSH_ERR`.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), VerbsError> {
+        if !matches!(self.state, QpState::Rts | QpState::Err) {
+            return Err(self.not_ready());
+        }
+        self.ring(Doorbell::Send(wr))
+    }
+
+    /// Posts a receive buffer for an incoming SEND (from INIT on, as in
+    /// verbs, so before `connect` too; in ERR it completes with
+    /// `WR_FLUSH_ERR`).
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), VerbsError> {
+        if self.state == QpState::Reset {
+            return Err(self.not_ready());
+        }
+        self.ring(Doorbell::Recv(wr))
+    }
+
+    /// Posts a SEND or WRITE that gathers its payload from several SGEs
+    /// (`ibv_send_wr` with `num_sge` up to `QpOptions::max_sge`), in order.
+    /// One SGE is sent zero-copy like [`Self::post_send`]; several are
+    /// gathered into the QP's staging memory now (up to
+    /// `QpOptions::max_gather_bytes`), so the regions may change as soon as
+    /// this returns.
+    pub fn post_send_sgl(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        sgl: &[SgRef<'_>],
+        signaled: bool,
+    ) -> Result<(), VerbsError> {
+        let max = usize::from(self.opts.max_sge.max(1));
+        if sgl.len() > max {
+            return Err(VerbsError::TooManySges {
+                given: sgl.len(),
+                max,
+            });
+        }
+        let sge = match sgl {
+            [one] => one.sge()?,
+            _ => {
+                for r in sgl {
+                    r.sge()?;
+                }
+                self.stage(op, sgl.iter().map(|r| Part::Region(r.mr, r.offset, r.len)))?
+            }
+        };
+        self.post_send(SendWr {
+            wr_id,
+            op,
+            sge,
+            signaled,
+            solicited: false,
+        })
+    }
+
+    /// Posts a SEND or WRITE of `data`, copied now (`IBV_SEND_INLINE`: no
+    /// registered memory, no lkey; at most `QpOptions::max_inline_data`
+    /// bytes).
+    pub fn post_send_inline(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        data: &[u8],
+        signaled: bool,
+    ) -> Result<(), VerbsError> {
+        let max = self.opts.max_inline_data as usize;
+        if data.len() > max {
+            return Err(VerbsError::TooLong {
+                len: data.len(),
+                max,
+            });
+        }
+        let sge = self.stage(op, [Part::Bytes(data)])?;
+        self.post_send(SendWr {
+            wr_id,
+            op,
+            sge,
+            signaled,
+            solicited: false,
+        })
+    }
+
+    fn stage<'a>(
+        &mut self,
+        op: SendOp,
+        parts: impl IntoIterator<Item = Part<'a>>,
+    ) -> Result<Sge, VerbsError> {
+        if op.needs_response() {
+            return Err(VerbsError::NotGatherable);
+        }
+        if !matches!(self.state, QpState::Rts | QpState::Err) {
+            return Err(self.not_ready());
+        }
+        let max = Staging::slot_bytes(&self.opts);
+        let staging = self
+            .staging
+            .as_mut()
+            .ok_or(VerbsError::TooLong { len: 1, max })?;
+        staging.stage(parts)
+    }
+
+    fn not_ready(&self) -> VerbsError {
+        VerbsError::NotReady {
+            qpn: self.qpn,
+            state: self.state,
+        }
+    }
+
+    /// Free slots in the doorbell ring.
+    pub fn free_slots(&self) -> usize {
+        self.ring.slots()
+    }
+}

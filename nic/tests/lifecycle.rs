@@ -1,0 +1,423 @@
+//! The verbs lifecycle on real engines (a DPDK ring pair): QPs created and
+//! destroyed without leaking, `modify_qp` through ERR (flush), RESET and
+//! back to RTS, busy CQs and PDs refused, async events, the blocking CQ
+//! wait on its eventfd, and regions over the caller's memory.
+
+use std::time::{Duration, Instant};
+
+use dpdk::{Eal, Port};
+use nic::contract::EngineError;
+use nic::verbs::{
+    AsyncEvent, CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QpTransition,
+    QueuePair, VerbsError,
+};
+use rdma::transport::{Access, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus};
+
+const ALL: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ);
+
+/// Two devices on a ring pair, with pools small enough that the tests of
+/// this file fit the test EAL's memory side by side.
+fn pair(name: &str) -> (Device, Device) {
+    let eal = Eal::for_tests();
+    let (pa, pb) = Port::ring_pair(eal, name, 1024).unwrap();
+    let cfg = |ip| DeviceConfig {
+        pool_size: 4095,
+        ..DeviceConfig::new(ip)
+    };
+    let a = Device::open(eal, pa, cfg([10, 0, 0, 1])).unwrap();
+    let b = Device::open(eal, pb, cfg([10, 0, 0, 2])).unwrap();
+    (a, b)
+}
+
+fn write(wr_id: u64, src: &MemoryRegion, dst: &MemoryRegion, len: u32) -> SendWr {
+    SendWr {
+        wr_id,
+        op: SendOp::Write {
+            remote_va: dst.va(),
+            rkey: dst.rkey(),
+        },
+        sge: Sge {
+            addr: src.va(),
+            len,
+            lkey: src.lkey(),
+        },
+        signaled: true,
+        solicited: false,
+    }
+}
+
+fn recv(wr_id: u64, mr: &MemoryRegion, len: u32) -> RecvWr {
+    RecvWr {
+        wr_id,
+        sge: Sge {
+            addr: mr.va(),
+            len,
+            lkey: mr.lkey(),
+        },
+    }
+}
+
+fn connected(
+    a: &Device,
+    b: &Device,
+    ca: &CompletionQueue,
+    cb: &CompletionQueue,
+) -> (QueuePair, QueuePair) {
+    let mut qa = a.create_qp(ca, ca, QpOptions::default()).unwrap();
+    let mut qb = b.create_qp(cb, cb, QpOptions::default()).unwrap();
+    qa.connect(&qb.remote_info()).unwrap();
+    qb.connect(&qa.remote_info()).unwrap();
+    (qa, qb)
+}
+
+/// Resident set size of this process, bytes.
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// The engine's QP gauge as published (at most a millisecond old).
+fn qps_live(d: &Device, want: u64) -> u64 {
+    let end = Instant::now() + Duration::from_secs(2);
+    loop {
+        let n = d.counters().qps_live;
+        if n == want || Instant::now() > end {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// 100k QPs created and destroyed one after the other (more than six
+/// times the engine's 16384 slots, so a leaked slot fails the create),
+/// half by `destroy_qp`, half by dropping the handle, every 1000th one
+/// connected and used for a WRITE first (timers, scheduler, lists): the
+/// engine's QP count returns to what it was and the RSS stays flat.
+#[test]
+fn create_and_destroy_100k_qps_with_memory_flat() {
+    // LIFECYCLE_QPS lowers the count on a loaded host, where each slow-path
+    // round trip waits for a scheduler slice (keep it above 16384).
+    let n: u32 = std::env::var("LIFECYCLE_QPS").map_or(100_000, |v| v.parse().unwrap());
+    let (a, b) = pair("life_100k");
+    let (mut ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let src = a.reg_mr(4096, ALL).unwrap();
+    let dst = b.reg_mr(4096, ALL).unwrap();
+    let mut rss_warm = 0;
+    let started = Instant::now();
+    for k in 0..n {
+        if k == n / 20 {
+            rss_warm = rss();
+        }
+        if k % 1000 == 0 {
+            let (mut qa, qb) = connected(&a, &b, &ca, &cb);
+            qa.post_send(write(u64::from(k), &src, &dst, 64)).unwrap();
+            let wc = ca.wait(Duration::from_secs(5)).expect("completion");
+            assert_eq!((wc.wr_id, wc.status), (u64::from(k), WcStatus::Success));
+            a.destroy_qp(qa).unwrap();
+            drop(qb);
+            continue;
+        }
+        let qp = a.create_qp(&ca, &ca, QpOptions::default()).unwrap();
+        if k % 2 == 0 {
+            a.destroy_qp(qp).unwrap();
+        } else {
+            drop(qp);
+        }
+    }
+    let took = started.elapsed();
+    assert_eq!(qps_live(&a, 0), 0, "every QP of A destroyed");
+    assert_eq!(qps_live(&b, 0), 0, "every QP of B destroyed");
+    let grown = rss().saturating_sub(rss_warm);
+    eprintln!(
+        "{n} QPs created and destroyed in {took:?}; RSS {} MiB, grew {} KiB after warm-up",
+        rss() >> 20,
+        grown >> 10
+    );
+    assert!(
+        grown < 16 << 20,
+        "RSS grew by {} KiB over {} QPs",
+        grown >> 10,
+        n - n / 20
+    );
+}
+
+/// A QP with outstanding sends and receives moved to ERR: every one
+/// completes with WR_FLUSH_ERR, and so does one posted in ERR; the QP is
+/// then reset, brought back to RTS with `modify_qp` (the peer too) and
+/// moves data again. The program's own ERR raises no QP-fatal event.
+#[test]
+fn err_flushes_then_reset_and_reuse() {
+    let (a, b) = pair("life_err");
+    let (mut ca, mut cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (mut qa, mut qb) = connected(&a, &b, &ca, &cb);
+    let src = a.reg_mr(4096, ALL).unwrap();
+    let dst = b.reg_mr(4096, ALL).unwrap();
+    src.write(0, b"before the reset");
+
+    // B stops answering (ERR drops what arrives), so A's WRITEs stay
+    // outstanding; A also waits for two SENDs that never come.
+    qb.modify_qp(QpTransition::Err).unwrap();
+    assert_eq!(qb.state().unwrap(), QpState::Err);
+    qa.post_recv(recv(100, &src, 64)).unwrap();
+    qa.post_recv(recv(101, &src, 64)).unwrap();
+    for id in 1..=3 {
+        qa.post_send(write(id, &src, &dst, 16)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(ca.poll_one().is_none(), "nothing completes before the ERR");
+    qa.modify_qp(QpTransition::Err).unwrap();
+    let mut flushed: Vec<(u64, WcOpcode)> = (0..5)
+        .map(|_| {
+            let wc = ca.wait(Duration::from_secs(5)).expect("flushed completion");
+            assert_eq!(wc.status, WcStatus::WrFlushErr, "{wc:?}");
+            (wc.wr_id, wc.opcode)
+        })
+        .collect();
+    flushed.sort_by_key(|f| f.0);
+    assert_eq!(
+        flushed,
+        [
+            (1, WcOpcode::RdmaWrite),
+            (2, WcOpcode::RdmaWrite),
+            (3, WcOpcode::RdmaWrite),
+            (100, WcOpcode::Recv),
+            (101, WcOpcode::Recv)
+        ]
+    );
+    qa.post_send(write(4, &src, &dst, 16)).unwrap();
+    let wc = ca.wait(Duration::from_secs(5)).expect("completion in ERR");
+    assert_eq!((wc.wr_id, wc.status), (4, WcStatus::WrFlushErr));
+    // B's receive CQ: nothing was posted there, nothing flushed.
+    assert!(cb.poll_one().is_none());
+
+    // Illegal: ERR -> RTS.
+    match qa.modify_qp(QpTransition::Rts) {
+        Err(VerbsError::Engine(EngineError::Transport { .. })) => {}
+        other => panic!("ERR -> RTS must be refused, got {other:?}"),
+    }
+
+    // RESET, INIT, RTR, RTS on both ends; then a WRITE goes through.
+    for q in [&mut qa, &mut qb] {
+        q.modify_qp(QpTransition::Reset).unwrap();
+        assert_eq!(q.state().unwrap(), QpState::Reset);
+        assert!(matches!(
+            q.post_recv(recv(0, &src, 8)),
+            Err(VerbsError::NotReady { .. })
+        ));
+        q.modify_qp(QpTransition::Init).unwrap();
+    }
+    let (ra, rb) = (qa.remote_info(), qb.remote_info());
+    qa.modify_qp(QpTransition::Rtr(rb)).unwrap();
+    qb.modify_qp(QpTransition::Rtr(ra)).unwrap();
+    assert_eq!(qa.state().unwrap(), QpState::Rtr);
+    assert!(matches!(
+        qa.post_send(write(5, &src, &dst, 16)),
+        Err(VerbsError::NotReady { .. })
+    ));
+    qa.modify_qp(QpTransition::Rts).unwrap();
+    qb.modify_qp(QpTransition::Rts).unwrap();
+    assert_eq!(qa.state().unwrap(), QpState::Rts);
+    qa.post_send(write(6, &src, &dst, 16)).unwrap();
+    let wc = ca
+        .wait(Duration::from_secs(5))
+        .expect("completion after reuse");
+    assert_eq!((wc.wr_id, wc.status), (6, WcStatus::Success), "{wc:?}");
+    let mut got = [0u8; 16];
+    dst.read(0, &mut got);
+    assert_eq!(&got, b"before the reset");
+    assert!(
+        ca.poll_one().is_none(),
+        "the reset dropped nothing into the CQ"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(
+        a.events().try_next(),
+        None,
+        "an ERR by the program is no event"
+    );
+    assert_eq!(b.events().try_next(), None);
+}
+
+/// `destroy_cq` on a CQ a QP completes into is refused with the handle
+/// back (EBUSY); so is `dealloc_pd` on a PD with a region or a QP. Both go
+/// once their users are gone.
+#[test]
+fn busy_cq_and_pd_are_refused() {
+    let (a, _b) = pair("life_busy");
+    let cq = a.create_cq(16).unwrap();
+    let qp = a.create_qp(&cq, &cq, QpOptions::default()).unwrap();
+    let cq = match a.destroy_cq(cq) {
+        Err(busy) => {
+            assert!(
+                matches!(busy.error, VerbsError::Engine(EngineError::CqBusy(_))),
+                "{busy}"
+            );
+            busy.handle
+        }
+        Ok(()) => panic!("a CQ in use was destroyed"),
+    };
+    // The CQ still works for new QPs.
+    let qp2 = a.create_qp(&cq, &cq, QpOptions::default()).unwrap();
+    a.destroy_qp(qp).unwrap();
+    assert!(a.destroy_cq(cq).is_err(), "qp2 still uses it");
+    drop(qp2);
+    let cq = a.create_cq(16).unwrap();
+    a.destroy_cq(cq).unwrap();
+
+    let pd = a.alloc_pd();
+    let mr = pd.reg_mr(4096, ALL).unwrap();
+    let pd = match a.dealloc_pd(pd) {
+        Err(busy) => {
+            assert!(matches!(
+                busy.error,
+                VerbsError::Engine(EngineError::PdBusy(_))
+            ));
+            busy.handle
+        }
+        Ok(()) => panic!("a PD with a region was deallocated"),
+    };
+    let cq = a.create_cq(16).unwrap();
+    let qp = pd.create_qp(&cq, &cq, QpOptions::default()).unwrap();
+    a.dereg_mr(mr).unwrap();
+    let pd = a.dealloc_pd(pd).expect_err("the QP holds it").handle;
+    a.destroy_qp(qp).unwrap();
+    a.dealloc_pd(pd).unwrap();
+}
+
+/// A CQ dropped while its QP lives goes when the QP goes; its id is then
+/// free (the engine's CQ table does not grow over create/drop cycles).
+#[test]
+fn a_dropped_cq_is_freed_with_its_last_qp() {
+    let (a, _b) = pair("life_orphan");
+    for _ in 0..100 {
+        let cq = a.create_cq(16).unwrap();
+        let qp = a.create_qp(&cq, &cq, QpOptions::default()).unwrap();
+        drop(cq);
+        drop(qp);
+    }
+    assert_eq!(qps_live(&a, 0), 0);
+    // Two live CQs: ids 0 and 1 again if the 100 freed theirs.
+    let (c0, c1) = (a.create_cq(4).unwrap(), a.create_cq(4).unwrap());
+    assert_eq!((c0.id(), c1.id()), (0, 1));
+    let q = a.create_qp(&c0, &c1, QpOptions::default()).unwrap();
+    assert!(q.describe().is_ok());
+}
+
+/// A program sleeping on a CQ's completion channel wakes when a SEND
+/// lands, having used almost no CPU while it waited (it slept in the
+/// kernel, it did not spin).
+#[test]
+fn blocking_wait_wakes_on_a_completion() {
+    let (a, b) = pair("life_wait");
+    let ca = a.create_cq(16).unwrap();
+    let mut cb = b.create_cq_with_channel(16).unwrap();
+    assert!(cb.channel_fd().is_some());
+    let (mut qa, mut qb) = connected(&a, &b, &ca, &cb);
+    let src = a.reg_mr(4096, ALL).unwrap();
+    let dst = b.reg_mr(4096, ALL).unwrap();
+    src.write(0, b"wake up");
+    qb.post_recv(recv(7, &dst, 64)).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let cpu0 = thread_cpu();
+        let wc = cb.wait_blocking(Duration::from_secs(10)).unwrap();
+        (wc, t0.elapsed(), thread_cpu() - cpu0)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    qa.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Send,
+        sge: Sge {
+            addr: src.va(),
+            len: 7,
+            lkey: src.lkey(),
+        },
+        signaled: false,
+        solicited: false,
+    })
+    .unwrap();
+    let (wc, waited, cpu) = waiter.join().unwrap();
+    let wc = wc.expect("woken by the completion, not the timeout");
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (7, WcStatus::Success, 7)
+    );
+    assert!(waited >= Duration::from_millis(250), "waited {waited:?}");
+    assert!(
+        cpu < Duration::from_millis(50),
+        "the waiter used {cpu:?} of CPU in {waited:?}: it spun"
+    );
+    let mut got = [0u8; 7];
+    dst.read(0, &mut got);
+    assert_eq!(&got, b"wake up");
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    let t = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    // utime and stime, fields 14 and 15, after the ")" of the name.
+    let rest = &t[t.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    Duration::from_millis((f[0] + f[1]) * 10)
+}
+
+/// A WRITE with a key the peer does not know sends A's QP to ERR on its
+/// own: the program hears of it as a QP-fatal event.
+#[test]
+fn a_fatal_qp_error_is_an_async_event() {
+    let (a, b) = pair("life_fatal");
+    let (mut ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let (mut qa, _qb) = connected(&a, &b, &ca, &cb);
+    let src = a.reg_mr(4096, ALL).unwrap();
+    let dst = b.reg_mr(4096, ALL).unwrap();
+    let mut wr = write(1, &src, &dst, 16);
+    wr.op = SendOp::Write {
+        remote_va: dst.va(),
+        rkey: dst.rkey() ^ 0x5500,
+    };
+    qa.post_send(wr).unwrap();
+    let wc = ca.wait(Duration::from_secs(5)).expect("completion");
+    assert_eq!(wc.status, WcStatus::RemAccessErr);
+    let ev = a.events().next_timeout(Duration::from_secs(2));
+    assert_eq!(ev, Some(AsyncEvent::QpFatal { qpn: qa.qpn() }));
+}
+
+/// A region over the caller's own memory: a WRITE from one program buffer
+/// lands in another program buffer, and deregistering hands the memory
+/// back.
+#[test]
+fn regions_over_the_callers_memory() {
+    let (a, b) = pair("life_user_mr");
+    let (mut ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let (mut qa, _qb) = connected(&a, &b, &ca, &cb);
+    let mut src_buf: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
+    let mut dst_buf = vec![0u8; 8192];
+    // SAFETY: both vectors outlive their regions (deregistered below,
+    // before the vectors are read or dropped).
+    let (src, dst) = unsafe {
+        (
+            a.reg_user_mr(src_buf.as_mut_ptr(), src_buf.len(), ALL)
+                .unwrap(),
+            b.reg_user_mr(dst_buf.as_mut_ptr(), dst_buf.len(), ALL)
+                .unwrap(),
+        )
+    };
+    assert_eq!(src.va(), src_buf.as_ptr() as u64);
+    qa.post_send(write(1, &src, &dst, 8192)).unwrap();
+    let wc = ca.wait(Duration::from_secs(5)).expect("completion");
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    a.dereg_mr(src).unwrap();
+    b.dereg_mr(dst).unwrap();
+    assert_eq!(dst_buf, src_buf);
+    // SAFETY: a null region is refused before anything is registered.
+    let null = unsafe { a.reg_user_mr(std::ptr::null_mut(), 64, ALL) };
+    assert!(matches!(null, Err(VerbsError::EmptyRegion)));
+}
