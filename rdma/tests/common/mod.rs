@@ -218,6 +218,10 @@ pub fn run(
             let mut burst = 0;
             while burst < 16 {
                 let Some(p) = h.qp.poll_tx(now) else { break };
+                // A QP that negotiated no extension is plain RoCEv2 on the wire.
+                if !h.qp.config().cc_ext {
+                    assert!(p.repr.ccext.is_none() && (p.repr.bth.opcode as u8) < 0x80);
+                }
                 let n = p.build_frame(&h.fb, &h.mem, &mut buf).unwrap();
                 link.send(now, 1 - i, buf[..n].to_vec());
                 burst += 1;
