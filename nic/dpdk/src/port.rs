@@ -161,6 +161,29 @@ impl LinkWatch {
         link_of(self.inner.id)
     }
 
+    /// Sets the link administratively up or down
+    /// (`rte_eth_dev_set_link_up` / `_down`; a ring PMD flips its link
+    /// state, what a cable pulled and plugged back looks like).
+    pub fn set_up(&self, up: bool) -> Result<()> {
+        // SAFETY: valid port (held open by this handle).
+        let rc = unsafe {
+            if up {
+                dpdk_sys::rte_eth_dev_set_link_up(self.inner.id)
+            } else {
+                dpdk_sys::rte_eth_dev_set_link_down(self.inner.id)
+            }
+        };
+        check(
+            if up {
+                "rte_eth_dev_set_link_up"
+            } else {
+                "rte_eth_dev_set_link_down"
+            },
+            rc,
+        )
+        .map(|_| ())
+    }
+
     /// Waits up to `limit` for the link to come up; whether it did.
     pub fn wait_up(&self, limit: std::time::Duration) -> bool {
         let end = std::time::Instant::now() + limit;
