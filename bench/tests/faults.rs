@@ -212,7 +212,14 @@ fn peer_killed_mid_transfer_fails_every_outstanding_wr_within_the_retry_budget()
         last <= budget + Duration::from_millis(1500),
         "errors took {last:?}, retry budget {budget:?}"
     );
-    let a = link.a().counters();
+    // The engine publishes its counters every millisecond: wait for the
+    // publication that follows the last completion.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut a = link.a().counters();
+    while a.completion_errors < errors.len() as u64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        a = link.a().counters();
+    }
     assert!(a.timeouts >= u64::from(opts.retry_cnt), "{a:?}");
     assert_eq!(a.completion_errors, errors.len() as u64);
 }
