@@ -333,5 +333,21 @@ pub fn is_rocev2(f: &[u8]) -> bool {
     }
 }
 
+/// Whether `frame` is IPv4 but shorter than its own header or its IPv4
+/// total length says: a truncated frame, counted as malformed rather than
+/// as "not RoCE", since it cannot be told apart from a cut RoCEv2 frame.
+pub fn is_truncated_ipv4(f: &[u8]) -> bool {
+    const L3: usize = ethernet::HEADER_LEN;
+    if f.len() < L3 || f[12..14] != [0x08, 0x00] {
+        return false;
+    }
+    if f.len() < L3 + 20 {
+        return true;
+    }
+    let ihl = usize::from(f[L3] & 0xF) * 4;
+    let total = usize::from(u16::from_be_bytes([f[L3 + 2], f[L3 + 3]]));
+    f.len() < L3 + ihl.max(20) || f.len() < L3 + total
+}
+
 #[cfg(test)]
 mod tests;

@@ -248,3 +248,19 @@ fn tells_rocev2_from_the_rest() {
     assert!(is_rocev2(&f));
     assert!(!is_rocev2(&f[..40]));
 }
+
+#[test]
+fn a_cut_ipv4_frame_is_truncated_and_a_whole_or_padded_one_is_not() {
+    let f = ping(OUR_IP, b"0123456789");
+    assert!(!is_truncated_ipv4(&f));
+    let mut padded = f.clone();
+    padded.resize(f.len() + 20, 0);
+    assert!(!is_truncated_ipv4(&padded));
+    assert!(is_truncated_ipv4(&f[..40]));
+    assert!(is_truncated_ipv4(&f[..f.len() - 1]));
+    assert!(is_truncated_ipv4(&f[..20]));
+    let mut v6 = f.clone();
+    v6[12..14].copy_from_slice(&[0x86, 0xDD]);
+    assert!(!is_truncated_ipv4(&v6[..40]));
+    assert!(!is_truncated_ipv4(&f[..10]));
+}

@@ -28,6 +28,9 @@ impl Engine {
         match self.control.on_frame(frame, now, &mut out) {
             Handled::Reply(n) => self.send_frame(&out[..n], now),
             Handled::Taken => {}
+            Handled::NotControl if crate::control::is_truncated_ipv4(frame) => {
+                self.counters.rx_drop_malformed += 1
+            }
             Handled::NotControl => self.counters.rx_drop_not_roce += 1,
         }
         self.control_out = out;
