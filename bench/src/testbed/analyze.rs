@@ -283,9 +283,21 @@ pub fn analyze(
                 .max()
                 .unwrap_or(0);
             let e = d.flows.iter().filter_map(|f| f.end_ns).min().unwrap_or(dur);
-            if e > a && d.flows.len() > 1 {
-                let bytes = bytes_in(d, a, e);
-                jain(&bytes.iter().map(|&x| x as f64).collect::<Vec<_>>())
+            // Bytes in the window where all flows were active; when none
+            // completed inside it (a few large WRs that all complete at the
+            // end), each flow's average rate instead.
+            let overlap = (e > a && d.flows.len() > 1)
+                .then(|| {
+                    jain(
+                        &bytes_in(d, a, e)
+                            .iter()
+                            .map(|&x| x as f64)
+                            .collect::<Vec<_>>(),
+                    )
+                })
+                .flatten();
+            if overlap.is_some() {
+                overlap
             } else {
                 jain(
                     &d.flows
