@@ -22,8 +22,11 @@ const ALL: Access = Access::LOCAL_WRITE
 fn pair(name: &str) -> (Device, Device) {
     let eal = Eal::for_tests();
     let (pa, pb) = Port::ring_pair(eal, name, 1024).unwrap();
+    // Idle engines yield: two spinning engines and the test thread on two
+    // cores would make every slow-path round trip wait for a time slice.
     let cfg = |ip| DeviceConfig {
         pool_size: 4095,
+        idle_yield: true,
         ..DeviceConfig::new(ip)
     };
     let a = Device::open(eal, pa, cfg([10, 0, 0, 1])).unwrap();
@@ -431,8 +434,11 @@ fn port_and_cq_events() {
     let eal = Eal::for_tests();
     let (pa, pb) = Port::ring_pair(eal, "life_port", 1024).unwrap();
     let link = pa.link_watch();
+    // Idle engines yield: two spinning engines and the test thread on two
+    // cores would make every slow-path round trip wait for a time slice.
     let cfg = |ip| DeviceConfig {
         pool_size: 4095,
+        idle_yield: true,
         ..DeviceConfig::new(ip)
     };
     let a = Device::open(eal, pa, cfg([10, 0, 0, 1])).unwrap();
