@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use switch::{Config, FrameBuf, PacketBuf, Switch};
+use switch::{Config, FrameBuf, PacketBuf, Switch, SwitchSettings};
 
 const CONFIG: &str = r#"
 switch_id = 9
@@ -35,7 +35,7 @@ next_hop_mac = "02:00:00:00:00:08"
 
 fuzz_target!(|data: &[u8]| {
     // Parsed once: the TOML parse was most of an input's time.
-    static SETTINGS: OnceLock<Config> = OnceLock::new();
+    static SETTINGS: OnceLock<SwitchSettings> = OnceLock::new();
     let settings = SETTINGS.get_or_init(|| Config::load_str(CONFIG).expect("fixed config"));
     let mut sw: Switch<FrameBuf> = Switch::new(settings);
     // The input is a sequence of frames: [port byte][len byte][len bytes]...
