@@ -13,10 +13,14 @@
 //! - at each round (a PSN sequence error NAK, or a retransmit timeout: a
 //!   sender that sent its whole window into an overflowing peer hears no
 //!   NAK, as nothing arrives after the gap):
-//!   `window = max(mtu, min(window, in_flight) / 2)`. The first round
-//!   halves what was really in flight (the window starts unlimited); each
-//!   further round halves again, down to one packet, as TCP Reno does on
-//!   each loss;
+//!   `window = max(mtu, min(window, in_flight, acked) / 2)`, where `acked`
+//!   is what the peer acknowledged since the previous round: what it could
+//!   take. The first round (the window starts unlimited, and a QP that
+//!   starts with a deep queue has megabytes in flight) so drops at once to
+//!   half of what got through, instead of halving the flight round after
+//!   round and resending a flight each time; later rounds halve the window
+//!   (the peer took more than a window since), as TCP Reno does on each
+//!   loss;
 //! - on progress: one MTU more per window of bytes acknowledged (Reno's
 //!   congestion avoidance); the window is lifted again once it reaches
 //!   [`UNLIMITED_ABOVE`].
@@ -39,6 +43,8 @@ pub struct GoBackNBackoff {
     window: Option<u32>,
     /// Bytes acknowledged towards the next MTU of growth.
     credit: u64,
+    /// Bytes acknowledged since the last go-back-N round (or the start).
+    acked_in_round: u64,
     /// Go-back-N rounds seen.
     rounds: u64,
 }
@@ -50,6 +56,7 @@ impl GoBackNBackoff {
             mtu: mtu.max(1),
             window: None,
             credit: 0,
+            acked_in_round: 0,
             rounds: 0,
         }
     }
@@ -67,14 +74,17 @@ impl GoBackNBackoff {
     /// A go-back-N round began with `in_flight` bytes sent and not
     /// acknowledged.
     pub fn on_go_back_n(&mut self, in_flight: u32) {
-        let base = self.window().min(in_flight);
+        let acked = u32::try_from(self.acked_in_round).unwrap_or(u32::MAX);
+        let base = self.window().min(in_flight).min(acked);
         self.window = Some((base / 2).max(self.mtu));
         self.credit = 0;
+        self.acked_in_round = 0;
         self.rounds += 1;
     }
 
     /// `bytes` newly acknowledged.
     pub fn on_ack(&mut self, bytes: u32) {
+        self.acked_in_round = self.acked_in_round.saturating_add(u64::from(bytes));
         let Some(w) = self.window else { return };
         self.credit += u64::from(bytes);
         let mut w = u64::from(w);
@@ -96,6 +106,7 @@ mod tests {
     fn first_round_halves_what_was_in_flight() {
         let mut b = GoBackNBackoff::new(MTU);
         assert_eq!(b.window(), u32::MAX);
+        b.on_ack(4 << 20);
         b.on_go_back_n(1 << 20);
         assert_eq!(b.window(), 512 << 10);
         assert_eq!(b.rounds(), 1);
@@ -104,9 +115,11 @@ mod tests {
     #[test]
     fn each_round_halves_down_to_one_packet() {
         let mut b = GoBackNBackoff::new(MTU);
+        b.on_ack(64 << 20);
         b.on_go_back_n(8 << 20);
         assert_eq!(b.window(), 4 << 20);
         // Less in flight than the window: half of what was in flight.
+        b.on_ack(64 << 20);
         b.on_go_back_n(100 << 10);
         assert_eq!(b.window(), 50 << 10);
         for _ in 0..10 {
@@ -119,6 +132,7 @@ mod tests {
     #[test]
     fn grows_one_mtu_per_window_acknowledged_then_lets_go() {
         let mut b = GoBackNBackoff::new(MTU);
+        b.on_ack(1 << 20);
         b.on_go_back_n(64 << 10);
         assert_eq!(b.window(), 32 << 10);
         b.on_ack((32 << 10) - 1);
@@ -130,6 +144,32 @@ mod tests {
             b.on_ack(1 << 20);
         }
         assert_eq!(b.window(), u32::MAX);
+    }
+
+    #[test]
+    fn first_round_drops_to_half_of_what_the_peer_took() {
+        // 8 MiB in flight at the start; the peer took 256 KiB of it.
+        let mut b = GoBackNBackoff::new(MTU);
+        b.on_ack(256 << 10);
+        b.on_go_back_n(8 << 20);
+        assert_eq!(b.window(), 128 << 10);
+        // A round with nothing acknowledged since (a timeout): one packet.
+        b.on_go_back_n(128 << 10);
+        assert_eq!(b.window(), MTU);
+    }
+
+    /// From an unlimited start with 16 MiB in flight into a peer that
+    /// takes 512 KiB per round trip: one round brings the window under the
+    /// peer's capacity, so only the first flight is wasted.
+    #[test]
+    fn one_round_from_an_unlimited_start() {
+        let cap = 512u32 << 10;
+        let mut b = GoBackNBackoff::new(MTU);
+        let flight = 16u32 << 20;
+        b.on_ack(cap);
+        b.on_go_back_n(flight);
+        assert!(b.window() <= cap, "{}", b.window());
+        assert_eq!(b.rounds(), 1);
     }
 
     /// A model of the slow peer: it absorbs `cap` bytes per round trip; the

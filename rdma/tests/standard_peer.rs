@@ -204,6 +204,33 @@ fn ack_req_every_64_packets_and_at_message_end_and_responder_honours_it() {
     assert_eq!(a.cq.len(), 2);
 }
 
+/// A send window of ten 256 B packets and a responder that acknowledges
+/// only on request: the packet that fills the window asks, so the transfer
+/// moves by ACKs, never by the retransmit timer.
+#[test]
+fn the_packet_that_fills_the_window_asks_for_an_ack() {
+    let (mut a, mut b) = pair(256, false, 0);
+    b.qp.set_ack_coalesce(u16::MAX);
+    a.qp.set_window(10 * 256);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    let w = SendOp::Write {
+        remote_va: B_BASE,
+        rkey: bk,
+    };
+    a.qp.post_send(wr(1, w, A_BASE, 30 * 256, ak), &a.mrs)
+        .unwrap();
+    let mut asked = vec![];
+    exchange(&mut a, &mut b, |p| {
+        if p.repr.bth.ack_req {
+            asked.push(p.repr.bth.psn);
+        }
+    });
+    assert_eq!(asked, vec![9, 19, 29]);
+    assert_eq!(a.cq.len(), 1);
+    assert_eq!(a.qp.counters().tx_retransmits, 0);
+    assert_eq!(a.qp.counters().timeouts, 0);
+}
+
 #[test]
 fn duplicate_read_is_replayed_only_for_the_rest_of_an_earlier_read() {
     let (_a, mut b) = pair(256, false, 0);

@@ -65,8 +65,8 @@ pub(super) struct Requester {
     noack_pkts: u32,
 }
 
-/// A request packet asks for an ACK (BTH AckReq) at the end of every message and at
-/// least once in this many packets, as rxe's requester does (`RXE_MAX_PKT_PER_ACK`):
+/// A request packet asks for an ACK (BTH AckReq) at the end of every message, when
+/// it fills the send window, and at least once in this many packets, as rxe's requester does (`RXE_MAX_PKT_PER_ACK`):
 /// a standard responder (rxe, hardware) may acknowledge only the packets that ask.
 pub(super) const ACK_REQ_EVERY: u32 = 64;
 
@@ -280,7 +280,15 @@ impl Requester {
         }
         let mut repr = repr;
         self.noack_pkts += 1;
-        if self.noack_pkts >= ACK_REQ_EVERY {
+        // The last packet the window lets go asks too: a responder that
+        // acknowledges only on request would otherwise leave a window of
+        // fewer than ACK_REQ_EVERY packets closed until the retransmit timer.
+        let window_full = lsn
+            .wrapping_add(lsn_len)
+            .wrapping_add(pm)
+            .wrapping_sub(acked_lsn)
+            > self.window;
+        if self.noack_pkts >= ACK_REQ_EVERY || window_full {
             repr.bth.ack_req = true;
         }
         if repr.bth.ack_req {
