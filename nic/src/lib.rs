@@ -23,6 +23,7 @@ pub mod perftest_exchange;
 pub mod port_shaper;
 pub mod shard;
 mod staging;
+mod sync;
 #[allow(unsafe_code)]
 mod sys;
 pub mod verbs;
