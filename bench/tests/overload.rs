@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bench::chaos::{message_seed, pattern_fill, pattern_mismatch};
 use dpdk::{lcore, Burst, Eal, Mbuf, Mempool, Port, TscClock};
 use nic::verbs::{Device, DeviceConfig, QpOptions};
-use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
+use rdma::transport::{Access, SendOp, SendWr, WcStatus};
 use rdma::wire::frame::{NetHeaders, RoceRepr};
 use rdma::wire::{BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, RethRepr};
 use switch::config::PortDefaults;
@@ -311,21 +311,13 @@ fn nic_under_ten_times_hostile_load_keeps_counting_and_delivers() {
     let end = Instant::now() + Duration::from_secs(120);
     while done < n && Instant::now() < end {
         while posted < n && posted - done < 8 {
-            qa.post_send(SendWr {
-                wr_id: posted as u64,
-                op: SendOp::Write {
-                    remote_va: dst.va() + (posted * msg) as u64,
-                    rkey: dst.rkey(),
-                },
-                sge: Sge {
-                    addr: src.va() + (posted * msg) as u64,
-                    len: msg as u32,
-                    lkey: src.lkey(),
-                },
-                signaled: true,
-                solicited: false,
-            })
-            .unwrap();
+            let off = (posted * msg) as u64;
+            let op = SendOp::Write {
+                remote_va: dst.va() + off,
+                rkey: dst.rkey(),
+            };
+            let wr = SendWr::signaled(posted as u64, op, src.sge(off, msg as u32));
+            qa.post_send(wr).unwrap();
             posted += 1;
         }
         if let Some(wc) = cq.poll_one() {

@@ -94,6 +94,17 @@ impl MemoryRegion {
         self.inner.len == 0
     }
 
+    /// The gather/scatter element of `len` bytes at `offset` (not checked
+    /// here: the engine checks every SGE against the region when it takes
+    /// the work request).
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.va() + offset,
+            len,
+            lkey: self.lkey(),
+        }
+    }
+
     /// Address of byte 0, for the raw copies in `crate::sys`.
     pub(crate) fn base_ptr(&self) -> *mut u8 {
         self.inner.mem.base_ptr()

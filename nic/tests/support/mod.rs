@@ -10,10 +10,10 @@ use cc::CcKind;
 use dpdk::{Burst, Eal, Mempool, Port, RxQueue, TxQueue};
 use nic::verbs::RemoteQp;
 use nic::verbs::{CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QueuePair};
-use rdma::transport::{Access, RecvWr, SendOp, SendWr, Sge};
+use rdma::transport::{Access, RecvWr, SendOp, SendWr};
 use rdma::wire::frame::{FrameBuilder, NetHeaders, RoceRepr};
 use rdma::wire::transport_hdrs::{AethSyndrome, RethRepr};
-use rdma::wire::{BthRepr, Ecn, EthernetAddress, Ipv4Address, Opcode, ParseOptions};
+use rdma::wire::{BthRepr, Ecn, Opcode, ParseOptions};
 
 /// Host A's address (the first device of a pair, the fake peer).
 pub const IP_A: [u8; 4] = [10, 0, 0, 1];
@@ -73,31 +73,18 @@ pub fn write_wr(
     dst_off: u64,
     len: u32,
 ) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Write {
-            remote_va: dst.va() + dst_off,
-            rkey: dst.rkey(),
-        },
-        sge: Sge {
-            addr: src.va() + src_off,
-            len,
-            lkey: src.lkey(),
-        },
-        signaled: true,
-        solicited: false,
-    }
+    let op = SendOp::Write {
+        remote_va: dst.va() + dst_off,
+        rkey: dst.rkey(),
+    };
+    SendWr::signaled(wr_id, op, src.sge(src_off, len))
 }
 
 /// A receive of up to `len` bytes at the start of `mr`.
 pub fn recv_wr(wr_id: u64, mr: &MemoryRegion, len: u32) -> RecvWr {
     RecvWr {
         wr_id,
-        sge: Sge {
-            addr: mr.va(),
-            len,
-            lkey: mr.lkey(),
-        },
+        sge: mr.sge(0, len),
     }
 }
 
@@ -140,15 +127,7 @@ impl FakePeer {
         let qp = Self::connect_qp(&dut, &cq, psn);
         let dut_qpn = qp.remote_info().qpn;
         let fb = FrameBuilder {
-            net: NetHeaders {
-                src_mac: EthernetAddress(Self::MAC),
-                dst_mac: EthernetAddress(dut.mac()),
-                src_ip: Ipv4Address(IP_A),
-                dst_ip: Ipv4Address(IP_B),
-                udp_src_port: 0xC099,
-                dscp: 26,
-                ttl: 64,
-            },
+            net: NetHeaders::new(Self::MAC, dut.mac(), IP_A, IP_B, 0xC099),
             int: None,
         };
         FakePeer {

@@ -582,21 +582,19 @@ mod tests {
     use super::super::transport_hdrs::{
         AethRepr, AethSyndrome, AtomicEthRepr, ImmDtRepr, RethRepr,
     };
-    use super::super::{parse_frame, BthFlags, EthernetAddress, Ipv4Address};
+    use super::super::{parse_frame, BthFlags};
     use super::*;
     use proptest::prelude::*;
 
     fn fb(int: bool) -> FrameBuilder {
         FrameBuilder {
-            net: NetHeaders {
-                src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
-                dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
-                src_ip: Ipv4Address([10, 0, 0, 1]),
-                dst_ip: Ipv4Address([10, 0, 0, 2]),
-                udp_src_port: 0xC123,
-                dscp: 26,
-                ttl: 64,
-            },
+            net: NetHeaders::new(
+                [2, 0, 0, 0, 0, 1],
+                [2, 0, 0, 0, 0, 2],
+                [10, 0, 0, 1],
+                [10, 0, 0, 2],
+                0xC123,
+            ),
             int: int.then_some(IntInsert {
                 int_dscp: 0x18,
                 max_hops: 4,
