@@ -14,7 +14,7 @@
 //! ([`crate::verbs`], [`crate::device`]) import this module; neither
 //! imports the other's internals.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cc::CcKind;
@@ -24,8 +24,8 @@ use rdma::transport::{Access, QpError, QpState, RecvWr, SendWr, WorkCompletion};
 
 use crate::control::ArpConfig;
 use crate::counters::SharedCounters;
+use crate::doorbell::Doorbells;
 use crate::notify::CqNotify;
-use crate::sync::{self, IndexQueue, Ordering};
 
 /// QP numbers start here (0 and 1 are special in the IBA).
 pub const QPN_BASE: u32 = 0x11;
@@ -400,10 +400,7 @@ pub struct EngineShared {
     /// Set once the engine has been dropped (its port released).
     pub(crate) done: AtomicBool,
     pub(crate) counters: SharedCounters,
-    doorbells: IndexQueue,
-    rung: Vec<sync::AtomicBool>,
-    /// The engine's first QPN (each shard of a device has its own range).
-    qpn_base: u32,
+    doorbells: Doorbells,
     /// Async events, from the engine's slow path to the program.
     pub(crate) events: (Sender<AsyncEvent>, crossbeam_channel::Receiver<AsyncEvent>),
 }
@@ -411,19 +408,17 @@ pub struct EngineShared {
 impl EngineShared {
     pub(crate) fn new(max_qps: usize, qpn_base: u32) -> Self {
         EngineShared {
-            qpn_base,
             stop: AtomicBool::new(false),
             done: AtomicBool::new(false),
             counters: SharedCounters::default(),
-            doorbells: IndexQueue::new(max_qps),
-            rung: (0..max_qps).map(|_| sync::AtomicBool::new(false)).collect(),
+            doorbells: Doorbells::new(max_qps, qpn_base),
             events: crossbeam_channel::bounded(ASYNC_EVENT_QUEUE),
         }
     }
 
     /// The engine's first QPN.
     pub(crate) fn qpn_base(&self) -> u32 {
-        self.qpn_base
+        self.doorbells.qpn_base()
     }
 
     /// Whether the engine was asked to stop.
@@ -436,37 +431,20 @@ impl EngineShared {
         self.done.store(true, Ordering::Release);
     }
 
-    /// Tells the engine that QP `qpn` has new work (each QP is queued at
-    /// most once until the engine takes it, so the queue never overflows).
+    /// Tells the engine that QP `qpn` has new work ([`Doorbells::ring`]).
+    #[inline]
     pub(crate) fn ring_doorbell(&self, qpn: u32) {
-        let i = qpn.wrapping_sub(self.qpn_base) as usize;
-        if let Some(flag) = self.rung.get(i) {
-            if !flag.swap(true, Ordering::AcqRel) {
-                let _ = self.doorbells.push(qpn);
-            }
-        }
+        self.doorbells.ring(qpn);
     }
 
-    /// The engine's half of [`Self::ring_doorbell`]: the next QP index with
-    /// new work, its flag cleared so that the next post rings again.
-    ///
-    /// The flag is cleared with an RMW, not a store: a plain release store
-    /// may sit in the store buffer while the engine then reads the QP's ring
-    /// (x86 lets a later load pass an earlier store); a poster whose
-    /// `swap(true)` still saw `true` would skip queuing the QP, and its work
-    /// request would wait for the next doorbell, forever for the last one.
-    /// With RMWs on both sides, whichever comes second in the flag's order
-    /// reads from the other, so the poster's ring push is visible to the
-    /// engine's read of the ring.
+    /// The engine's half of [`Self::ring_doorbell`] ([`Doorbells::take`]).
+    #[inline]
     pub(crate) fn take_rung(&self) -> Option<usize> {
-        let qpn = self.doorbells.pop()?;
-        let i = (qpn - self.qpn_base) as usize;
-        self.rung[i].swap(false, Ordering::AcqRel);
-        Some(i)
+        self.doorbells.take()
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
@@ -525,52 +503,5 @@ mod tests {
         }
         stop.store(true, Ordering::Relaxed);
         engine.join().unwrap();
-    }
-}
-
-/// The doorbell protocol under loom (`scripts/loom.sh`): every interleaving
-/// of a poster's two posts with an engine's pass, and every value the memory
-/// model lets each load return.
-#[cfg(all(test, loom))]
-mod loom_tests {
-    use super::*;
-    use crate::sync::model::Spsc;
-    use loom::sync::Arc;
-
-    /// A post is never stranded: the poster pushes two work requests into
-    /// the QP's ring, ringing after each; an engine pass (take the rung QP,
-    /// drain its ring) runs concurrently. Afterwards whatever the pass
-    /// missed must still be rung, so the engine's next passes find it. A
-    /// flag cleared with a plain store instead of the swap fails here (the
-    /// pass reads a stale tail, the poster saw the flag still set).
-    #[test]
-    fn doorbell_posts_are_never_stranded() {
-        loom::model(|| {
-            let shared = Arc::new(EngineShared::new(1, QPN_BASE));
-            let ring = Arc::new(Spsc::new());
-            let poster = {
-                let (shared, ring) = (shared.clone(), ring.clone());
-                loom::thread::spawn(move || {
-                    for v in 0..2 {
-                        ring.push(v);
-                        shared.ring_doorbell(QPN_BASE);
-                    }
-                })
-            };
-            let mut taken = Vec::new();
-            if let Some(i) = shared.take_rung() {
-                assert_eq!(i, 0);
-                while let Some(v) = ring.pop() {
-                    taken.push(v);
-                }
-            }
-            poster.join().unwrap();
-            while shared.take_rung().is_some() {
-                while let Some(v) = ring.pop() {
-                    taken.push(v);
-                }
-            }
-            assert_eq!(taken, [0, 1], "a work request was stranded in its ring");
-        });
     }
 }

@@ -12,6 +12,7 @@ pub mod contract;
 pub mod control;
 pub mod counters;
 pub mod device;
+mod doorbell;
 pub mod engine;
 pub mod exchange;
 pub mod gbn_backoff;
