@@ -759,7 +759,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2048))]
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 8 } else { 2048 }))]
         /// The grouped fold equals a plain CRC-32 over the words' bytes for every
         /// word count (group alignment, several groups) and register.
         #[test]
@@ -777,7 +777,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 8 } else { 512 }))]
         #[test]
         fn random_write_only_equals_rdma_icrc(
             psn in 0u32..=0xFF_FFFF,
