@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use dpdk::{lcore, Eal, Mbuf, Mempool, Port, TscClock};
 use rdma::wire::frame::{IntInsert, NetHeaders, RoceRepr};
 use rdma::wire::{BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, RethRepr};
+use switch::config::PortDefaults;
 use switch::dataplane::{Dataplane, PortIo};
 use switch::{Config, Switch};
 
@@ -94,33 +95,21 @@ fn template(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
 }
 
 fn config(p0: u16, p1: u16) -> Config {
-    Config::from_toml_str(&format!(
-        r#"
-switch_id = 1
-[defaults]
-speed = "400Gbps"
-burst = "1MiB"
-buf_max = "1MiB"
-k_min = "5KiB"
-k_max = "200KiB"
-p_max = 0.01
-[[port]]
-id = {p0}
-mac = "02:00:00:00:01:00"
-[[port]]
-id = {p1}
-mac = "02:00:00:00:01:01"
-[[route]]
-prefix = "10.0.0.0/24"
-port = {p0}
-next_hop_mac = "02:00:00:00:00:01"
-[[route]]
-prefix = "10.0.1.0/24"
-port = {p1}
-next_hop_mac = "02:00:00:00:00:02"
-"#
-    ))
-    .expect("config")
+    let mut cfg = Config::two_hosts(
+        p0,
+        p1,
+        PortDefaults {
+            speed: Some("400Gbps".into()),
+            burst: Some("1MiB".into()),
+            buf_max: Some("1MiB".into()),
+            k_min: Some("5KiB".into()),
+            k_max: Some("200KiB".into()),
+            p_max: Some(0.01),
+            ..PortDefaults::default()
+        },
+    );
+    cfg.switch_id = 1;
+    cfg
 }
 
 /// What the "NIC" writes per port: the frame's first [`HDR`] bytes and its ICRC.

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use bench::chaos::{message_seed, pattern_fill, pattern_mismatch};
 use dpdk::{lcore, Burst, Eal, Mbuf, Mempool, Port, TscClock};
 use nic::verbs::{Device, DeviceConfig, QpOptions};
-use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
+use rdma::transport::{Access, SendOp, SendWr, WcStatus};
 use rdma::wire::frame::{NetHeaders, RoceRepr};
 use rdma::wire::{BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, RethRepr};
+use switch::config::PortDefaults;
 use switch::dataplane::{Dataplane, PortIo, StatsSink};
 use switch::{Config, PortCounters, Switch};
 
@@ -81,33 +82,19 @@ fn switch_under_ten_times_overload_keeps_counting() {
     let (rx0, tx0) = s0.configure_single(&pool).unwrap();
     let (rx1, tx1) = s1.configure_single(&pool).unwrap();
     let (p0, p1) = (s0.id(), s1.id());
-    let cfg = Config::from_toml_str(&format!(
-        r#"
-switch_id = 7
-[defaults]
-speed = "100Gbps"
-buf_max = "256KiB"
-k_min = "8KiB"
-k_max = "64KiB"
-p_max = 0.2
-[[port]]
-id = {p0}
-mac = "02:00:00:00:01:00"
-[[port]]
-id = {p1}
-mac = "02:00:00:00:01:01"
-speed = "50Mbps"
-[[route]]
-prefix = "10.0.0.0/24"
-port = {p0}
-next_hop_mac = "02:00:00:00:00:01"
-[[route]]
-prefix = "10.0.1.0/24"
-port = {p1}
-next_hop_mac = "02:00:00:00:00:02"
-"#
-    ))
-    .unwrap();
+    let mut cfg = Config::two_hosts(
+        p0,
+        p1,
+        PortDefaults {
+            speed: Some("100Gbps".into()),
+            buf_max: Some("256KiB".into()),
+            k_min: Some("8KiB".into()),
+            k_max: Some("64KiB".into()),
+            p_max: Some(0.2),
+            ..PortDefaults::default()
+        },
+    );
+    cfg.ports[1].own.speed = Some("50Mbps".into());
     let sw: Switch<Mbuf> = Switch::from_config(&cfg).unwrap();
     let mut dp = Dataplane::new(
         sw,
@@ -324,21 +311,13 @@ fn nic_under_ten_times_hostile_load_keeps_counting_and_delivers() {
     let end = Instant::now() + Duration::from_secs(120);
     while done < n && Instant::now() < end {
         while posted < n && posted - done < 8 {
-            qa.post_send(SendWr {
-                wr_id: posted as u64,
-                op: SendOp::Write {
-                    remote_va: dst.va() + (posted * msg) as u64,
-                    rkey: dst.rkey(),
-                },
-                sge: Sge {
-                    addr: src.va() + (posted * msg) as u64,
-                    len: msg as u32,
-                    lkey: src.lkey(),
-                },
-                signaled: true,
-                solicited: false,
-            })
-            .unwrap();
+            let off = (posted * msg) as u64;
+            let op = SendOp::Write {
+                remote_va: dst.va() + off,
+                rkey: dst.rkey(),
+            };
+            let wr = SendWr::signaled(posted as u64, op, src.sge(off, msg as u32));
+            qa.post_send(wr).unwrap();
             posted += 1;
         }
         if let Some(wc) = cq.poll_one() {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bench::chaos::{message_seed, pattern_fill, pattern_mismatch};
 use dpdk::{Eal, Port};
 use nic::verbs::{Device, DeviceConfig, QpOptions};
-use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
+use rdma::transport::{Access, SendOp, SendWr, WcStatus};
 
 const TAP_A: &str = "rsnic-rel-a";
 const TAP_B: &str = "rsnic-rel-b";
@@ -104,21 +104,13 @@ fn tap_link_down_and_up_mid_transfer_recovers_or_errors_cleanly() {
     let end = Instant::now() + Duration::from_secs(120);
     while done < n && Instant::now() < end {
         while errors.is_empty() && posted < n && posted - done < 8 {
-            qa.post_send(SendWr {
-                wr_id: posted as u64,
-                op: SendOp::Write {
-                    remote_va: dst.va() + (posted * msg) as u64,
-                    rkey: dst.rkey(),
-                },
-                sge: Sge {
-                    addr: src.va() + (posted * msg) as u64,
-                    len: msg as u32,
-                    lkey: src.lkey(),
-                },
-                signaled: true,
-                solicited: false,
-            })
-            .unwrap();
+            let off = (posted * msg) as u64;
+            let op = SendOp::Write {
+                remote_va: dst.va() + off,
+                rkey: dst.rkey(),
+            };
+            let wr = SendWr::signaled(posted as u64, op, src.sge(off, msg as u32));
+            qa.post_send(wr).unwrap();
             posted += 1;
         }
         if let Some(wc) = cq.poll_one() {

@@ -53,16 +53,7 @@ fn bench(c: &mut Criterion) {
         let mut cc: AnyCc = kind.build(path);
         // get LDCP out of fast start so that PAWA runs
         if kind == CcKind::Ldcp {
-            cc.on_send(&SendEvent {
-                now_ns: 0,
-                lsn: 0,
-                bytes: PKT,
-                ..Default::default()
-            });
-            cc.on_ack(&AckEvent {
-                acked_lsn: 1 << 40,
-                ..Default::default()
-            });
+            past_fast_start(&mut cc);
         }
         let mut i: u64 = 0;
         g.bench_function(name, |b| {
@@ -95,16 +86,7 @@ fn bench(c: &mut Criterion) {
         let tel = telemetry(1);
         let mut qps: Vec<AnyCc> = (0..64).map(|_| kind.build(path)).collect();
         for cc in qps.iter_mut() {
-            cc.on_send(&SendEvent {
-                now_ns: 0,
-                lsn: 0,
-                bytes: PKT,
-                ..Default::default()
-            });
-            cc.on_ack(&AckEvent {
-                acked_lsn: 1 << 40,
-                ..Default::default()
-            });
+            past_fast_start(cc);
         }
         let mut i: u64 = 0;
         g.bench_function(name, |b| {
@@ -175,6 +157,20 @@ fn bench(c: &mut Criterion) {
         });
     }
     g.finish();
+}
+
+/// One packet sent and acknowledged far ahead: LDCP leaves fast start.
+fn past_fast_start(cc: &mut AnyCc) {
+    cc.on_send(&SendEvent {
+        now_ns: 0,
+        lsn: 0,
+        bytes: PKT,
+        ..Default::default()
+    });
+    cc.on_ack(&AckEvent {
+        acked_lsn: 1 << 40,
+        ..Default::default()
+    });
 }
 
 criterion_group!(benches, bench);

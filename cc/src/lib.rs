@@ -70,16 +70,28 @@ pub trait CongestionControl {
     fn on_send(&mut self, ev: &SendEvent) -> Actions;
     /// An ACK arrived (with or without telemetry, ECN-echo, RTT sample, Rx-HPCC window).
     fn on_ack(&mut self, ev: &AckEvent<'_>) -> Actions;
-    /// A NAK (sequence error) arrived: loss was detected.
-    fn on_nak(&mut self, ev: &NakEvent) -> Actions;
+    /// A NAK (sequence error) arrived: loss was detected. The events from
+    /// here to [`Self::on_probe_response`] default to no action, for the
+    /// algorithms that do not react to them.
+    fn on_nak(&mut self, _ev: &NakEvent) -> Actions {
+        Actions::NONE
+    }
     /// A CNP arrived.
-    fn on_cnp(&mut self, now_ns: u64) -> Actions;
+    fn on_cnp(&mut self, _now_ns: u64) -> Actions {
+        Actions::NONE
+    }
     /// The transport's retransmission timer fired (loss without NAK).
-    fn on_rto(&mut self, now_ns: u64) -> Actions;
+    fn on_rto(&mut self, _now_ns: u64) -> Actions {
+        Actions::NONE
+    }
     /// A timer requested through [`Actions::timers`] expired. Stale expiries are ignored.
-    fn on_timer(&mut self, now_ns: u64, kind: TimerKind) -> Actions;
+    fn on_timer(&mut self, _now_ns: u64, _kind: TimerKind) -> Actions {
+        Actions::NONE
+    }
     /// A telemetry response to a probe arrived (HPCC++ probe mode).
-    fn on_probe_response(&mut self, now_ns: u64, telemetry: &[IntHop]) -> Actions;
+    fn on_probe_response(&mut self, _now_ns: u64, _telemetry: &[IntHop]) -> Actions {
+        Actions::NONE
+    }
     /// Receiver side: a data packet (or probe) arrived, with its CE bit and telemetry.
     fn on_rx_data(&mut self, ev: &RxDataEvent<'_>) -> Actions;
     /// Sending window in bytes of LSN (`u64::MAX` = unlimited). The scheduler may send

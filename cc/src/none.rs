@@ -1,7 +1,7 @@
 //! "none": no congestion control, a fixed window at line rate.
 
-use crate::types::{AckEvent, Actions, IntHop, PathConfig, TimerKind};
-use crate::{CcKind, CongestionControl, NakEvent, RxDataEvent, SendEvent};
+use crate::types::{AckEvent, Actions, PathConfig};
+use crate::{CcKind, CongestionControl, RxDataEvent, SendEvent};
 
 /// Parameters of the fixed-window "none" CC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,21 +51,6 @@ impl CongestionControl for NoCc {
         Actions::NONE
     }
     fn on_ack(&mut self, _ev: &AckEvent<'_>) -> Actions {
-        Actions::NONE
-    }
-    fn on_nak(&mut self, _ev: &NakEvent) -> Actions {
-        Actions::NONE
-    }
-    fn on_cnp(&mut self, _now_ns: u64) -> Actions {
-        Actions::NONE
-    }
-    fn on_rto(&mut self, _now_ns: u64) -> Actions {
-        Actions::NONE
-    }
-    fn on_timer(&mut self, _now_ns: u64, _kind: TimerKind) -> Actions {
-        Actions::NONE
-    }
-    fn on_probe_response(&mut self, _now_ns: u64, _telemetry: &[IntHop]) -> Actions {
         Actions::NONE
     }
     fn on_rx_data(&mut self, _ev: &RxDataEvent<'_>) -> Actions {

@@ -6,8 +6,8 @@
 //! One [`RxHpcc`] per QP holds both roles (a QP can be both sender and receiver).
 
 use crate::hpcc::{HpccConfig, HpccCore};
-use crate::types::{window_to_bps, AckEvent, Actions, IntHop, TimerKind};
-use crate::{CcKind, CongestionControl, NakEvent, RxDataEvent, SendEvent};
+use crate::types::{window_to_bps, AckEvent, Actions, IntHop};
+use crate::{CcKind, CongestionControl, RxDataEvent, SendEvent};
 
 /// Rx-HPCC uses the HPCC++ parameters; `T` is also the feedback period.
 pub type RxHpccConfig = HpccConfig;
@@ -80,26 +80,6 @@ impl CongestionControl for RxHpcc {
         if let Some(w) = ev.rx_window {
             self.tx_window = (w as f64).clamp(self.tx_w_min, self.tx_w_max);
         }
-        Actions::NONE
-    }
-
-    fn on_nak(&mut self, _ev: &NakEvent) -> Actions {
-        Actions::NONE
-    }
-
-    fn on_cnp(&mut self, _now_ns: u64) -> Actions {
-        Actions::NONE
-    }
-
-    fn on_rto(&mut self, _now_ns: u64) -> Actions {
-        Actions::NONE
-    }
-
-    fn on_timer(&mut self, _now_ns: u64, _kind: TimerKind) -> Actions {
-        Actions::NONE
-    }
-
-    fn on_probe_response(&mut self, _now_ns: u64, _telemetry: &[IntHop]) -> Actions {
         Actions::NONE
     }
 

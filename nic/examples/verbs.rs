@@ -37,10 +37,12 @@ struct Args {
     mtu: u32,
 }
 
-/// Waits for one completion and checks that it is what the caller expects.
+/// Waits for one completion (sleeping on the CQ's completion channel if it
+/// has one) and checks that it is what the caller expects.
 fn expect(cq: &mut CompletionQueue, wr_id: u64, op: WcOpcode) -> Result<WorkCompletion, String> {
     let wc = cq
-        .wait(Duration::from_secs(10))
+        .wait_blocking(Duration::from_secs(10))
+        .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no completion for wr {wr_id} within 10 s"))?;
     if wc.wr_id != wr_id || wc.opcode != op || wc.status != WcStatus::Success {
         return Err(format!(
@@ -67,7 +69,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let src = a.reg_mr(2 * len, local)?;
     let dst = b.reg_mr(2 * len, remote)?;
 
-    let mut cq_a = a.create_cq(1024)?;
+    // A's CQ has a completion channel: `expect` sleeps on its eventfd.
+    let mut cq_a = a.create_cq_with_channel(1024)?;
     let mut cq_b = b.create_cq(1024)?;
     let opts = QpOptions {
         mtu: args.mtu,
@@ -93,20 +96,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     let pattern: Vec<u8> = (0..args.size).map(|i| (i * 31 + 7) as u8).collect();
     src.write(0, &pattern);
     let t = Instant::now();
-    qa.post_send(SendWr {
-        wr_id: 1,
-        op: SendOp::Write {
-            remote_va: dst.va(),
-            rkey: dst.rkey(),
-        },
-        sge: Sge {
-            addr: src.va(),
-            len: args.size as u32,
-            lkey: src.lkey(),
-        },
-        signaled: true,
-        solicited: false,
-    })?;
+    let write = SendOp::Write {
+        remote_va: dst.va(),
+        rkey: dst.rkey(),
+    };
+    qa.post_send(SendWr::signaled(1, write, src.sge(0, args.size as u32)))?;
     expect(&mut cq_a, 1, WcOpcode::RdmaWrite)?;
     let dt = t.elapsed();
     let mut got = vec![0u8; args.size];

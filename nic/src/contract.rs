@@ -19,12 +19,12 @@ use std::sync::Arc;
 
 use cc::CcKind;
 use crossbeam_channel::Sender;
-use crossbeam_queue::ArrayQueue;
 use dpdk::ExtBuf;
 use rdma::transport::{Access, QpError, QpState, RecvWr, SendWr, WorkCompletion};
 
 use crate::control::ArpConfig;
 use crate::counters::SharedCounters;
+use crate::doorbell::Doorbells;
 use crate::notify::CqNotify;
 
 /// QP numbers start here (0 and 1 are special in the IBA).
@@ -400,10 +400,7 @@ pub struct EngineShared {
     /// Set once the engine has been dropped (its port released).
     pub(crate) done: AtomicBool,
     pub(crate) counters: SharedCounters,
-    doorbells: ArrayQueue<u32>,
-    rung: Vec<AtomicBool>,
-    /// The engine's first QPN (each shard of a device has its own range).
-    qpn_base: u32,
+    doorbells: Doorbells,
     /// Async events, from the engine's slow path to the program.
     pub(crate) events: (Sender<AsyncEvent>, crossbeam_channel::Receiver<AsyncEvent>),
 }
@@ -411,19 +408,17 @@ pub struct EngineShared {
 impl EngineShared {
     pub(crate) fn new(max_qps: usize, qpn_base: u32) -> Self {
         EngineShared {
-            qpn_base,
             stop: AtomicBool::new(false),
             done: AtomicBool::new(false),
             counters: SharedCounters::default(),
-            doorbells: ArrayQueue::new(max_qps),
-            rung: (0..max_qps).map(|_| AtomicBool::new(false)).collect(),
+            doorbells: Doorbells::new(max_qps, qpn_base),
             events: crossbeam_channel::bounded(ASYNC_EVENT_QUEUE),
         }
     }
 
     /// The engine's first QPN.
     pub(crate) fn qpn_base(&self) -> u32 {
-        self.qpn_base
+        self.doorbells.qpn_base()
     }
 
     /// Whether the engine was asked to stop.
@@ -436,33 +431,16 @@ impl EngineShared {
         self.done.store(true, Ordering::Release);
     }
 
-    /// Tells the engine that QP `qpn` has new work (each QP is queued at
-    /// most once until the engine takes it, so the queue never overflows).
+    /// Tells the engine that QP `qpn` has new work ([`Doorbells::ring`]).
+    #[inline]
     pub(crate) fn ring_doorbell(&self, qpn: u32) {
-        let i = qpn.wrapping_sub(self.qpn_base) as usize;
-        if let Some(flag) = self.rung.get(i) {
-            if !flag.swap(true, Ordering::AcqRel) {
-                let _ = self.doorbells.push(qpn);
-            }
-        }
+        self.doorbells.ring(qpn);
     }
 
-    /// The engine's half of [`Self::ring_doorbell`]: the next QP index with
-    /// new work, its flag cleared so that the next post rings again.
-    ///
-    /// The flag is cleared with an RMW, not a store: a plain release store
-    /// may sit in the store buffer while the engine then reads the QP's ring
-    /// (x86 lets a later load pass an earlier store); a poster whose
-    /// `swap(true)` still saw `true` would skip queuing the QP, and its work
-    /// request would wait for the next doorbell, forever for the last one.
-    /// With RMWs on both sides, whichever comes second in the flag's order
-    /// reads from the other, so the poster's ring push is visible to the
-    /// engine's read of the ring.
+    /// The engine's half of [`Self::ring_doorbell`] ([`Doorbells::take`]).
+    #[inline]
     pub(crate) fn take_rung(&self) -> Option<usize> {
-        let qpn = self.doorbells.pop()?;
-        let i = (qpn - self.qpn_base) as usize;
-        self.rung[i].swap(false, Ordering::AcqRel);
-        Some(i)
+        self.doorbells.take()
     }
 }
 

@@ -195,10 +195,8 @@ fn copy_source<'a>(payload: Payload<'a>, pools: &TxPools) -> Result<Option<&'a [
         Payload::Copy(p) => Some(p),
         Payload::Ext { mem, offset, len } if len <= pools.copy_threshold => {
             let size = mem.len();
-            if offset.checked_add(len).is_none_or(|end| end > size) {
-                return Err(TxError::OutOfRange { offset, len, size });
-            }
-            Some(&mem.as_slice()[offset..offset + len])
+            let p = crate::sys::in_flight(mem, offset, len);
+            Some(p.ok_or(TxError::OutOfRange { offset, len, size })?)
         }
         Payload::Ext { .. } => None,
     })
@@ -226,7 +224,11 @@ fn finish_segments(
                 return Err(TxError::OutOfRange { offset, len, size });
             }
             if len <= pools.copy_threshold {
-                let p = &mem.as_slice()[offset..offset + len];
+                let p = crate::sys::in_flight(mem, offset, len).ok_or(TxError::OutOfRange {
+                    offset,
+                    len,
+                    size,
+                })?;
                 h.update(p);
                 append_copy(m, p, &pools.hdr)?;
             } else {

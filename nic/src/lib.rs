@@ -3,12 +3,16 @@
 //! Pure building blocks (testable without DPDK) and the DPDK shell that runs
 //! them on poll-mode lcores. A program opens a device ([`device`]) and uses
 //! the handles of [`verbs`]; the engine ([`engine`]) runs the datapath; the
-//! two meet only in [`contract`].
+//! two meet only in [`contract`]. Unsafe code is denied outside [`sys`]
+//! (registered memory and the eventfd system calls).
+
+#![deny(unsafe_code)]
 
 pub mod contract;
 pub mod control;
 pub mod counters;
 pub mod device;
+mod doorbell;
 pub mod engine;
 pub mod exchange;
 pub mod gbn_backoff;
@@ -20,6 +24,9 @@ pub mod perftest_exchange;
 pub mod port_shaper;
 pub mod shard;
 mod staging;
+mod sync;
+#[allow(unsafe_code)]
+mod sys;
 pub mod verbs;
 
 /// The flow scheduler and the timing wheel live in the pure `sched` crate (shared with

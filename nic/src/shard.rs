@@ -257,19 +257,17 @@ impl Dispatcher {
 mod tests {
     use super::*;
     use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders, RoceRepr};
-    use rdma::wire::{BthRepr, Ecn, EthernetAddress, Ipv4Address, Opcode};
+    use rdma::wire::{BthRepr, Ecn, Opcode};
 
     fn frame(qpn: u32, int: bool) -> Vec<u8> {
         let fb = FrameBuilder {
-            net: NetHeaders {
-                src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
-                dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
-                src_ip: Ipv4Address([10, 0, 0, 1]),
-                dst_ip: Ipv4Address([10, 0, 0, 2]),
-                udp_src_port: 0xC011,
-                dscp: 26,
-                ttl: 64,
-            },
+            net: NetHeaders::new(
+                [2, 0, 0, 0, 0, 1],
+                [2, 0, 0, 0, 0, 2],
+                [10, 0, 0, 1],
+                [10, 0, 0, 2],
+                0xC011,
+            ),
             int: int.then_some(IntInsert {
                 int_dscp: 0x18,
                 max_hops: 4,

@@ -4,11 +4,13 @@
 //! The volume per (CC, operation) is `RSNIC_TEST_BYTES` (default 1 GiB in a
 //! release build, 64 MiB in a debug build, where everything is ~20x slower).
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use cc::CcKind;
 use dpdk::{Eal, Port};
-use nic::verbs::{CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QueuePair};
+use nic::verbs::{CompletionQueue, Device, DeviceConfig, MemoryRegion, QueuePair};
 use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
 
 const BUF: usize = 16 << 20;
@@ -35,29 +37,14 @@ struct Pair {
 }
 
 fn pair(name: &str, cc: CcKind) -> Pair {
-    let eal = Eal::for_tests();
-    let (pa, pb) = Port::ring_pair(eal, name, 4096).unwrap();
-    connect_pair(pa, pb, cc)
-}
-
-fn connect_pair(pa: Port, pb: Port, cc: CcKind) -> Pair {
-    let eal = Eal::for_tests();
-    let a = Device::open(eal, pa, DeviceConfig::new([10, 0, 0, 1])).unwrap();
-    let b = Device::open(eal, pb, DeviceConfig::new([10, 0, 0, 2])).unwrap();
+    let (a, b) = support::device_pair(name, 4096, |c| c);
     connect_devices(a, b, cc)
 }
 
 fn connect_devices(a: Device, b: Device, cc: CcKind) -> Pair {
     let cq_a = a.create_cq(1024).unwrap();
     let cq_b = b.create_cq(1024).unwrap();
-    let opts = QpOptions {
-        cc,
-        ..QpOptions::default()
-    };
-    let mut qa = a.create_qp(&cq_a, &cq_a, opts).unwrap();
-    let mut qb = b.create_qp(&cq_b, &cq_b, opts).unwrap();
-    qa.connect(&qb.remote_info()).unwrap();
-    qb.connect(&qa.remote_info()).unwrap();
+    let (qa, qb) = support::connect_qps(&a, &b, &cq_a, &cq_b, support::with_cc(cc));
     Pair {
         a,
         b,
@@ -68,7 +55,8 @@ fn connect_devices(a: Device, b: Device, cc: CcKind) -> Pair {
     }
 }
 
-/// As [`connect_pair`], with both engines on one poll-mode thread.
+/// As [`pair`] over ports `pa` and `pb`, with both engines on one
+/// poll-mode thread.
 fn connect_group(pa: Port, pb: Port, cc: CcKind) -> Pair {
     let eal = Eal::for_tests();
     let mut devs = Device::open_group(
@@ -228,30 +216,7 @@ fn write_and_read(cc: CcKind) {
     assert_eq!(ca.rx_drop_malformed + cb.rx_drop_malformed, 0);
 }
 
-#[test]
-fn write_and_read_cc_none() {
-    write_and_read(CcKind::None);
-}
-
-#[test]
-fn write_and_read_cc_dcqcn() {
-    write_and_read(CcKind::Dcqcn);
-}
-
-#[test]
-fn write_and_read_cc_hpcc() {
-    write_and_read(CcKind::Hpcc);
-}
-
-#[test]
-fn write_and_read_cc_rx_hpcc() {
-    write_and_read(CcKind::RxHpcc);
-}
-
-#[test]
-fn write_and_read_cc_ldcp() {
-    write_and_read(CcKind::Ldcp);
-}
+per_cc!(write_and_read: write_and_read_cc_none, write_and_read_cc_dcqcn, write_and_read_cc_hpcc, write_and_read_cc_rx_hpcc, write_and_read_cc_ldcp);
 
 /// Loss, duplication and reordering between the NICs (an impairment stage
 /// on its own thread between two ring pairs), 1 GiB by WRITE and 1 GiB by
@@ -326,30 +291,7 @@ fn lossy(cc: CcKind) {
     assert!(cb.rx_duplicates > 0, "duplicates were seen and dropped");
 }
 
-#[test]
-fn lossy_link_cc_none() {
-    lossy(CcKind::None);
-}
-
-#[test]
-fn lossy_link_cc_dcqcn() {
-    lossy(CcKind::Dcqcn);
-}
-
-#[test]
-fn lossy_link_cc_hpcc() {
-    lossy(CcKind::Hpcc);
-}
-
-#[test]
-fn lossy_link_cc_rx_hpcc() {
-    lossy(CcKind::RxHpcc);
-}
-
-#[test]
-fn lossy_link_cc_ldcp() {
-    lossy(CcKind::Ldcp);
-}
+per_cc!(lossy: lossy_link_cc_none, lossy_link_cc_dcqcn, lossy_link_cc_hpcc, lossy_link_cc_rx_hpcc, lossy_link_cc_ldcp);
 
 /// Both NICs' engines on ONE poll-mode thread (`Device::open_group`, how the
 /// testbed fits N hosts on two cores): WRITE and READ complete, contents

@@ -3,6 +3,8 @@
 //! back to RTS, busy CQs and PDs refused, async events, the blocking CQ
 //! wait on its eventfd, and regions over the caller's memory.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use dpdk::{Eal, Port};
@@ -11,55 +13,25 @@ use nic::verbs::{
     AsyncEvent, CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QpTransition,
     QueuePair, VerbsError,
 };
-use rdma::transport::{Access, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus};
+use rdma::transport::{QpState, SendOp, SendWr, Sge, WcOpcode, WcStatus};
 
-const ALL: Access = Access::LOCAL_WRITE
-    .union(Access::REMOTE_WRITE)
-    .union(Access::REMOTE_READ);
+use support::{recv_wr as recv, ALL};
 
 /// Two devices on a ring pair, with pools small enough that the tests of
 /// this file fit the test EAL's memory side by side.
 fn pair(name: &str) -> (Device, Device) {
-    let eal = Eal::for_tests();
-    let (pa, pb) = Port::ring_pair(eal, name, 1024).unwrap();
     // Idle engines yield: two spinning engines and the test thread on two
     // cores would make every slow-path round trip wait for a time slice.
-    let cfg = |ip| DeviceConfig {
+    support::device_pair(name, 1024, |c| DeviceConfig {
         pool_size: 4095,
         idle_yield: true,
-        ..DeviceConfig::new(ip)
-    };
-    let a = Device::open(eal, pa, cfg([10, 0, 0, 1])).unwrap();
-    let b = Device::open(eal, pb, cfg([10, 0, 0, 2])).unwrap();
-    (a, b)
+        ..c
+    })
 }
 
+/// A WRITE of `len` bytes from the start of `src` to the start of `dst`.
 fn write(wr_id: u64, src: &MemoryRegion, dst: &MemoryRegion, len: u32) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Write {
-            remote_va: dst.va(),
-            rkey: dst.rkey(),
-        },
-        sge: Sge {
-            addr: src.va(),
-            len,
-            lkey: src.lkey(),
-        },
-        signaled: true,
-        solicited: false,
-    }
-}
-
-fn recv(wr_id: u64, mr: &MemoryRegion, len: u32) -> RecvWr {
-    RecvWr {
-        wr_id,
-        sge: Sge {
-            addr: mr.va(),
-            len,
-            lkey: mr.lkey(),
-        },
-    }
+    support::write_wr(wr_id, src, 0, dst, 0, len)
 }
 
 fn connected(
@@ -68,11 +40,7 @@ fn connected(
     ca: &CompletionQueue,
     cb: &CompletionQueue,
 ) -> (QueuePair, QueuePair) {
-    let mut qa = a.create_qp(ca, ca, QpOptions::default()).unwrap();
-    let mut qb = b.create_qp(cb, cb, QpOptions::default()).unwrap();
-    qa.connect(&qb.remote_info()).unwrap();
-    qb.connect(&qa.remote_info()).unwrap();
-    (qa, qb)
+    support::connect_qps(a, b, ca, cb, QpOptions::default())
 }
 
 /// Resident set size of this process, bytes.

@@ -4,12 +4,14 @@
 //! unsharded peer; both shards carry traffic; a QP whose CQs are on two
 //! shards is refused.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use cc::CcKind;
 use dpdk::{Eal, Port};
 use nic::verbs::{CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QueuePair};
-use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
+use rdma::transport::{SendOp, SendWr, Sge, WcStatus};
 
 const QPS: usize = 4;
 const BUF: usize = 1 << 20;
@@ -41,10 +43,9 @@ struct Regions {
 }
 
 fn regions(a: &Device, b: &Device) -> Regions {
-    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     Regions {
-        local: a.reg_mr(QPS * BUF, all).unwrap(),
-        remote: b.reg_mr(QPS * BUF, all).unwrap(),
+        local: a.reg_mr(QPS * BUF, support::ALL).unwrap(),
+        remote: b.reg_mr(QPS * BUF, support::ALL).unwrap(),
     }
 }
 
@@ -52,14 +53,7 @@ fn flows(a: &Device, b: &Device, cc: CcKind) -> Vec<Flow> {
     (0..QPS)
         .map(|k| {
             let (cq, cq_b) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
-            let opts = QpOptions {
-                cc,
-                ..QpOptions::default()
-            };
-            let mut qa = a.create_qp(&cq, &cq, opts).unwrap();
-            let mut qb = b.create_qp(&cq_b, &cq_b, opts).unwrap();
-            qa.connect(&qb.remote_info()).unwrap();
-            qb.connect(&qa.remote_info()).unwrap();
+            let (qa, qb) = support::connect_qps(a, b, &cq, &cq_b, support::with_cc(cc));
             Flow {
                 qa,
                 _qb: qb,

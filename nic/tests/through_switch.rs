@@ -3,6 +3,8 @@
 //! <-> ring pair <-> host B. WRITE and READ, contents verified, for each CC;
 //! the switch's queue, CE marks and INT records show the CC at work.
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +13,7 @@ use cc::CcKind;
 use dpdk::{lcore, Eal, Mbuf, Mempool, Port, TscClock};
 use nic::verbs::{Device, DeviceConfig, MemoryRegion, QpOptions, RemoteQp};
 use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
+use switch::config::PortDefaults;
 use switch::dataplane::{Dataplane, PortIo, StatsSink};
 use switch::{Config, PortCounters, Switch};
 
@@ -40,35 +43,21 @@ impl StatsSink for Quiet {
 }
 
 fn config(p0: u16, p1: u16, bottleneck: &str) -> Config {
-    Config::from_toml_str(&format!(
-        r#"
-switch_id = 7
-int_dscp = 0x18
-[defaults]
-speed = "100Gbps"
-buf_max = "2MiB"
-k_min = "20KiB"
-k_max = "200KiB"
-p_max = 0.2
-k_drop = "100KiB"
-[[port]]
-id = {p0}
-mac = "02:00:00:00:01:00"
-[[port]]
-id = {p1}
-mac = "02:00:00:00:01:01"
-speed = "{bottleneck}"
-[[route]]
-prefix = "10.0.0.0/24"
-port = {p0}
-next_hop_mac = "02:00:00:00:00:01"
-[[route]]
-prefix = "10.0.1.0/24"
-port = {p1}
-next_hop_mac = "02:00:00:00:00:02"
-"#
-    ))
-    .unwrap_or_else(|e| panic!("{e}"))
+    let mut cfg = Config::two_hosts(
+        p0,
+        p1,
+        PortDefaults {
+            speed: Some("100Gbps".into()),
+            buf_max: Some("2MiB".into()),
+            k_min: Some("20KiB".into()),
+            k_max: Some("200KiB".into()),
+            p_max: Some(0.2),
+            k_drop: Some("100KiB".into()),
+            ..PortDefaults::default()
+        },
+    );
+    cfg.ports[1].own.speed = Some(bottleneck.into());
+    cfg
 }
 
 /// One pair of NICs and a switch at a time (each spins a core).
@@ -272,27 +261,4 @@ fn run_cc(cc: CcKind) {
     b.close();
 }
 
-#[test]
-fn through_switch_cc_none() {
-    run_cc(CcKind::None);
-}
-
-#[test]
-fn through_switch_cc_dcqcn() {
-    run_cc(CcKind::Dcqcn);
-}
-
-#[test]
-fn through_switch_cc_hpcc() {
-    run_cc(CcKind::Hpcc);
-}
-
-#[test]
-fn through_switch_cc_rx_hpcc() {
-    run_cc(CcKind::RxHpcc);
-}
-
-#[test]
-fn through_switch_cc_ldcp() {
-    run_cc(CcKind::Ldcp);
-}
+per_cc!(run_cc: through_switch_cc_none, through_switch_cc_dcqcn, through_switch_cc_hpcc, through_switch_cc_rx_hpcc, through_switch_cc_ldcp);

@@ -10,15 +10,13 @@ use rdma::wire::*;
 
 fn builder() -> FrameBuilder {
     FrameBuilder {
-        net: NetHeaders {
-            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
-            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            src_ip: Ipv4Address([10, 0, 0, 1]),
-            dst_ip: Ipv4Address([10, 0, 0, 2]),
-            udp_src_port: 0xC001,
-            dscp: 26,
-            ttl: 64,
-        },
+        net: NetHeaders::new(
+            [2, 0, 0, 0, 0, 1],
+            [2, 0, 0, 0, 0, 2],
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            0xC001,
+        ),
         int: None,
     }
 }

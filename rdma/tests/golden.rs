@@ -32,15 +32,13 @@ fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
 
 fn builder() -> FrameBuilder {
     FrameBuilder {
-        net: NetHeaders {
-            src_mac: EthernetAddress([0x02, 0, 0, 0, 0, 1]),
-            dst_mac: EthernetAddress([0x02, 0, 0, 0, 0, 2]),
-            src_ip: Ipv4Address([192, 168, 7, 1]),
-            dst_ip: Ipv4Address([192, 168, 7, 2]),
-            udp_src_port: 49153,
-            dscp: 26,
-            ttl: 64,
-        },
+        net: NetHeaders::new(
+            [0x02, 0, 0, 0, 0, 1],
+            [0x02, 0, 0, 0, 0, 2],
+            [192, 168, 7, 1],
+            [192, 168, 7, 2],
+            49153,
+        ),
         int: None,
     }
 }

@@ -410,25 +410,22 @@ fn rnr_retry_exhausted_is_rnr_retry_exc_err() {
     assert_eq!(hosts[1].qp.counters().rnr_nak_sent, 3);
 }
 
+/// Posts one WRITE of `len` bytes from the start of A's region to the
+/// start of B's.
+fn write_a_to_b(a: &mut Host, b: &Host, len: u32) {
+    let op = SendOp::Write {
+        remote_va: B_BASE,
+        rkey: b.mr.rkey,
+    };
+    a.qp.post_send(wr(1, op, A_BASE, len, a.mr.lkey), &a.mrs)
+        .unwrap();
+}
+
 #[test]
 fn window_gates_bytes_in_flight() {
     let (mut a, b) = pair(256, true, 0);
     fill(&mut a, A_BASE, 256 * 10, 1);
-    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
-    a.qp.post_send(
-        wr(
-            1,
-            SendOp::Write {
-                remote_va: B_BASE,
-                rkey: bk,
-            },
-            A_BASE,
-            256 * 10,
-            ak,
-        ),
-        &a.mrs,
-    )
-    .unwrap();
+    write_a_to_b(&mut a, &b, 256 * 10);
     a.qp.set_window(600);
     let mut n = 0;
     while let Some(p) = a.qp.poll_tx(0) {
@@ -451,21 +448,7 @@ fn window_gates_bytes_in_flight() {
     // A window below one packet (LDCP cw < 1): one packet at a time, never zero.
     let (mut a, b) = pair(256, true, 0);
     fill(&mut a, A_BASE, 256 * 4, 1);
-    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
-    a.qp.post_send(
-        wr(
-            1,
-            SendOp::Write {
-                remote_va: B_BASE,
-                rkey: bk,
-            },
-            A_BASE,
-            256 * 4,
-            ak,
-        ),
-        &a.mrs,
-    )
-    .unwrap();
+    write_a_to_b(&mut a, &b, 256 * 4);
     a.qp.set_window(100);
     assert!(a.qp.poll_tx(0).is_some());
     assert!(

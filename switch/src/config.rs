@@ -92,7 +92,8 @@ pub struct PortDefaults {
     pub burst: Option<Quantity>,
 }
 
-/// One `[[port]]` table.
+/// One `[[port]]` table: its id and MAC, and any of the [`PortDefaults`] keys
+/// (written flat in the table) to override `[defaults]` for this port.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PortConfig {
@@ -100,22 +101,9 @@ pub struct PortConfig {
     pub id: u16,
     /// The port's own MAC, written as the source MAC of frames leaving it.
     pub mac: String,
-    /// Link speed B.
-    pub speed: Option<Quantity>,
-    /// Data-class buffer in bytes.
-    pub buf_max: Option<Quantity>,
-    /// WRED K_min in bytes.
-    pub k_min: Option<Quantity>,
-    /// WRED K_max in bytes.
-    pub k_max: Option<Quantity>,
-    /// WRED P_max.
-    pub p_max: Option<f64>,
-    /// Not-ECT drop threshold K in bytes.
-    pub k_drop: Option<Quantity>,
-    /// Buffer of the high-priority class, bytes.
-    pub ctrl_buf_max: Option<Quantity>,
-    /// Shaper burst tolerance in bytes.
-    pub burst: Option<Quantity>,
+    /// This port's own values of the per-port keys.
+    #[serde(flatten)]
+    pub own: PortDefaults,
 }
 
 /// One `[[route]]` table.
@@ -360,6 +348,24 @@ impl Config {
         toml::from_str(s).map_err(|e| ConfigError::Toml(e.to_string()))
     }
 
+    /// The two-host topology of the tests and benchmarks that put a switch
+    /// between two NICs (`switch/tests/fixtures/two-hosts.toml`): host A's
+    /// subnet 10.0.0.0/24 behind port `a`, host B's 10.0.1.0/24 behind port
+    /// `b`, with `defaults` for both ports.
+    pub fn two_hosts(a: u16, b: u16, defaults: PortDefaults) -> Config {
+        let mut cfg = Config::from_toml_str(include_str!("../tests/fixtures/two-hosts.toml"))
+            .expect("the fixture parses");
+        let id = |fixture_id: u16| if fixture_id == 0 { a } else { b };
+        for p in &mut cfg.ports {
+            p.id = id(p.id);
+        }
+        for r in &mut cfg.routes {
+            r.port = id(r.port);
+        }
+        cfg.defaults = defaults;
+        cfg
+    }
+
     /// Reads and parses a TOML file.
     pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
         let s = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
@@ -439,6 +445,7 @@ impl Config {
             value: p.mac.clone(),
         })?;
         let speed = p
+            .own
             .speed
             .as_ref()
             .or(d.speed.as_ref())
@@ -462,18 +469,18 @@ impl Config {
                 }),
             }
         };
-        let buf_max = size("buf_max", &p.buf_max, &d.buf_max, DEFAULT_BUF_MAX)?;
-        let k_min = size("k_min", &p.k_min, &d.k_min, DEFAULT_K_MIN)?;
-        let k_max = size("k_max", &p.k_max, &d.k_max, DEFAULT_K_MAX)?;
-        let k_drop = size("k_drop", &p.k_drop, &d.k_drop, k_max)?;
+        let buf_max = size("buf_max", &p.own.buf_max, &d.buf_max, DEFAULT_BUF_MAX)?;
+        let k_min = size("k_min", &p.own.k_min, &d.k_min, DEFAULT_K_MIN)?;
+        let k_max = size("k_max", &p.own.k_max, &d.k_max, DEFAULT_K_MAX)?;
+        let k_drop = size("k_drop", &p.own.k_drop, &d.k_drop, k_max)?;
         let ctrl_buf_max = size(
             "ctrl_buf_max",
-            &p.ctrl_buf_max,
+            &p.own.ctrl_buf_max,
             &d.ctrl_buf_max,
             DEFAULT_CTRL_BUF_MAX,
         )?;
-        let burst = size("burst", &p.burst, &d.burst, DEFAULT_BURST)?;
-        let p_max = p.p_max.or(d.p_max).unwrap_or(DEFAULT_P_MAX);
+        let burst = size("burst", &p.own.burst, &d.burst, DEFAULT_BURST)?;
+        let p_max = p.own.p_max.or(d.p_max).unwrap_or(DEFAULT_P_MAX);
         if !(0.0..=1.0).contains(&p_max) {
             return Err(ConfigError::PmaxOutOfRange { port, p_max });
         }
@@ -703,5 +710,41 @@ mod tests {
         assert!(parse_prefix("10.0.1.7/24").is_err());
         assert!(parse_prefix("10.0.1.0/33").is_err());
         assert!(parse_prefix("10.0.1/24").is_err());
+    }
+
+    #[test]
+    fn a_port_overrides_defaults_and_unknown_port_keys_are_refused() {
+        let text = |extra: &str| {
+            format!(
+                "switch_id = 1\n[defaults]\nspeed = \"25Gbps\"\nk_min = \"5KiB\"\n\
+                 [[port]]\nid = 3\nmac = \"02:00:00:00:01:03\"\nk_min = \"7KiB\"\n{extra}"
+            )
+        };
+        let s = Config::from_toml_str(&text(""))
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(s.ports[0].k_min, 7 * 1024);
+        assert_eq!(s.ports[0].speed_bps, 25_000_000_000);
+        let e = Config::from_toml_str(&text("k_minn = 1\n")).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Toml(m) if m.contains("k_minn")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_two_host_fixture_renumbers_its_ports() {
+        let defaults = PortDefaults {
+            speed: Some("10Gbps".into()),
+            ..PortDefaults::default()
+        };
+        let s = Config::two_hosts(4, 9, defaults).validate().unwrap();
+        let mut ids: Vec<u16> = s.ports.iter().map(|p| p.id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, [4, 9]);
+        let mut ports: Vec<u16> = s.routes.iter().map(|r| r.port).collect();
+        ports.sort_unstable();
+        assert_eq!(ports, [4, 9]);
     }
 }

@@ -19,6 +19,7 @@ use rdma::wire::{
     parse_frame, BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, ParseOptions,
     RethRepr,
 };
+use switch::config::PortDefaults;
 use switch::dataplane::{Dataplane, PortIo, StatsSink};
 use switch::{Config, PortCounters, Switch};
 
@@ -29,33 +30,21 @@ const SW_MAC1: [u8; 6] = [0x02, 0, 0, 0, 1, 0x01];
 /// The switch configuration for the DPDK port ids the ring pairs got (they depend on
 /// what else this process opened): port 1 (towards host B) at `port1_speed`.
 fn config_for(p0: u16, p1: u16, port1_speed: &str) -> Config {
-    Config::from_toml_str(&format!(
-        r#"
-switch_id = 9
-[defaults]
-speed = "100Gbps"
-buf_max = "256KiB"
-k_min = "8KiB"
-k_max = "64KiB"
-p_max = 0.2
-[[port]]
-id = {p0}
-mac = "02:00:00:00:01:00"
-[[port]]
-id = {p1}
-mac = "02:00:00:00:01:01"
-speed = "{port1_speed}"
-[[route]]
-prefix = "10.0.0.0/24"
-port = {p0}
-next_hop_mac = "02:00:00:00:00:01"
-[[route]]
-prefix = "10.0.1.0/24"
-port = {p1}
-next_hop_mac = "02:00:00:00:00:02"
-"#
-    ))
-    .unwrap_or_else(|e| panic!("{e}"))
+    let mut cfg = Config::two_hosts(
+        p0,
+        p1,
+        PortDefaults {
+            speed: Some("100Gbps".into()),
+            buf_max: Some("256KiB".into()),
+            k_min: Some("8KiB".into()),
+            k_max: Some("64KiB".into()),
+            p_max: Some(0.2),
+            ..PortDefaults::default()
+        },
+    );
+    cfg.switch_id = 9;
+    cfg.ports[1].own.speed = Some(port1_speed.into());
+    cfg
 }
 
 /// A RoCEv2 RDMA WRITE Only from host A to host B (payload bytes `seq`-tagged), ECT(0),

@@ -18,10 +18,7 @@ use std::time::{Duration, Instant};
 use dpdk::{lcore, Eal, Mbuf, Mempool, Port, TscClock};
 use rdma::wire::frame::{IntInsert, NetHeaders, RoceRepr};
 use rdma::wire::int::IntRepr;
-use rdma::wire::{
-    parse_frame, BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, ParseOptions,
-    RethRepr,
-};
+use rdma::wire::{parse_frame, BthRepr, Ecn, FrameBuilder, Opcode, ParseOptions, RethRepr};
 use switch::dataplane::{Dataplane, PortIo, StatsSink};
 use switch::{Config, PortCounters, Switch};
 
@@ -126,13 +123,14 @@ impl StatsSink for Quiet {
 fn frame_with_one_hop() -> Vec<u8> {
     let fb = FrameBuilder {
         net: NetHeaders {
-            src_mac: EthernetAddress([0x02, 0, 0, 0, 0, 0x01]),
-            dst_mac: EthernetAddress([0x02, 0, 0, 0, 1, 0x00]),
-            src_ip: Ipv4Address([10, 0, 0, 1]),
-            dst_ip: Ipv4Address([10, 0, 1, 2]),
-            udp_src_port: 0xC123,
             dscp: 3,
-            ttl: 64,
+            ..NetHeaders::new(
+                [0x02, 0, 0, 0, 0, 0x01],
+                [0x02, 0, 0, 0, 1, 0x00],
+                [10, 0, 0, 1],
+                [10, 0, 1, 2],
+                0xC123,
+            )
         },
         int: Some(IntInsert {
             int_dscp: 0x18,

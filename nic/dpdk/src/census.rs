@@ -22,6 +22,7 @@ unsafe extern "C" fn collect(mp: *mut dpdk_sys::rte_mempool, arg: *mut c_void) {
     // SAFETY: `arg` is the Vec passed by `mempools`, `mp` a live pool (the
     // walk holds the list lock, so no pool is freed under us).
     let out = unsafe { &mut *(arg as *mut Vec<PoolUsage>) };
+    // SAFETY: `mp` is a live pool (above); its name is NUL-terminated.
     let (name, size, in_use) = unsafe {
         (
             CStr::from_ptr((*mp).name.as_ptr())

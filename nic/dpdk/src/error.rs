@@ -60,6 +60,7 @@ impl Error {
 
     /// An error for `op` from the calling thread's current `rte_errno`.
     pub fn last(op: &'static str) -> Self {
+        // SAFETY: reads the calling thread's rte_errno; no pointers.
         Self::from_errno(op, unsafe { dpdk_sys::shim_rte_errno() })
     }
 }

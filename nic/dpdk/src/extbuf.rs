@@ -31,8 +31,10 @@ pub struct ExtBuf {
     block: NonNull<Block>,
 }
 
-// SAFETY: the block is only freed through the atomic reference count.
+// SAFETY: the block is only freed through the atomic reference count, and
+// the handle's methods read only fields fixed at creation.
 unsafe impl Send for ExtBuf {}
+// SAFETY: as for Send; writes through `base_ptr` are the caller's unsafe.
 unsafe impl Sync for ExtBuf {}
 
 /// References the handle holds. Two, not one: DPDK's
@@ -49,7 +51,7 @@ const HANDLE_REFS: u16 = 2;
 unsafe extern "C" fn free_block(_addr: *mut c_void, opaque: *mut c_void) {
     // SAFETY: `opaque` is the Box<Block> leaked in ExtBuf::new, and this runs
     // exactly once, when the reference count reaches zero.
-    drop(Box::from_raw(opaque as *mut Block));
+    drop(unsafe { Box::from_raw(opaque as *mut Block) });
 }
 
 impl ExtBuf {
@@ -106,14 +108,21 @@ impl ExtBuf {
         self.len() == 0
     }
 
-    /// The memory, read-only (mbufs may be reading it concurrently).
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: as in len; base..base+len is the block's memory (owned, or
-        // the caller's under `from_raw`'s contract).
-        unsafe {
-            let b = self.block.as_ref();
-            std::slice::from_raw_parts(b.base, b.len)
+    /// `len` bytes at `offset` of the memory, read-only; None when out of
+    /// range.
+    ///
+    /// # Safety
+    /// Nobody may write these bytes (through [`ExtBuf::base_ptr`]) while the
+    /// returned reference lives. Other bytes of the memory may be written
+    /// meanwhile: the reference covers only the window.
+    pub unsafe fn window(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        if offset.checked_add(len)? > self.len() {
+            return None;
         }
+        // SAFETY: the block lives while we hold a reference; the window is
+        // inside base..base+len (owned, or the caller's under `from_raw`'s
+        // contract); the caller keeps writers off it.
+        Some(unsafe { std::slice::from_raw_parts(self.block.as_ref().base.add(offset), len) })
     }
 
     /// The memory, writable; only while no mbuf is attached.
@@ -131,7 +140,8 @@ impl ExtBuf {
     /// The memory's base address, for a datapath that writes into it while
     /// mbufs may be reading other parts of it (the NIC's RX path placing an
     /// RDMA WRITE into a registered region). Writing through it is the
-    /// caller's responsibility, exactly as a NIC's DMA is.
+    /// caller's responsibility, exactly as a NIC's DMA is: it must not write
+    /// bytes an attached mbuf carries or an [`ExtBuf::window`] covers.
     pub fn base_ptr(&self) -> *mut u8 {
         // SAFETY: the block lives while we hold a reference.
         unsafe { self.block.as_ref().base }

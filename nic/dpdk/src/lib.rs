@@ -17,6 +17,8 @@
 //!
 //! Every fallible call returns a typed [`Error`] carrying `rte_strerror` text.
 
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+
 mod burst;
 pub mod census;
 mod clock;

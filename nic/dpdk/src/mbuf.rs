@@ -28,7 +28,8 @@ impl Mbuf {
     #[inline]
     pub unsafe fn from_raw(raw: *mut rte_mbuf) -> Mbuf {
         debug_assert!(!raw.is_null());
-        Mbuf(NonNull::new_unchecked(raw))
+        // SAFETY: the caller passes a valid, hence non-null, mbuf.
+        Mbuf(unsafe { NonNull::new_unchecked(raw) })
     }
 
     /// Gives up ownership without freeing.
@@ -296,7 +297,11 @@ impl Mbuf {
         len: u16,
         shinfo: *mut dpdk_sys::rte_mbuf_ext_shared_info,
     ) {
-        dpdk_sys::shim_rte_pktmbuf_attach_extbuf(self.as_ptr(), addr.cast(), iova, len, shinfo);
+        // SAFETY: the caller's contract above is the C function's; the mbuf
+        // is ours (`&mut self`).
+        unsafe {
+            dpdk_sys::shim_rte_pktmbuf_attach_extbuf(self.as_ptr(), addr.cast(), iova, len, shinfo)
+        };
     }
 
     /// Whether the first segment's data lives in an external buffer.
@@ -343,13 +348,22 @@ impl<'a> Iterator for Segments<'a> {
     }
 }
 
+/// The data of one segment.
+///
+/// # Safety
+/// `m` must be a valid mbuf that lives, and whose data nobody writes, for
+/// `'a` (for external memory: [`crate::ExtBuf::base_ptr`]'s rule).
 unsafe fn seg_slice<'a>(m: *mut rte_mbuf) -> &'a [u8] {
-    let len = (*m).data_len as usize;
-    if len == 0 {
-        return &[];
+    // SAFETY: `m` is valid (the caller's contract); DPDK keeps
+    // `data_off + data_len <= buf_len`, so the data lies in its buffer.
+    unsafe {
+        let len = (*m).data_len as usize;
+        if len == 0 {
+            return &[];
+        }
+        let p = ((*m).buf_addr as *const u8).add((*m).data_off as usize);
+        std::slice::from_raw_parts(p, len)
     }
-    let p = ((*m).buf_addr as *const u8).add((*m).data_off as usize);
-    std::slice::from_raw_parts(p, len)
 }
 
 /// Bytes after the data of one segment (`rte_pktmbuf_tailroom`).
@@ -358,13 +372,23 @@ unsafe fn seg_slice<'a>(m: *mut rte_mbuf) -> &'a [u8] {
 /// `m` must be a valid mbuf.
 #[inline]
 unsafe fn seg_tailroom(m: *const rte_mbuf) -> usize {
-    ((*m).buf_len as usize).saturating_sub((*m).data_off as usize + (*m).data_len as usize)
+    // SAFETY: `m` is valid (the caller's contract).
+    unsafe {
+        ((*m).buf_len as usize).saturating_sub((*m).data_off as usize + (*m).data_len as usize)
+    }
 }
 
+/// The last segment of the chain starting at `m`.
+///
+/// # Safety
+/// `m` must be a valid mbuf chain.
 #[inline]
 unsafe fn last_seg(mut m: *mut rte_mbuf) -> *mut rte_mbuf {
-    while !(*m).next.is_null() {
-        m = (*m).next;
+    // SAFETY: every `next` of a valid chain is null or a valid segment.
+    unsafe {
+        while !(*m).next.is_null() {
+            m = (*m).next;
+        }
     }
     m
 }

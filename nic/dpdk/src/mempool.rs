@@ -21,6 +21,7 @@ pub struct Mempool {
 
 // SAFETY: rte_mempool is designed for concurrent use from many threads.
 unsafe impl Send for Mempool {}
+// SAFETY: as for Send (get/put are thread-safe, the cache is per lcore).
 unsafe impl Sync for Mempool {}
 
 impl Mempool {
@@ -106,6 +107,7 @@ impl Mempool {
         if m.is_null() {
             Err(Error::PoolExhausted(self.name.clone()))
         } else {
+            // SAFETY: a non-null result is a fresh mbuf nobody else owns.
             Ok(unsafe { Mbuf::from_raw(m) })
         }
     }
@@ -123,6 +125,7 @@ impl Mempool {
         if rc != 0 {
             return Err(Error::PoolExhausted(self.name.clone()));
         }
+        // SAFETY: on success the bulk call set all `room` spare slots.
         unsafe { burst.assume_init_spare(room) };
         Ok(room)
     }

@@ -84,6 +84,7 @@ enum Backing {
 struct RingPairRings([*mut dpdk_sys::rte_ring; 2]);
 // SAFETY: the rings are only freed in Drop, after both ports are gone.
 unsafe impl Send for RingPairRings {}
+// SAFETY: as for Send; the handle itself never touches the rings.
 unsafe impl Sync for RingPairRings {}
 impl Drop for RingPairRings {
     fn drop(&mut self) {
@@ -104,6 +105,7 @@ impl Drop for RingPairRings {
                 if n == 0 {
                     break;
                 }
+                // SAFETY: the dequeue set the first `n` spare slots.
                 unsafe { burst.assume_init_spare(n as usize) };
                 burst.clear();
             }
@@ -287,6 +289,7 @@ impl Port {
         let b_to_a = match mk_ring("_ba") {
             Ok(r) => r,
             Err(e) => {
+                // SAFETY: the ring was just created and no port uses it.
                 unsafe { dpdk_sys::rte_ring_free(a_to_b) };
                 return Err(e);
             }
@@ -450,6 +453,7 @@ impl Port {
     /// driver receives (`max_rx_pktlen`; 1522 for `net_tap` in DPDK 22.11,
     /// so no jumbo frames there).
     pub fn max_frame_len(&self) -> Result<u32> {
+        // SAFETY: rte_eth_dev_info is plain C data; all zeroes is valid.
         let mut info: dpdk_sys::rte_eth_dev_info = unsafe { std::mem::zeroed() };
         // SAFETY: valid port, valid out pointer (zeroed POD).
         check("rte_eth_dev_info_get", unsafe {
@@ -573,6 +577,7 @@ impl RxQueue {
                 room.min(u16::MAX as usize) as u16,
             )
         } as usize;
+        // SAFETY: the burst call set the first `n` spare slots.
         unsafe { burst.assume_init_spare(n) };
         n
     }

@@ -16,6 +16,7 @@ pub struct Ring {
 // use from many threads, and the SP/SC one is only reachable through the
 // unique RingProducer / RingConsumer handles.
 unsafe impl Send for Ring {}
+// SAFETY: as for Send.
 unsafe impl Sync for Ring {}
 
 impl Ring {
@@ -86,6 +87,7 @@ impl Ring {
                 std::ptr::null_mut(),
             )
         } as usize;
+        // SAFETY: the dequeue set the first `n` spare slots.
         unsafe { burst.assume_init_spare(n) };
         n
     }

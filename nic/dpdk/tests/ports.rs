@@ -3,6 +3,8 @@
 //! Every test builds its own mempool and checks, after its ports are gone,
 //! that the pool's in-use count is back where it started (no mbuf leak).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -336,6 +338,8 @@ const ETHERTYPE: u16 = 0x88b5;
 impl PacketSocket {
     fn open(iface: &str) -> PacketSocket {
         let name = std::ffi::CString::new(iface).unwrap();
+        // SAFETY: C calls with a NUL-terminated name and pointers to live
+        // locals sized by `size_of_val`; `sockaddr_ll` is plain C data.
         unsafe {
             let ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
             assert!(ifindex > 0, "interface {iface} not found");
@@ -372,6 +376,7 @@ impl PacketSocket {
 
     fn recv(&self) -> Option<Vec<u8>> {
         let mut buf = vec![0u8; 2048];
+        // SAFETY: receives at most `buf.len()` bytes into `buf`.
         let n = unsafe { libc::recv(self.fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
         (n > 0).then(|| {
             buf.truncate(n as usize);
@@ -380,6 +385,8 @@ impl PacketSocket {
     }
 
     fn send(&self, frame: &[u8]) {
+        // SAFETY: sends `frame` (live, its length) to a zeroed-then-filled
+        // `sockaddr_ll` local sized by `size_of_val`.
         unsafe {
             let mut sll: libc::sockaddr_ll = std::mem::zeroed();
             sll.sll_family = libc::AF_PACKET as u16;
@@ -406,6 +413,7 @@ impl PacketSocket {
 
 impl Drop for PacketSocket {
     fn drop(&mut self) {
+        // SAFETY: closes the descriptor this socket owns, once.
         unsafe { libc::close(self.fd) };
     }
 }

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use cc::AnyCc;
 use crossbeam_channel::Receiver;
 use dpdk::{Burst, Eal, ExtBuf, Mempool, Port, TscClock};
-use rdma::transport::{MemorySpace, MrTable, Qp, QpState};
+use rdma::transport::{MrTable, Qp, QpState};
 use rdma::wire::frame::FrameBuilder;
 use rdma::wire::{HeaderTemplate, ParseOptions};
 
@@ -49,6 +49,7 @@ use crate::counters::Counters;
 use crate::io::{TxPools, MAX_FRAME};
 use crate::pcapng::CaptureProducer;
 use crate::scheduler::Scheduler;
+use crate::sys::RawMemory;
 use crate::timer_wheel::{TimerHandle, TimerKey, TimerWheel};
 use crate::verbs::VerbsError;
 
@@ -82,33 +83,6 @@ fn shaper_depth(line_rate_bps: u64) -> u32 {
 
 /// DSCP of RoCEv2 data and control traffic.
 const ROCE_DSCP: u8 = 26;
-
-/// Registered memory seen as the process's address space: a region's
-/// virtual address is its pointer. The transport only copies in or out of a
-/// range after an [`MrTable`] check accepted it, and the engine keeps every
-/// registered region alive, so each access lies in live memory (the same
-/// contract a NIC's DMA engine has). The program may touch these bytes from
-/// its own thread, so no reference to them is ever formed: copies go through
-/// raw pointers only (DESIGN.md §5).
-struct RawMemory;
-
-impl MemorySpace for RawMemory {
-    fn copy_out(&self, va: u64, dst: &mut [u8]) {
-        if dst.is_empty() {
-            return;
-        }
-        // SAFETY: see the type's docs; `dst` is ours and cannot overlap a region.
-        unsafe { std::ptr::copy_nonoverlapping(va as *const u8, dst.as_mut_ptr(), dst.len()) }
-    }
-
-    fn copy_in(&mut self, va: u64, src: &[u8]) {
-        if src.is_empty() {
-            return;
-        }
-        // SAFETY: see the type's docs.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), va as *mut u8, src.len()) }
-    }
-}
 
 /// One QP's engine-side state.
 struct QpSlot {

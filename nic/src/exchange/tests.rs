@@ -73,68 +73,31 @@ fn strict_errors() {
         p(&EXAMPLE.replace(" test=", "  test=")),
         Malformed("".into())
     );
-    assert!(matches!(
-        p(&with("qpn", "0x1000000")),
-        BadValue { key: "qpn", .. }
-    ));
-    assert!(matches!(p(&with("qpn", "17")), BadValue { key: "qpn", .. }));
-    assert!(matches!(p(&with("psn", "0x")), BadValue { key: "psn", .. }));
-    assert!(matches!(
-        p(&with("ip", "10.0.0.256")),
-        BadValue { key: "ip", .. }
-    ));
-    assert!(matches!(
-        p(&with("mac", "02:00:00:00:00")),
-        BadValue { key: "mac", .. }
-    ));
-    assert!(matches!(
-        p(&with("mac", "02:00:00:00:00:+1")),
-        BadValue { key: "mac", .. }
-    ));
-    assert!(matches!(
-        p(&with("rkey", "0x123456789")),
-        BadValue { key: "rkey", .. }
-    ));
-    assert!(matches!(p(&with("len", "-1")), BadValue { key: "len", .. }));
-    assert!(matches!(
-        p(&with("len", "99999999999999999999")),
-        BadValue { key: "len", .. }
-    ));
-    assert!(matches!(
-        p(&with("mtu", "1500")),
-        BadValue { key: "mtu", .. }
-    ));
-    assert!(matches!(
-        p(&with("mtu", "04096")),
-        BadValue { key: "mtu", .. }
-    ));
-    assert!(matches!(
-        p(&with("cc", "cubic")),
-        BadValue { key: "cc", .. }
-    ));
-    assert!(matches!(
-        p(&with("ext", "cc,cc")),
-        BadValue { key: "ext", .. }
-    ));
-    assert!(matches!(p(&with("ext", "")), BadValue { key: "ext", .. }));
-    assert!(matches!(
-        p(&with("udp_sport", "0")),
-        BadValue {
-            key: "udp_sport",
-            ..
-        }
-    ));
-    assert!(matches!(
-        p(&with("udp_sport", "65536")),
-        BadValue {
-            key: "udp_sport",
-            ..
-        }
-    ));
-    assert!(matches!(
-        p(&with("test", "Write_BW")),
-        BadValue { key: "test", .. }
-    ));
+    // One bad value per key: refused, naming the key.
+    for (key, bad) in [
+        ("qpn", "0x1000000"),
+        ("qpn", "17"),
+        ("psn", "0x"),
+        ("ip", "10.0.0.256"),
+        ("mac", "02:00:00:00:00"),
+        ("mac", "02:00:00:00:00:+1"),
+        ("rkey", "0x123456789"),
+        ("len", "-1"),
+        ("len", "99999999999999999999"),
+        ("mtu", "1500"),
+        ("mtu", "04096"),
+        ("cc", "cubic"),
+        ("ext", "cc,cc"),
+        ("ext", ""),
+        ("udp_sport", "0"),
+        ("udp_sport", "65536"),
+        ("test", "Write_BW"),
+    ] {
+        assert!(
+            matches!(p(&with(key, bad)), BadValue { key: k, .. } if k == key),
+            "{key}={bad}"
+        );
+    }
     assert_eq!(p(&"x".repeat(2000)), TooLong);
     let msg = p(&with("mtu", "1500")).to_string();
     assert!(

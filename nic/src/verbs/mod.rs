@@ -314,34 +314,7 @@ impl Device {
         self.reg_mr_in(0, mem, len, access, false)
     }
 
-    /// Registers the caller's memory, `len` bytes at `addr`, with `access`
-    /// in the default PD (`ibv_reg_mr` over a buffer the program owns): the
-    /// engine sends from it without copying and places received data into
-    /// it, so its virtual address is `addr`.
-    ///
-    /// # Safety
-    /// `addr..addr + len` must be valid for reads and writes from now until
-    /// the region is deregistered: [`Device::dereg_mr`] or the drop of its
-    /// last handle, which return only once the engine no longer uses the
-    /// memory and no frame in flight refers to it (they wait for such
-    /// frames to be freed). While registered, the engine (another thread)
-    /// reads and writes these bytes, as a NIC's DMA does: the program must
-    /// not hold Rust references over bytes an operation in flight uses.
-    pub unsafe fn reg_user_mr(
-        &self,
-        addr: *mut u8,
-        len: usize,
-        access: Access,
-    ) -> Result<MemoryRegion, VerbsError> {
-        if addr.is_null() || len == 0 {
-            return Err(VerbsError::EmptyRegion);
-        }
-        // SAFETY: the caller's contract above is `from_raw`'s.
-        let mem = unsafe { ExtBuf::from_raw(addr, len) };
-        self.reg_mr_in(0, mem, len, access, true)
-    }
-
-    fn reg_mr_in(
+    pub(crate) fn reg_mr_in(
         &self,
         pd: u32,
         mem: ExtBuf,

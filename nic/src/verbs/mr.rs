@@ -94,67 +94,20 @@ impl MemoryRegion {
         self.inner.len == 0
     }
 
-    /// Copies `data` into the region at `offset`. Panics if out of range.
-    pub fn write(&self, offset: usize, data: &[u8]) {
-        assert!(
-            offset
-                .checked_add(data.len())
-                .is_some_and(|e| e <= self.inner.len),
-            "write outside the region"
-        );
-        // SAFETY: in range of memory we keep alive; concurrent engine access
-        // to the same bytes is the caller's race, as with hardware DMA.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.inner.mem.base_ptr().add(offset),
-                data.len(),
-            )
+    /// The gather/scatter element of `len` bytes at `offset` (not checked
+    /// here: the engine checks every SGE against the region when it takes
+    /// the work request).
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.va() + offset,
+            len,
+            lkey: self.lkey(),
         }
     }
 
-    /// Copies `len` bytes at `src_offset` of `src` into this region at
-    /// `offset` (regions may be the same; ranges are checked).
-    pub(crate) fn copy_from(
-        &self,
-        offset: usize,
-        src: &MemoryRegion,
-        src_offset: usize,
-        len: usize,
-    ) -> Result<(), VerbsError> {
-        let fits = |o: usize, r: &MemoryRegion| o.checked_add(len).is_some_and(|e| e <= r.len());
-        if !fits(offset, self) || !fits(src_offset, src) {
-            return Err(VerbsError::OutsideRegion);
-        }
-        // SAFETY: both ranges are inside memory the handles keep alive;
-        // `copy` allows overlap. Concurrent engine access to the same
-        // bytes is the caller's race, as with hardware DMA (see `write`).
-        unsafe {
-            std::ptr::copy(
-                src.inner.mem.base_ptr().add(src_offset),
-                self.inner.mem.base_ptr().add(offset),
-                len,
-            )
-        }
-        Ok(())
-    }
-
-    /// Copies bytes at `offset` out of the region. Panics if out of range.
-    pub fn read(&self, offset: usize, out: &mut [u8]) {
-        assert!(
-            offset
-                .checked_add(out.len())
-                .is_some_and(|e| e <= self.inner.len),
-            "read outside the region"
-        );
-        // SAFETY: as in `write`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.inner.mem.base_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        }
+    /// Address of byte 0, for the raw copies in `crate::sys`.
+    pub(crate) fn base_ptr(&self) -> *mut u8 {
+        self.inner.mem.base_ptr()
     }
 }
 

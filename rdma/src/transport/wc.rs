@@ -174,6 +174,20 @@ pub struct SendWr {
     pub solicited: bool,
 }
 
+impl SendWr {
+    /// A work request for `op` over `sge` that completes with a work
+    /// completion (`IBV_SEND_SIGNALED`) and does not set SE.
+    pub fn signaled(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
+        SendWr {
+            wr_id,
+            op,
+            sge,
+            signaled: true,
+            solicited: false,
+        }
+    }
+}
+
 /// A receive work request (`ibv_recv_wr` with one SGE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvWr {

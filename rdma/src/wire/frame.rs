@@ -342,6 +342,29 @@ pub struct NetHeaders {
     pub ttl: u8,
 }
 
+impl NetHeaders {
+    /// Headers from `src_mac`/`src_ip` to `dst_mac`/`dst_ip` in RoCEv2's
+    /// usual class (DSCP 26, the `RoCE` class of common deployments; TTL
+    /// 64), with `udp_src_port` as the flow's entropy.
+    pub fn new(
+        src_mac: [u8; 6],
+        dst_mac: [u8; 6],
+        src_ip: [u8; 4],
+        dst_ip: [u8; 4],
+        udp_src_port: u16,
+    ) -> NetHeaders {
+        NetHeaders {
+            src_mac: EthernetAddress(src_mac),
+            dst_mac: EthernetAddress(dst_mac),
+            src_ip: Ipv4Address(src_ip),
+            dst_ip: Ipv4Address(dst_ip),
+            udp_src_port,
+            dscp: 26,
+            ttl: 64,
+        }
+    }
+}
+
 /// INT insertion parameters for a QP that negotiated INT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IntInsert {

@@ -105,7 +105,7 @@ fn install_signals() {
 }
 
 /// A per-port size key of the TOML, for the overrides.
-type SizeField = fn(&mut switch::config::PortConfig) -> &mut Option<Quantity>;
+type SizeField = fn(&mut switch::config::PortDefaults) -> &mut Option<Quantity>;
 
 /// Applies the command-line overrides to the parsed TOML (validated afterwards, so a
 /// bad value from a flag gets the same error as one from the file). Returns whether any
@@ -117,7 +117,7 @@ fn apply_overrides(cfg: &mut Config, a: &Args) -> Result<bool, String> {
         match s.split_once('=') {
             None => {
                 for p in cfg.ports.iter_mut() {
-                    p.speed = Some(Quantity::from(s.trim()));
+                    p.own.speed = Some(Quantity::from(s.trim()));
                 }
             }
             Some((port, rate)) => {
@@ -129,7 +129,7 @@ fn apply_overrides(cfg: &mut Config, a: &Args) -> Result<bool, String> {
                     cfg.ports.iter_mut().find(|p| p.id == id).ok_or_else(|| {
                         format!("--speed {s:?}: no port {id} in the configuration")
                     })?;
-                p.speed = Some(Quantity::from(rate.trim()));
+                p.own.speed = Some(Quantity::from(rate.trim()));
             }
         }
     }
@@ -157,14 +157,14 @@ fn apply_overrides(cfg: &mut Config, a: &Args) -> Result<bool, String> {
         if let Some(v) = flag {
             any = true;
             for p in cfg.ports.iter_mut() {
-                *field(p) = Some(Quantity::from(v.trim()));
+                *field(&mut p.own) = Some(Quantity::from(v.trim()));
             }
         }
     }
     if let Some(v) = a.p_max {
         any = true;
         for p in cfg.ports.iter_mut() {
-            p.p_max = Some(v);
+            p.own.p_max = Some(v);
         }
     }
     Ok(any)

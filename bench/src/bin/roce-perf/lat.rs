@@ -132,20 +132,12 @@ fn write_pingpong(
             posts.push(Instant::now());
             scnt += 1;
             s.mr.write(post_at, &[scnt as u8]);
-            s.qps[0].post_send(SendWr {
-                wr_id: scnt,
-                op: SendOp::Write {
-                    remote_va: s.remotes[0].va,
-                    rkey: s.remotes[0].rkey,
-                },
-                sge: Sge {
-                    addr: s.mr.va() + s.layout.local(0),
-                    len: size,
-                    lkey: s.mr.lkey(),
-                },
-                signaled: true,
-                solicited: false,
-            })?;
+            let op = SendOp::Write {
+                remote_va: s.remotes[0].va,
+                rkey: s.remotes[0].rkey,
+            };
+            let sge = s.mr.sge(s.layout.local(0), size);
+            s.qps[0].post_send(SendWr::signaled(scnt, op, sge))?;
         }
         if ccnt < scnt {
             wait_wc(&mut s.cq)?;
@@ -244,20 +236,12 @@ fn reads(s: &mut Session, size: u32, iters: u64, deadline: Option<Instant>) -> R
             break;
         }
         posts.push(Instant::now());
-        s.qps[0].post_send(SendWr {
-            wr_id: i,
-            op: SendOp::Read {
-                remote_va: s.remotes[0].va,
-                rkey: s.remotes[0].rkey,
-            },
-            sge: Sge {
-                addr: s.mr.va() + s.layout.local(0),
-                len: size,
-                lkey: s.mr.lkey(),
-            },
-            signaled: true,
-            solicited: false,
-        })?;
+        let op = SendOp::Read {
+            remote_va: s.remotes[0].va,
+            rkey: s.remotes[0].rkey,
+        };
+        let sge = s.mr.sge(s.layout.local(0), size);
+        s.qps[0].post_send(SendWr::signaled(i, op, sge))?;
         wait_wc(&mut s.cq)?;
     }
     // The gap after the last READ: its completion.
