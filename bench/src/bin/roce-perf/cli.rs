@@ -69,6 +69,11 @@ pub struct Opts {
     /// Send queue depth (outstanding work requests).
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     pub tx_depth: u16,
+    /// Completion moderation, as perftest's -Q: one signaled work request
+    /// in every N per QP (bandwidth tests; at most the send queue's share
+    /// of `-t` per QP, so that a completion always comes).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..))]
+    pub cq_mod: u16,
     /// QP timeout, as perftest's -u: 4.096 us x 2^N before a retransmit
     /// (0..31; default 14, 67 ms). A peer that may stall for longer (a
     /// loaded emulated guest) needs more before 7 retries run out.
