@@ -231,10 +231,10 @@ fn send(test: &Test, s: &mut Session, size: u32) -> Res<BwRow> {
             ended = true;
             // A last signaled request on every QP with unsignaled ones, so
             // that every request posted is accounted for.
-            for q in 0..nq as usize {
-                if unsignaled[q] > 0 {
-                    post_one(test, s, size, q, posted, unsignaled[q] + 1)?;
-                    unsignaled[q] = 0;
+            for (q, u) in unsignaled.iter_mut().enumerate() {
+                if *u > 0 {
+                    post_one(test, s, size, q, posted, *u + 1)?;
+                    *u = 0;
                     posted += 1;
                 }
             }
