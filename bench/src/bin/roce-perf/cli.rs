@@ -70,8 +70,9 @@ pub struct Opts {
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     pub tx_depth: u16,
     /// Completion moderation, as perftest's -Q: one signaled work request
-    /// in every N per QP (bandwidth tests; at most the send queue's share
-    /// of `-t` per QP, so that a completion always comes).
+    /// in every N per QP (bandwidth tests; at most a quarter of each QP's
+    /// share of `-t`, so that the pipeline stays full while a completion
+    /// is awaited).
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..))]
     pub cq_mod: u16,
     /// QP timeout, as perftest's -u: 4.096 us x 2^N before a retransmit
