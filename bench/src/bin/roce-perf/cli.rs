@@ -110,7 +110,8 @@ pub struct Opts {
     pub exchange: ExchangeArg,
     /// Seconds a server waits for a client (default: forever, as perftest)
     /// and a client keeps retrying the connection (default 10); also bounds
-    /// each wait for the peer's end of a test (default: no bound).
+    /// each wait for the peer's end of a test (default: no bound); at least
+    /// this long for each step of the exchange.
     #[arg(long = "timeout")]
     pub timeout: Option<u64>,
     /// Congestion control.
