@@ -47,9 +47,12 @@ fn bandwidth_tests_print_perftest_rows() {
         let r = row(&out, "16384");
         assert_eq!(r[1], 300.0, "{out}");
         assert!(r[3] > 0.0 && r[2] >= r[3] * 0.99, "peak >= average: {out}");
-        // MsgRate is average bandwidth / message size.
+        // MsgRate is average bandwidth / message size, the bandwidth as
+        // printed: to 0.01 Gbit/s (which is 3 % at 0.14 Gbit/s on a loaded
+        // machine).
         let rate = r[3] * 1e9 / 8.0 / 16384.0 / 1e6;
-        assert!((r[4] - rate).abs() <= rate * 0.02 + 1e-6, "{out}");
+        let printed = 0.005 * 1e9 / 8.0 / 16384.0 / 1e6;
+        assert!((r[4] - rate).abs() <= rate * 0.02 + printed, "{out}");
         // Only the client's table is printed.
         assert_eq!(out.matches("#bytes").count(), 1, "{out}");
     }

@@ -201,6 +201,11 @@ impl Engine {
     /// (its slot stays).
     fn detach(&mut self, i: usize) {
         let now = self.clock.now_ns();
+        if let Some(k) = self.connected.iter().position(|&c| c == i) {
+            // What its transport counted stays in the device's counters.
+            self.sync_qp_counters(i);
+            self.connected.swap_remove(k);
+        }
         if let Some(s) = self.qps[i].as_deref_mut() {
             if let Some((h, _)) = s.transport_timer.take() {
                 self.wheel.cancel(h);
@@ -212,7 +217,6 @@ impl Engine {
             s.cq_waiting = false;
         }
         let _ = self.sched.reset_qp(i as u32, now);
-        self.connected.retain(|&c| c != i);
         self.cq_waiting.retain(|&c| c as usize != i);
     }
 

@@ -134,6 +134,9 @@ struct QpSlot {
     err_by_program: bool,
     /// The transport reported that it entered ERR (lifecycle.rs).
     fatal_pending: bool,
+    /// The transport counters as last added to the engine's sums
+    /// (`poll.rs`).
+    synced: poll::QpSums,
 }
 
 /// The engine. Built on the caller's thread, then moved to its poll-mode
@@ -185,6 +188,11 @@ pub struct Engine {
     psn_seed: u64,
     turn: u64,
     last_publish_ns: u64,
+    /// The QPs' transport counters summed as of their last sync, kept when
+    /// a QP is destroyed (`poll.rs`).
+    qp_sums: poll::QpSums,
+    /// The next index in `connected` whose counters a publication syncs.
+    sync_cursor: usize,
     capture: Option<CaptureProducer<CAPTURE_SNAP>>,
     /// The port's ARP and ICMP echo (crate::control).
     control: ControlPlane,
@@ -305,6 +313,8 @@ impl Engine {
             txb: Burst::new(),
             turn: 0,
             last_publish_ns: 0,
+            qp_sums: poll::QpSums::default(),
+            sync_cursor: 0,
             capture: parts.capture,
             control: ControlPlane::new(parts.mac, cfg.ip, cfg.arp),
             control_out: vec![0u8; MAX_FRAME],

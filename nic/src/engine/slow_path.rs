@@ -251,6 +251,7 @@ impl Engine {
             stop_at_rtr: false,
             err_by_program: false,
             fatal_pending: false,
+            synced: super::poll::QpSums::default(),
         }));
         if self.life.take_ctrl_orphan(i) {
             // The control-ring entry a destroyed QP left in this slot is ours.
@@ -318,6 +319,8 @@ impl Engine {
         }
         s.qp = Some(qp);
         s.update_window();
+        // Only what its new transport counts from now on is added.
+        s.synced = super::poll::QpSums::of(s);
         self.connected.push(i);
         // Work posted before the connection is taken now.
         self.shared.ring_doorbell(qpn);

@@ -123,14 +123,17 @@ impl Requester {
                 },
             ),
         };
-        self.sq.push_back(SendWqe {
-            wr,
-            first_psn: 0,
-            npkts,
-            first_lsn: 0,
-            lsn_len,
-            started: false,
-        });
+        super::output::push_compact(
+            &mut self.sq,
+            SendWqe {
+                wr,
+                first_psn: 0,
+                npkts,
+                first_lsn: 0,
+                lsn_len,
+                started: false,
+            },
+        );
         Ok(())
     }
 

@@ -224,7 +224,7 @@ impl Responder {
             )
             .map_err(QpError::LocalProtection)?;
         }
-        self.rq.push_back(wr);
+        super::output::push_compact(&mut self.rq, wr);
         Ok(())
     }
 
@@ -277,7 +277,7 @@ impl Responder {
             out.counters.resp_queue_full += 1;
             return false;
         }
-        self.out.push_back(item);
+        super::output::push_compact(&mut self.out, item);
         true
     }
 

@@ -69,6 +69,12 @@ pub struct Opts {
     /// Send queue depth (outstanding work requests).
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     pub tx_depth: u16,
+    /// Completion moderation, as perftest's -Q: one signaled work request
+    /// in every N per QP (bandwidth tests; at most a quarter of each QP's
+    /// share of `-t`, so that the pipeline stays full while a completion
+    /// is awaited).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..))]
+    pub cq_mod: u16,
     /// QP timeout, as perftest's -u: 4.096 us x 2^N before a retransmit
     /// (0..31; default 14, 67 ms). A peer that may stall for longer (a
     /// loaded emulated guest) needs more before 7 retries run out.
@@ -104,7 +110,8 @@ pub struct Opts {
     pub exchange: ExchangeArg,
     /// Seconds a server waits for a client (default: forever, as perftest)
     /// and a client keeps retrying the connection (default 10); also bounds
-    /// each wait for the peer's end of a test (default: no bound).
+    /// each wait for the peer's end of a test (default: no bound); at least
+    /// this long for each step of the exchange.
     #[arg(long = "timeout")]
     pub timeout: Option<u64>,
     /// Congestion control.

@@ -121,10 +121,19 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
     let client = dpdk::lcore::spawn_pinned(eal, "roce-perf-client", side_core, move || {
         run_side(&client_test, eal, dev_b, false).map_err(|e| e.to_string())
     })?;
-    // A failed client returns at once (the server may still wait for it).
-    client
+    // A failed client returns at once (the server may still wait for it);
+    // a server that failed first says why (the client only saw it close).
+    let done = client
         .join()
-        .map_err(|_| "the client thread panicked".to_string())??;
+        .map_err(|_| "the client thread panicked".to_string())?;
+    if let Err(e) = done {
+        if server.is_finished() {
+            if let Ok(Err(s)) = server.join() {
+                return Err(format!("{e} (server: {s})").into());
+            }
+        }
+        return Err(e.into());
+    }
     server
         .join()
         .map_err(|_| "the server thread panicked".to_string())?

@@ -454,8 +454,14 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         None => accept(o, quiet)?,
         Some(addr) => connect(o, addr)?,
     };
-    stream.set_read_timeout(Some(EXCHANGE_TIMEOUT))?;
-    stream.set_write_timeout(Some(EXCHANGE_TIMEOUT))?;
+    // Each end creates its QPs and registers their buffers between
+    // connecting and its first line: the peer's wait grows with their
+    // number (16k QPs and 2 GiB take tens of seconds on a loaded machine),
+    // and `--timeout` may make it longer.
+    let exchange_timeout = (EXCHANGE_TIMEOUT + Duration::from_millis(5 * u64::from(o.qps)))
+        .max(Duration::from_secs(o.timeout.unwrap_or(0)));
+    stream.set_read_timeout(Some(exchange_timeout))?;
+    stream.set_write_timeout(Some(exchange_timeout))?;
     stream.set_nodelay(true)?;
     let protocol = if server {
         detect(&stream)?
