@@ -1,17 +1,18 @@
 //! A simulated host NIC: the NIC engine's per-QP work (DESIGN.md §5) on the same pure
 //! parts the engine runs — `rdma::transport::Qp` for reliability, one `cc::AnyCc` per
-//! QP, `sched::scheduler::Scheduler` for control-first round robin with pacing credit,
-//! `sched::timer_wheel::TimerWheel` for the retransmit and CC timers — with simulated
-//! time passed in and frames handed to the fabric instead of a DPDK port.
+//! QP fed through the engine's own glue (`sched::qp_cc`: CC events from QP events with
+//! their telemetry and RTT sample, the receiver-side call on every request, the
+//! send-side call with fast start, the CC's actions applied, the window with the
+//! go-back-N backoff of a QP without CC), `sched::scheduler::Scheduler` for
+//! control-first round robin with pacing credit, `sched::timer_wheel::TimerWheel` for
+//! the retransmit and CC timers — with simulated time passed in and frames handed to
+//! the fabric instead of a DPDK port.
 //!
-//! What is the engine's and therefore mirrored here (`nic/src/engine.rs`): CC events
-//! from QP events (ACK with its echoed telemetry and one RTT sample in flight, NAK
-//! sequence error, timeout, CNP, probe response), the receiver-side CC call on every
-//! request (DCQCN notification point, Rx-HPCC), a CNP owed as a control packet, the
-//! window pushed into the QP after each event batch, the rate into the scheduler, the
-//! CC's `fast_start` turning a packet Not-ECT, INT inserted on data when the CC wants
-//! it and on probes, and the wheel's 1 us tick. The engine's DPDK parts (mbufs, rings,
-//! doorbells, CQ rings, slow path) have no counterpart: work is posted directly.
+//! What this file adds is the engine's loop around that glue (`nic/src/engine`): a CNP
+//! owed goes out as a control packet, the rate goes into the scheduler, INT is inserted
+//! on data when the CC wants it and on probes, the wheel ticks at 1 us. The engine's
+//! DPDK parts (mbufs, rings, doorbells, CQ rings, slow path) have no counterpart: work
+//! is posted directly.
 
 use cc::{AnyCc, CcKind, CongestionControl, PathConfig};
 use rdma::transport::{
