@@ -15,7 +15,6 @@ pub mod device;
 mod doorbell;
 pub mod engine;
 pub mod exchange;
-pub mod gbn_backoff;
 pub mod impair;
 pub mod io;
 pub mod notify;
@@ -31,4 +30,4 @@ pub mod verbs;
 
 /// The flow scheduler and the timing wheel live in the pure `sched` crate (shared with
 /// `roce-sim`); re-exported under their old paths.
-pub use sched::{scheduler, timer_wheel};
+pub use sched::{gbn_backoff, scheduler, timer_wheel};

@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use switch::{PacketBuf, PortSettings, Switch, SwitchSettings};
+use switch::{PacketBuf, PortSettings, SharedBuffer, Switch, SwitchSettings};
 
 use crate::event::{Event, EventQueue};
 use crate::frame::{FramePool, SimFrame};
@@ -45,6 +45,9 @@ pub struct RunConfig {
     pub ctrl_buf: u64,
     /// PFC thresholds (XOFF, XON) in bytes per ingress link; `None`: no PFC.
     pub pfc: Option<(u64, u64)>,
+    /// A shared buffer per switch `(bytes, alpha_log2)` (`switch::SharedBuffer`);
+    /// `None`: each port only has its own `buf_max`.
+    pub shared_buffer: Option<(u64, i8)>,
 }
 
 struct Link {
@@ -227,14 +230,16 @@ impl Sim {
                         burst: 0,
                     })
                     .collect();
-                Switch::new(&SwitchSettings {
+                let mut sw = Switch::new(&SwitchSettings {
                     switch_id: i as u16,
                     int_dscp: cfg.nic.int_dscp,
                     seed: cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1),
                     fcs_in_frame: false,
                     ports,
                     routes: s.routes.clone(),
-                })
+                });
+                sw.set_shared_buffer(cfg.shared_buffer.map(|(b, a)| SharedBuffer::new(b, a)));
+                sw
             })
             .collect();
         let mut q = EventQueue::with_capacity(1 << 16);

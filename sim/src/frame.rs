@@ -16,58 +16,58 @@ pub const MAX_MTU: u32 = 1024;
 /// Buffer size.
 pub const BUF_LEN: usize = HEADROOM + MAX_MTU as usize + 384;
 
-/// A frame buffer laid out like an mbuf: the frame is `data[start..start + len]`.
-pub struct FrameData {
+/// An owned frame, the switch core's packet handle: the frame is
+/// `buf[start..start + len]`, laid out like an mbuf (headroom in front). The offsets
+/// live in the handle, not in the buffer, so that a length query (every hop's queue
+/// accounting) reads no cache line of the frame.
+pub struct SimFrame {
+    buf: Box<[u8; BUF_LEN]>,
     start: u16,
     len: u16,
-    data: [u8; BUF_LEN],
 }
-
-/// An owned frame (one pointer), the switch core's packet handle.
-pub struct SimFrame(Box<FrameData>);
 
 impl SimFrame {
     /// The writable area where a new frame starts (after the headroom).
     pub fn build_area(&mut self) -> &mut [u8] {
-        &mut self.0.data[HEADROOM..]
+        &mut self.buf[HEADROOM..]
     }
 
     /// Sets the frame to the `len` bytes written at the start of [`Self::build_area`].
     pub fn set_built(&mut self, len: usize) {
-        self.0.start = HEADROOM as u16;
-        self.0.len = len.min(BUF_LEN - HEADROOM) as u16;
+        self.start = HEADROOM as u16;
+        self.len = len.min(BUF_LEN - HEADROOM) as u16;
     }
 }
 
 impl PacketBuf for SimFrame {
     #[inline]
     fn len(&self) -> usize {
-        usize::from(self.0.len)
+        usize::from(self.len)
     }
     #[inline]
     fn bytes(&self) -> &[u8] {
-        let s = usize::from(self.0.start);
-        &self.0.data[s..s + usize::from(self.0.len)]
+        let s = usize::from(self.start);
+        &self.buf[s..s + usize::from(self.len)]
     }
     #[inline]
     fn bytes_mut(&mut self) -> &mut [u8] {
-        let s = usize::from(self.0.start);
-        &mut self.0.data[s..s + usize::from(self.0.len)]
+        let s = usize::from(self.start);
+        &mut self.buf[s..s + usize::from(self.len)]
     }
     #[inline]
     fn prepend(&mut self, n: usize) -> bool {
-        if n > usize::from(self.0.start) {
+        if n > usize::from(self.start) {
             return false;
         }
-        self.0.start -= n as u16;
-        self.0.len += n as u16;
+        self.start -= n as u16;
+        self.len += n as u16;
         true
     }
     #[inline]
     fn trim_front(&mut self, n: usize) {
-        let n = n.min(usize::from(self.0.len)) as u16;
-        self.0.start += n;
-        self.0.len -= n;
+        let n = n.min(usize::from(self.len)) as u16;
+        self.start += n;
+        self.len -= n;
     }
 }
 
@@ -84,11 +84,11 @@ impl FramePool {
     pub fn get(&mut self) -> SimFrame {
         self.free.pop().unwrap_or_else(|| {
             self.allocated += 1;
-            SimFrame(Box::new(FrameData {
+            SimFrame {
+                buf: Box::new([0; BUF_LEN]),
                 start: HEADROOM as u16,
                 len: 0,
-                data: [0; BUF_LEN],
-            }))
+            }
         })
     }
 

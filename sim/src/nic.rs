@@ -1,32 +1,30 @@
 //! A simulated host NIC: the NIC engine's per-QP work (DESIGN.md §5) on the same pure
 //! parts the engine runs — `rdma::transport::Qp` for reliability, one `cc::AnyCc` per
-//! QP, `sched::scheduler::Scheduler` for control-first round robin with pacing credit,
-//! `sched::timer_wheel::TimerWheel` for the retransmit and CC timers — with simulated
-//! time passed in and frames handed to the fabric instead of a DPDK port.
+//! QP fed through the engine's own glue (`sched::qp_cc`: CC events from QP events with
+//! their telemetry and RTT sample, the receiver-side call on every request, the
+//! send-side call with fast start, the CC's actions applied, the window with the
+//! go-back-N backoff of a QP without CC), `sched::scheduler::Scheduler` for
+//! control-first round robin with pacing credit, `sched::timer_wheel::TimerWheel` for
+//! the retransmit and CC timers — with simulated time passed in and frames handed to
+//! the fabric instead of a DPDK port.
 //!
-//! What is the engine's and therefore mirrored here (`nic/src/engine.rs`): CC events
-//! from QP events (ACK with its echoed telemetry and one RTT sample in flight, NAK
-//! sequence error, timeout, CNP, probe response), the receiver-side CC call on every
-//! request (DCQCN notification point, Rx-HPCC), a CNP owed as a control packet, the
-//! window pushed into the QP after each event batch, the rate into the scheduler, the
-//! CC's `fast_start` turning a packet Not-ECT, INT inserted on data when the CC wants
-//! it and on probes, and the wheel's 1 us tick. The engine's DPDK parts (mbufs, rings,
-//! doorbells, CQ rings, slow path) have no counterpart: work is posted directly.
+//! What this file adds is the engine's loop around that glue (`nic/src/engine`): a CNP
+//! owed goes out as a control packet, the rate goes into the scheduler, INT is inserted
+//! on data when the CC wants it and on probes, the wheel ticks at 1 us. The engine's
+//! DPDK parts (mbufs, rings, doorbells, CQ rings, slow path) have no counterpart: work
+//! is posted directly.
 
-use cc::{
-    AckEvent, AnyCc, CcKind, CongestionControl, IntHop, NakEvent, PathConfig, RxDataEvent,
-    SendEvent, TimerKind,
-};
+use cc::{AnyCc, CcKind, CongestionControl, PathConfig};
 use rdma::transport::{
     Access, MrTable, Payload, Qp, QpConfig, QpEvent, QpState, SendOp, SendWr, Sge, TxPacket,
     WcStatus,
 };
 use rdma::wire::frame::{IntInsert, NetHeaders, RoceRepr};
-use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
 use rdma::wire::{
-    parse_frame, BthRepr, Ecn, EthernetAddress, FrameBuilder, HopRecord, Ipv4Address, Opcode,
-    ParseOptions,
+    parse_frame, BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, ParseOptions,
 };
+use sched::gbn_backoff::GoBackNBackoff;
+use sched::qp_cc::{self, CC_TIMERS};
 use sched::scheduler::{Decision, Scheduler};
 use sched::timer_wheel::{TimerHandle, TimerKey, TimerKind as WheelKind, TimerWheel};
 use switch::{wire_bytes, Shaper};
@@ -34,7 +32,7 @@ use switch::{wire_bytes, Shaper};
 use crate::frame::{FramePool, NullMemory, SimFrame};
 
 /// Hop records a data packet's INT container has room for (the engine's `MAX_HOPS`).
-pub const INT_MAX_HOPS: usize = 8;
+pub const INT_MAX_HOPS: usize = qp_cc::MAX_HOPS;
 /// First QPN (0 and 1 are special in the IBA), as in the engine.
 const QPN_BASE: u32 = 0x11;
 /// QP slot index bits of a QPN; the bits above carry the slot's generation so that a
@@ -53,18 +51,6 @@ const ROCE_DSCP: u8 = 26;
 const MR_BASE: u64 = 0x1000;
 /// Length of that region: larger than any flow.
 const MR_LEN: u64 = 1 << 40;
-
-/// The CC timers the engine keeps per QP, by index.
-const CC_TIMERS: [(TimerKind, WheelKind); 4] = [
-    (TimerKind::LdcpTick, WheelKind::LdcpTick),
-    (TimerKind::DcqcnAlpha, WheelKind::DcqcnAlpha),
-    (TimerKind::DcqcnRateIncrease, WheelKind::DcqcnRateIncrease),
-    (TimerKind::ProbeTimeout, WheelKind::HpccProbe),
-];
-
-fn cc_timer_index(k: TimerKind) -> usize {
-    CC_TIMERS.iter().position(|&(c, _)| c == k).unwrap_or(0)
-}
 
 /// Per-NIC settings.
 #[derive(Debug, Clone, Copy)]
@@ -131,8 +117,10 @@ struct QpSlot {
     transport_timer: Option<(TimerHandle, u64)>,
     cc_armed: [Option<(TimerHandle, u64)>; 4],
     cc_timers: [u64; 4],
-    rtt_probe: Option<(u32, u64)>,
+    rtt_probe: qp_cc::RttProbe,
     cnp_pending: bool,
+    /// CC `none` only: the engine's go-back-N backoff window.
+    backoff: Option<GoBackNBackoff>,
     work: Option<FlowWork>,
 }
 
@@ -173,45 +161,19 @@ pub struct Nic {
     pub mem: NullMemory,
 }
 
-fn to_int_hop(h: &HopRecord) -> IntHop {
-    IntHop {
-        switch_id: h.switch_id,
-        port_id: h.port_id,
-        ts_ns: h.ts_ns,
-        tx_bytes: h.tx_bytes,
-        qlen_bytes: u32::from(h.qlen_64b) * 64,
-        link_bps: u64::from(h.link_100m) * 100_000_000,
-    }
-}
-
-fn hops_to_int(n: usize, hops: &[HopRecord]) -> ([IntHop; INT_MAX_HOPS], usize) {
-    let n = n.min(INT_MAX_HOPS).min(hops.len());
-    let mut th = [IntHop::default(); INT_MAX_HOPS];
-    for (d, h) in th.iter_mut().zip(&hops[..n]) {
-        *d = to_int_hop(h);
-    }
-    (th, n)
-}
-
 impl QpSlot {
     fn apply(&mut self, a: cc::Actions) {
-        for t in a.timers() {
-            self.cc_timers[cc_timer_index(t.kind)] = t.deadline_ns.max(1);
-        }
-        if a.send_cnp {
-            self.cnp_pending = true;
-        }
-        if let Some(w) = a.feedback_window {
-            self.qp.set_ack_window(w.min(u64::from(u32::MAX)) as u32);
-        }
-        if a.send_probe {
-            self.qp.send_probe();
-        }
+        qp_cc::apply(
+            a,
+            Some(&mut self.qp),
+            &mut self.cc_timers,
+            &mut self.cnp_pending,
+        );
     }
 
     fn update_window(&mut self) {
         self.qp
-            .set_window(self.cc.window_bytes().min(u64::from(u32::MAX)) as u32);
+            .set_window(qp_cc::window(&self.cc, self.backoff.as_ref()));
     }
 }
 
@@ -388,6 +350,7 @@ impl Nic {
             cc_timers: [0; 4],
             rtt_probe: None,
             cnp_pending: false,
+            backoff: (self.cfg.cc == CcKind::None).then(|| GoBackNBackoff::new(self.cfg.mtu)),
             work: None,
         });
         s.update_window();
@@ -482,16 +445,7 @@ impl Nic {
         };
         let s = self.slots[i].as_mut().expect("slot_of checked it");
         if f.bth.opcode.is_request() {
-            let mut hops = [HopRecord::default(); INT_MAX_HOPS];
-            let n = f.int.as_ref().map_or(0, |c| c.copy_hops(&mut hops));
-            let (th, n) = hops_to_int(n, &hops);
-            let a = s.cc.on_rx_data(&RxDataEvent {
-                now_ns: now,
-                lsn: f.ccext.map_or(0, |c| u64::from(c.lsn)),
-                bytes: f.payload.len() as u32,
-                ce: f.ip.ecn == Ecn::Ce,
-                telemetry: &th[..n],
-            });
+            let a = qp_cc::on_rx_data(&mut s.cc, &f, now);
             s.apply(a);
         }
         s.qp.on_rx(&f, now, &self.mrs, &mut self.mem);
@@ -507,60 +461,24 @@ impl Nic {
         let mut events = 0;
         while let Some(ev) = s.qp.poll_event() {
             events += 1;
-            let a = match ev {
-                QpEvent::Ack {
-                    acked_lsn,
-                    newly_acked,
-                    ce_count,
-                    window,
-                    n_hops,
-                    hops,
-                    ..
-                } => {
-                    let mut rtt_ns = 0;
-                    if let Some((end, t)) = s.rtt_probe {
-                        if (acked_lsn.wrapping_sub(end) as i32) >= 0 {
-                            rtt_ns = now.saturating_sub(t);
-                            s.rtt_probe = None;
-                        }
-                    }
-                    let (th, n) = hops_to_int(n_hops as usize, &hops);
-                    s.cc.on_ack(&AckEvent {
-                        now_ns: now,
-                        acked_lsn: u64::from(acked_lsn),
-                        acked_bytes: newly_acked,
-                        acked_pkts: 1,
-                        rtt_ns,
-                        ecn_echo: ce_count > 0,
-                        telemetry: &th[..n],
-                        rx_window: window.map(u64::from),
-                    })
-                }
-                QpEvent::Nak { syndrome, .. } => {
-                    if syndrome == AethSyndrome::Nak(NakCode::PsnSequenceError) {
-                        s.rtt_probe = None;
-                        s.cc.on_nak(&NakEvent {
-                            now_ns: now,
-                            expected_lsn: 0,
-                        })
-                    } else {
-                        cc::Actions::NONE
+            // The engine's own part before the shared glue: the backoff of a QP
+            // without CC (nic::engine::cc_glue::on_event).
+            match ev {
+                QpEvent::Ack { newly_acked, .. } => {
+                    if let Some(b) = s.backoff.as_mut() {
+                        b.on_ack(newly_acked);
                     }
                 }
-                QpEvent::Timeout { .. } => {
-                    s.rtt_probe = None;
-                    self.counters.timeouts += 1;
-                    s.cc.on_rto(now)
+                QpEvent::Timeout { .. } => self.counters.timeouts += 1,
+                _ => {}
+            }
+            if qp_cc::is_go_back_n(&ev) {
+                let in_flight = s.qp.in_flight();
+                if let Some(b) = s.backoff.as_mut() {
+                    b.on_go_back_n(in_flight);
                 }
-                QpEvent::CnpReceived => s.cc.on_cnp(now),
-                QpEvent::ProbeResponse { n_hops, hops } => {
-                    let (th, n) = hops_to_int(n_hops as usize, &hops);
-                    s.cc.on_probe_response(now, &th[..n])
-                }
-                QpEvent::CeMarked { .. } | QpEvent::ReadRespAck { .. } | QpEvent::Error => {
-                    cc::Actions::NONE
-                }
-            };
+            }
+            let a = qp_cc::on_event(&mut s.cc, &mut s.rtt_probe, &ev, now);
             s.apply(a);
         }
         if events > 0 {
@@ -728,21 +646,8 @@ impl Nic {
         let data = !pkt.priority && pkt.lsn_len > 0 && pkt.repr.bth.opcode != Opcode::Acknowledge;
         let mut fb = s.fb;
         if data {
-            let op = pkt.repr.bth.opcode;
-            let a = s.cc.on_send(&SendEvent {
-                now_ns: now,
-                lsn: u64::from(pkt.lsn),
-                bytes: pkt.lsn_len,
-                last_of_message: !op.is_first() && !op.is_middle(),
-                retransmit: pkt.retransmit,
-            });
-            if a.fast_start {
-                pkt.ecn = Ecn::NotEct;
-            }
+            let a = qp_cc::on_data_sent(&mut s.cc, &mut s.rtt_probe, &mut pkt, now);
             s.apply(a);
-            if s.rtt_probe.is_none() && !pkt.retransmit {
-                s.rtt_probe = Some((pkt.lsn.wrapping_add(pkt.lsn_len), now));
-            }
             if pkt.retransmit {
                 self.counters.retransmits += 1;
             }

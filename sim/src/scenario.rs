@@ -36,6 +36,9 @@ pub struct Params {
     pub nic_line_bps: u64,
     /// PFC (XOFF, XON) bytes per ingress link, or none.
     pub pfc: Option<(u64, u64)>,
+    /// Each switch's data queues share a pool of this many bytes with a dynamic
+    /// threshold of `2^alpha_log2` x the free bytes: `(bytes, alpha_log2)`, or none.
+    pub shared_buffer: Option<(u64, i8)>,
 }
 
 /// The outcome of one run.
@@ -97,6 +100,7 @@ pub fn run(
         max_time_ns: p.max_time_ns,
         ctrl_buf: p.ctrl_buf,
         pfc: p.pfc,
+        shared_buffer: p.shared_buffer,
     };
     if !matches!(p.mtu, 256 | 512 | 1024) {
         return Err(format!(

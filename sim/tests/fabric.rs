@@ -25,6 +25,7 @@ fn params(seed: u64) -> Params {
         ctrl_buf: 256 << 10,
         nic_line_bps: 0,
         pfc: None,
+        shared_buffer: None,
     }
 }
 
@@ -101,6 +102,7 @@ fn ecmp_spreads_flows_over_the_uplinks_and_keeps_each_on_one_path() {
         max_time_ns: 1_000_000_000,
         ctrl_buf: 1 << 18,
         pfc: None,
+        shared_buffer: None,
     };
     let mut sim = Sim::new(&topo, flows, cfg).unwrap();
     sim.run(|_, _, _| {});
@@ -148,10 +150,9 @@ fn every_cc_completes_every_flow_conserves_bytes_and_slowdown_is_at_least_one() 
     }
 }
 
-/// PFC: an 8:1 incast without CC overflows a 1 MB buffer; with PAUSE at 100 KB per
-/// ingress link it loses nothing, the senders spend time paused, and the link stays full.
-#[test]
-fn pfc_makes_an_uncontrolled_incast_lossless() {
+/// roce-testbed's incast without CC: 8 senders of 2 MiB (32 KiB WRITEs, 16 in flight)
+/// into a 1 Gbit/s port with a 1 MB buffer; NICs at 1 Gbit/s on 100 Gbit/s links.
+fn incast_8_to_1() -> (Topology, Vec<Flow>, Params) {
     let g1 = 1_000_000_000;
     let port = PortParams {
         speed_bps: 100 * g1,
@@ -166,6 +167,39 @@ fn pfc_makes_an_uncontrolled_incast_lossless() {
     p.msg_bytes = 32 << 10;
     p.outstanding = 16;
     p.nic_line_bps = g1;
+    (topo, flows, p)
+}
+
+/// Shared buffer: an 8:1 incast without CC into one port fills a private 1 MB port
+/// buffer; with a 1 MB pool shared by the switch's ports at alpha = 1 the port's
+/// queue stops at about half the pool (the dynamic threshold), and everything is
+/// still delivered (go-back-N recovers what the threshold dropped).
+#[test]
+fn shared_buffer_holds_a_congested_port_at_its_dynamic_threshold() {
+    let (topo, flows, mut p) = incast_8_to_1();
+    let private = scenario::run(&topo, &flows, CcKind::None, &p, |_, _, _| {})
+        .unwrap()
+        .report;
+    assert!(private.queue_max > 900_000, "{}", private.queue_max);
+    p.shared_buffer = Some((1_000_000, 0));
+    let r = scenario::run(&topo, &flows, CcKind::None, &p, |_, _, _| {})
+        .unwrap()
+        .report;
+    assert!(r.drops > 0);
+    assert!(
+        r.queue_max > 400_000 && r.queue_max <= 500_000 + 2_000,
+        "{}",
+        r.queue_max
+    );
+    assert_eq!(r.unfinished, 0);
+    assert_eq!(r.bytes_delivered, r.bytes_offered);
+}
+
+/// PFC: an 8:1 incast without CC overflows a 1 MB buffer; with PAUSE at 100 KB per
+/// ingress link it loses nothing, the senders spend time paused, and the link stays full.
+#[test]
+fn pfc_makes_an_uncontrolled_incast_lossless() {
+    let (topo, flows, mut p) = incast_8_to_1();
     let lossy = scenario::run(&topo, &flows, CcKind::None, &p, |_, _, _| {}).unwrap();
     assert!(lossy.report.drops > 0);
     assert_eq!(lossy.report.pfc_pause_ns, 0);

@@ -46,6 +46,7 @@ fn incast_queue_p99_and_utilisation_within_20_percent_of_roce_testbed() {
         ctrl_buf: 256 << 10,
         nic_line_bps: g1,
         pfc: None,
+        shared_buffer: None,
     };
     let mut bad = Vec::new();
     for (cc, util, q99) in TESTBED {

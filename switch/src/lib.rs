@@ -23,6 +23,7 @@ pub mod fib;
 pub mod packet;
 pub mod queue;
 pub mod shaper;
+pub mod shared_buffer;
 pub mod switch;
 pub mod wred;
 
@@ -31,5 +32,6 @@ pub use counters::{PortCounters, StatsLine};
 pub use packet::{FrameBuf, PacketBuf};
 pub use queue::PktQueue;
 pub use shaper::{wire_bytes, Shaper};
+pub use shared_buffer::SharedBuffer;
 pub use switch::{ecmp_hash, Class, DropReason, Enqueued, Rejected, Switch, CTRL_OPCODES};
 pub use wred::{Rng, Wred, WredAction};

@@ -11,6 +11,7 @@ use crate::fib::Fib;
 use crate::packet::PacketBuf;
 use crate::queue::{Meta, PktQueue};
 use crate::shaper::{wire_bytes, Shaper};
+use crate::shared_buffer::SharedBuffer;
 
 use crate::wred::{Rng, Wred, WredAction};
 use rdma::wire::int::{self, HopRecord};
@@ -317,6 +318,8 @@ pub struct Switch<P> {
     /// fabric do not all pick the same member for a flow (hash polarisation).
     ecmp_seed: u64,
     unknown_port_rx: u64,
+    /// The data queues' shared pool with its dynamic threshold, if configured.
+    shared: Option<SharedBuffer>,
 }
 
 impl<P: PacketBuf> Switch<P> {
@@ -346,6 +349,7 @@ impl<P: PacketBuf> Switch<P> {
             fib,
             ecmp_seed: s.seed ^ u64::from(s.switch_id).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             unknown_port_rx: 0,
+            shared: None,
         }
     }
 
@@ -428,7 +432,8 @@ impl<P: PacketBuf> Switch<P> {
                     reason: DropReason::WredNotEct,
                 });
             }
-            if !out.data.fits(u64::from(len32)) {
+            let shared_full = self.shared.is_some_and(|b| !b.admits(q, u64::from(len32)));
+            if shared_full || !out.data.fits(u64::from(len32)) {
                 out.counters.tail_drops += 1;
                 return Err(Rejected {
                     pkt,
@@ -456,6 +461,9 @@ impl<P: PacketBuf> Switch<P> {
                 pkt,
                 reason: DropReason::TailDrop,
             });
+        }
+        if let (Some(b), Class::Data) = (self.shared.as_mut(), class) {
+            b.take(u64::from(len32));
         }
         let oc = &mut out.counters;
         oc.enqueued += 1;
@@ -488,7 +496,13 @@ impl<P: PacketBuf> Switch<P> {
         }
         let (mut pkt, meta) = match port.ctrl.pop() {
             Some(x) => x,
-            None => port.data.pop()?,
+            None => {
+                let x = port.data.pop()?;
+                if let Some(b) = self.shared.as_mut() {
+                    b.give(u64::from(x.1.len));
+                }
+                x
+            }
         };
         port.note_queue();
         let start = port.shaper.start_time(now, meta.arrival);
@@ -535,6 +549,17 @@ impl<P: PacketBuf> Switch<P> {
     /// shaper), whether or not frames wait: where a frame just dequeued ends on the wire.
     pub fn port_free_at(&self, port_out: u16) -> Option<u64> {
         Some(self.ports[self.idx(port_out)?].shaper.next_free())
+    }
+
+    /// Makes the data queues draw on one shared pool with a dynamic threshold (a
+    /// port's `buf_max` still bounds it); call before any frame is queued.
+    pub fn set_shared_buffer(&mut self, b: Option<SharedBuffer>) {
+        self.shared = b;
+    }
+
+    /// The shared pool and its occupancy, if configured.
+    pub fn shared_buffer(&self) -> Option<&SharedBuffer> {
+        self.shared.as_ref()
     }
 
     /// Counters of a port.

@@ -7,16 +7,15 @@
 //! [`Engine::after_qp_work`] runs after anything touched a QP (a frame, a
 //! timer, a doorbell); each of its steps is a small function below.
 
-use cc::{AckEvent, CongestionControl, IntHop, NakEvent, RxDataEvent, SendEvent};
+use cc::CongestionControl;
 use rdma::transport::qp::QpEvent;
 use rdma::transport::{Qp, TxPacket, WcOpcode, WcStatus};
-use rdma::wire::int::HopRecord;
-use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
-use rdma::wire::{Ecn, RoceFrame};
+use rdma::wire::RoceFrame;
+use sched::qp_cc;
 
 use super::cq::CqRing;
-use super::timers::{sync_timers, timer_index};
-use super::{Engine, QpSlot, MAX_HOPS};
+use super::timers::sync_timers;
+use super::{Engine, QpSlot};
 use crate::counters::Counters;
 
 impl Engine {
@@ -104,92 +103,27 @@ fn feed_events(s: &mut QpSlot, now: u64) {
     }
 }
 
-/// The CC's answer to one transport event.
+/// The CC's answer to one transport event (`sched::qp_cc`, shared with
+/// roce-sim), after the engine's own part: a QP without CC backs off on
+/// go-back-N rounds and grows back on ACKs; an error makes the QP fatal.
 fn on_event(s: &mut QpSlot, ev: &QpEvent, now: u64) -> cc::Actions {
-    let mut th = [IntHop::default(); MAX_HOPS];
     match *ev {
-        QpEvent::Ack {
-            acked_lsn,
-            newly_acked,
-            ce_count,
-            window,
-            n_hops,
-            ref hops,
-            ..
-        } => {
-            let rtt_ns = take_rtt_sample(s, acked_lsn, now);
+        QpEvent::Ack { newly_acked, .. } => {
             if let Some(b) = s.backoff.as_mut() {
                 b.on_ack(newly_acked);
             }
-            let n = telemetry(&hops[..usize::from(n_hops).min(hops.len())], &mut th);
-            s.cc.on_ack(&AckEvent {
-                now_ns: now,
-                acked_lsn: u64::from(acked_lsn),
-                acked_bytes: newly_acked,
-                acked_pkts: 1,
-                rtt_ns,
-                ecn_echo: ce_count > 0,
-                telemetry: &th[..n],
-                rx_window: window.map(u64::from),
-            })
         }
-        QpEvent::Nak {
-            syndrome: AethSyndrome::Nak(NakCode::PsnSequenceError),
-            ..
-        } => {
-            s.rtt_probe = None;
-            s.go_back_n();
-            s.cc.on_nak(&NakEvent {
-                now_ns: now,
-                expected_lsn: 0,
-            })
-        }
-        QpEvent::Timeout { .. } => {
-            s.rtt_probe = None;
-            s.go_back_n();
-            s.cc.on_rto(now)
-        }
-        QpEvent::CnpReceived => s.cc.on_cnp(now),
-        QpEvent::ProbeResponse { n_hops, ref hops } => {
-            let n = telemetry(&hops[..usize::from(n_hops).min(hops.len())], &mut th);
-            s.cc.on_probe_response(now, &th[..n])
-        }
-        QpEvent::Error => {
-            s.fatal_pending = true;
-            cc::Actions::NONE
-        }
-        QpEvent::Nak { .. } | QpEvent::CeMarked { .. } | QpEvent::ReadRespAck { .. } => {
-            cc::Actions::NONE
-        }
+        QpEvent::Error => s.fatal_pending = true,
+        _ if qp_cc::is_go_back_n(ev) => s.go_back_n(),
+        _ => {}
     }
-}
-
-/// The RTT of the packet being timed, once an ACK covers it (one sample
-/// at a time; 0: no sample).
-fn take_rtt_sample(s: &mut QpSlot, acked_lsn: u32, now: u64) -> u64 {
-    match s.rtt_probe {
-        Some((end, t)) if (acked_lsn.wrapping_sub(end) as i32) >= 0 => {
-            s.rtt_probe = None;
-            now.saturating_sub(t)
-        }
-        _ => 0,
-    }
+    qp_cc::on_event(&mut s.cc, &mut s.rtt_probe, ev, now)
 }
 
 /// The receiver side of the CC for a data packet received (DCQCN
 /// notification point, Rx-HPCC NewINT): its CE mark and its telemetry.
 pub(super) fn on_rx_data(s: &mut QpSlot, f: &RoceFrame<'_>, now: u64) {
-    let mut hops = [HopRecord::default(); MAX_HOPS];
-    let n = f.int.as_ref().map_or(0, |c| c.copy_hops(&mut hops));
-    let mut th = [IntHop::default(); MAX_HOPS];
-    let n = telemetry(&hops[..n], &mut th);
-    let a = s.cc.on_rx_data(&RxDataEvent {
-        now_ns: now,
-        lsn: f.ccext.map_or(0, |c| u64::from(c.lsn)),
-        bytes: f.payload.len() as u32,
-        ce: f.ip.ecn == Ecn::Ce,
-        telemetry: &th[..n],
-    });
+    let a = qp_cc::on_rx_data(&mut s.cc, f, now);
     s.apply(a);
 }
 
@@ -197,36 +131,8 @@ pub(super) fn on_rx_data(s: &mut QpSlot, f: &RoceFrame<'_>, now: u64) {
 /// fast-start packet goes Not-ECT, LDCP draft) and starts an RTT sample
 /// when none is running.
 pub(super) fn on_data_sent(s: &mut QpSlot, pkt: &mut TxPacket, now: u64) {
-    let op = pkt.repr.bth.opcode;
-    let a = s.cc.on_send(&SendEvent {
-        now_ns: now,
-        lsn: u64::from(pkt.lsn),
-        bytes: pkt.lsn_len,
-        last_of_message: !op.is_first() && !op.is_middle(),
-        retransmit: pkt.retransmit,
-    });
-    if a.fast_start {
-        pkt.ecn = Ecn::NotEct;
-    }
+    let a = qp_cc::on_data_sent(&mut s.cc, &mut s.rtt_probe, pkt, now);
     s.apply(a);
-    if s.rtt_probe.is_none() && !pkt.retransmit {
-        s.rtt_probe = Some((pkt.lsn.wrapping_add(pkt.lsn_len), now));
-    }
-}
-
-/// INT hop records in the CC's units; how many (at most [`MAX_HOPS`]).
-fn telemetry(hops: &[HopRecord], out: &mut [IntHop; MAX_HOPS]) -> usize {
-    for (d, h) in out.iter_mut().zip(hops) {
-        *d = IntHop {
-            switch_id: h.switch_id,
-            port_id: h.port_id,
-            ts_ns: h.ts_ns,
-            tx_bytes: h.tx_bytes,
-            qlen_bytes: u32::from(h.qlen_64b) * 64,
-            link_bps: u64::from(h.link_100m) * 100_000_000,
-        };
-    }
-    hops.len().min(MAX_HOPS)
 }
 
 /// Moves QP `s`'s completions into its CQs while both have room; whether
@@ -257,29 +163,20 @@ impl QpSlot {
     /// Applies the CC's answer: timers to arm, a CNP to send, the window to
     /// feed back (Rx-HPCC), a probe to send (HPCC++ probe mode).
     pub(super) fn apply(&mut self, a: cc::Actions) {
-        for t in a.timers() {
-            self.cc_timers[timer_index(t.kind)] = t.deadline_ns.max(1);
-        }
-        if a.send_cnp {
-            self.cnp_pending = true;
-        }
-        if let Some(qp) = self.qp.as_mut() {
-            if let Some(w) = a.feedback_window {
-                qp.set_ack_window(w.min(u64::from(u32::MAX)) as u32);
-            }
-            if a.send_probe {
-                qp.send_probe();
-            }
-        }
+        qp_cc::apply(
+            a,
+            self.qp.as_mut(),
+            &mut self.cc_timers,
+            &mut self.cnp_pending,
+        );
     }
 
     /// The transport's send window: the CC's, or for CC `none` the
     /// go-back-N backoff's.
     pub(super) fn update_window(&mut self) {
-        let backoff = self.backoff.map_or(u32::MAX, |b| b.window());
+        let w = qp_cc::window(&self.cc, self.backoff.as_ref());
         if let Some(qp) = self.qp.as_mut() {
-            let cc = self.cc.window_bytes().min(u64::from(u32::MAX)) as u32;
-            qp.set_window(cc.min(backoff));
+            qp.set_window(w);
         }
     }
 

@@ -113,11 +113,11 @@ struct QpSlot {
     next_bytes: u32,
     /// The transport timer on the wheel and the deadline it is armed for.
     transport_timer: Option<(TimerHandle, u64)>,
-    /// The CC timers on the wheel, by `timers::timer_index`.
+    /// The CC timers on the wheel, by `sched::qp_cc::timer_index`.
     cc_armed: [Option<(TimerHandle, u64)>; 4],
     /// One RTT measurement at a time: (LSN end of the timed packet, sent at).
     rtt_probe: Option<(u32, u64)>,
-    /// Deadlines of the CC timers, by `timers::timer_index` (0 = not armed).
+    /// Deadlines of the CC timers, by `sched::qp_cc::timer_index` (0 = not armed).
     cc_timers: [u64; 4],
     /// A CNP is owed to the peer (DCQCN notification point).
     cnp_pending: bool,

@@ -4,6 +4,7 @@
 
 use cc::{CongestionControl, TimerKind};
 use rdma::transport::Qp;
+use sched::qp_cc::CC_TIMERS;
 
 use super::{Engine, QpSlot, MAX_QPS};
 use crate::timer_wheel::{TimerHandle, TimerKey, TimerKind as WheelKind, TimerWheel};
@@ -21,31 +22,16 @@ pub(super) fn wheel(now: u64) -> TimerWheel<TimerKey> {
     TimerWheel::with_start(TIMER_TICK_NS, TIMER_SLOTS, MAX_QPS * TIMERS_PER_QP, now)
 }
 
-/// The slot of a CC timer kind in a QP's timer arrays.
-pub(super) fn timer_index(k: TimerKind) -> usize {
-    match k {
-        TimerKind::LdcpTick => 0,
-        TimerKind::DcqcnAlpha => 1,
-        TimerKind::DcqcnRateIncrease => 2,
-        TimerKind::ProbeTimeout => 3,
-    }
-}
-
-/// The CC timer kinds, by [`timer_index`].
-const TIMER_KINDS: [TimerKind; 4] = [
-    TimerKind::LdcpTick,
-    TimerKind::DcqcnAlpha,
-    TimerKind::DcqcnRateIncrease,
-    TimerKind::ProbeTimeout,
-];
-
-/// The wheel's name for each CC timer, by [`timer_index`].
-const WHEEL_KINDS: [WheelKind; 4] = [
-    WheelKind::LdcpTick,
-    WheelKind::DcqcnAlpha,
-    WheelKind::DcqcnRateIncrease,
-    WheelKind::HpccProbe,
-];
+/// The CC timer kinds and the wheel's name for each, by the slot
+/// `sched::qp_cc::timer_index` gives them (the glue shared with roce-sim).
+const TIMER_KINDS: [TimerKind; 4] = {
+    let c = CC_TIMERS;
+    [c[0].0, c[1].0, c[2].0, c[3].0]
+};
+const WHEEL_KINDS: [WheelKind; 4] = {
+    let c = CC_TIMERS;
+    [c[0].1, c[1].1, c[2].1, c[3].1]
+};
 
 /// Makes sure one timer fires no later than `want`; O(1). Lazily: a timer
 /// armed earlier than wanted is left alone (the retransmit deadline moves

@@ -83,6 +83,14 @@ struct Common {
     /// PFC XOFF per ingress link (resume at half of it).
     #[arg(long, default_value = "256KB")]
     pfc_xoff: String,
+    /// A shared buffer per switch (the HPCC paper's switches: 32MB): its data queues
+    /// draw on one pool with a dynamic threshold, within their own port buffers.
+    #[arg(long)]
+    shared_buffer: Option<String>,
+    /// The dynamic threshold's alpha as a power of two: a data queue may hold
+    /// 2^N x the shared buffer's free bytes.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    shared_alpha_log2: i8,
 }
 
 #[derive(Args)]
@@ -191,6 +199,10 @@ fn params(
         ctrl_buf: 256 << 10,
         nic_line_bps: 0,
         pfc: c.pfc.then_some((xoff, xoff / 2)),
+        shared_buffer: match &c.shared_buffer {
+            Some(s) => Some((size(s, "shared-buffer")?, c.shared_alpha_log2)),
+            None => None,
+        },
     })
 }
 
