@@ -24,6 +24,9 @@ const ETHERTYPE_IPV4: u16 = 0x0800;
 const BTH_LEN: usize = 12;
 /// Queue tag bit: the frame carries an INT container (push at dequeue).
 const TAG_INT: u8 = 1;
+/// Queue tag bits 4..7: the frame's IPv4 IHL, so the push at dequeue finds the
+/// container without parsing the headers again.
+const TAG_IHL_SHIFT: u8 = 4;
 
 /// BTH opcodes that go to the strict high-priority class: RC ACKNOWLEDGE (ACK and
 /// every NAK), ATOMIC ACKNOWLEDGE, and the RoCEv2 CNP (DESIGN.md sections 4 and 6).
@@ -85,7 +88,8 @@ pub struct Rejected<P> {
 struct Port<P> {
     id: u16,
     mac: [u8; 6],
-    speed_bps: u64,
+    /// The link speed in the hop record's 100 Mbit/s units (computed once, not per frame).
+    link_100m: u16,
     wred: Wred,
     rng: Rng,
     shaper: Shaper,
@@ -99,7 +103,7 @@ impl<P> Port<P> {
         Self {
             id: s.id,
             mac: s.mac,
-            speed_bps: s.speed_bps,
+            link_100m: HopRecord::from_units(0, 0, 0, 0, 0, s.speed_bps).link_100m,
             wred: Wred::new(s.k_min, s.k_max, s.p_max, s.k_drop),
             // One stream per port so a port's decisions do not depend on the others'.
             rng: Rng::new(seed ^ (idx as u64).wrapping_mul(0xA24B_AED4_963E_E407)),
@@ -128,13 +132,14 @@ struct Classified(u64);
 
 impl Classified {
     #[inline(always)]
-    fn new(dst: u32, ecn: u8, ttl: u8, ctrl: bool, int: bool, sport: u16) -> Self {
+    fn new(dst: u32, ecn: u8, ttl: u8, ctrl: bool, int: bool, ihl: u8, sport: u16) -> Self {
         Self(
             u64::from(dst)
                 | u64::from(ecn & 3) << 32
                 | u64::from(ttl) << 34
                 | u64::from(ctrl) << 42
                 | u64::from(int) << 43
+                | u64::from(ihl & 0xF) << 44
                 | u64::from(sport) << 48,
         )
     }
@@ -157,6 +162,11 @@ impl Classified {
     #[inline(always)]
     fn int(self) -> bool {
         self.0 >> 43 & 1 != 0
+    }
+    /// IPv4 header length in 32-bit words (IHL).
+    #[inline(always)]
+    fn ihl(self) -> u8 {
+        (self.0 >> 44) as u8 & 0xF
     }
     /// UDP source port (0 for non-UDP): the ECMP flow key.
     #[inline(always)]
@@ -183,8 +193,10 @@ fn classify(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
     let h = ip.header();
     let dst = u32::from_be_bytes(h.dst);
     let (ecn, ttl) = (h.tos & 3, h.ttl);
-    let done =
-        |ctrl: bool, int: bool, sport: u16| Ok(Classified::new(dst, ecn, ttl, ctrl, int, sport));
+    let ihl = (ip.header_len() / 4) as u8;
+    let done = |ctrl: bool, int: bool, sport: u16| {
+        Ok(Classified::new(dst, ecn, ttl, ctrl, int, ihl, sport))
+    };
     // Only unfragmented UDP can be RoCEv2 (RoCEv2 never fragments); other IPv4 is
     // forwarded without looking further.
     let ff = h.flags_frag.get();
@@ -279,28 +291,57 @@ fn ipv4_header_checksum(h: &[u8]) -> u16 {
 }
 
 /// Pushes `hop` after the MD header of a frame that [`classify`] accepted with an INT
-/// container, through `rdma::wire::int::push_hop_front` (INT v2.0 section 5.7: the
-/// headers move 16 bytes into the headroom that [`PacketBuf::prepend`] opens, the
-/// payload stays; E is set instead when RemainingHopCnt is 0 or the stack is full).
-/// A frame without headroom, or that the push refuses, is an `Error` and untouched.
-fn push_int<P: PacketBuf>(pkt: &mut P, hop: &HopRecord, int_dscp: u8) -> IntPush {
-    let len = pkt.len();
-    let start = if pkt.prepend(int::HOP_LEN) {
-        int::HOP_LEN
-    } else {
-        0
-    };
-    match int::push_hop_front(pkt.bytes_mut(), start, len, L3_OFF, int_dscp, hop) {
-        Ok(int::PushOutcome::Pushed { .. }) => IntPush::Pushed,
-        Ok(int::PushOutcome::Full) => {
-            pkt.trim_front(start);
-            IntPush::Full
-        }
-        Err(_) => {
-            pkt.trim_front(start);
-            IntPush::Error
-        }
+/// container, its IPv4 header `ihl` words long (INT v2.0 section 5.7, the same bytes
+/// as `rdma::wire::int::push_hop_front`): the headers up to the MD header move 16
+/// bytes into the headroom that [`PacketBuf::prepend`] opens, the payload stays; shim
+/// length +4 words, RemainingHopCnt -1, IPv4 total length and UDP length +16, UDP
+/// checksum 0 (RoCEv2 sends none), IPv4 checksum updated incrementally (RFC 1624).
+/// E is set instead when RemainingHopCnt is 0 or the stack is full. A frame without
+/// headroom, or whose lengths would overflow, is an `Error` and untouched.
+///
+/// `classify` checked the container (type, version, HopML, length within UDP) and
+/// nothing has changed those bytes since, so only the offsets are computed here.
+#[inline]
+fn push_int<P: PacketBuf>(pkt: &mut P, hop: &HopRecord, ihl: u8) -> IntPush {
+    let udp_off = L3_OFF + usize::from(ihl) * 4;
+    let int_off = udp_off + rdma::wire::udp::HEADER_LEN;
+    let md_end = int_off + int::HEADER_LEN;
+    let b = pkt.bytes();
+    if b.len() < md_end {
+        return IntPush::Error;
     }
+    let int_len = usize::from(b[int_off + 1]) * 4;
+    if b[int_off + int::SHIM_LEN + 3] == 0
+        || int_len + int::HOP_LEN > int::MAX_HOPS_WIRE * int::HOP_LEN + int::HEADER_LEN
+    {
+        pkt.bytes_mut()[int_off + int::SHIM_LEN] |= (int::MdFlags::E.bits() >> 24) as u8;
+        return IntPush::Full;
+    }
+    let tl = u16::from_be_bytes([b[L3_OFF + 2], b[L3_OFF + 3]]);
+    let ul = u16::from_be_bytes([b[udp_off + 4], b[udp_off + 5]]);
+    let (Some(ntl), Some(nul)) = (
+        tl.checked_add(int::HOP_LEN as u16),
+        ul.checked_add(int::HOP_LEN as u16),
+    ) else {
+        return IntPush::Error;
+    };
+    if !pkt.prepend(int::HOP_LEN) {
+        return IntPush::Error;
+    }
+    let b = pkt.bytes_mut();
+    b.copy_within(int::HOP_LEN..int::HOP_LEN + md_end, 0);
+    let mut rec = [0u8; int::HOP_LEN];
+    let _ = hop.emit(&mut rec);
+    b[md_end..md_end + int::HOP_LEN].copy_from_slice(&rec);
+    b[int_off + 1] += int::HOP_ML_WORDS;
+    b[int_off + int::SHIM_LEN + 3] -= 1;
+    let hc = u16::from_be_bytes([b[L3_OFF + 10], b[L3_OFF + 11]]);
+    b[L3_OFF + 10..L3_OFF + 12].copy_from_slice(&csum_adjust(hc, tl, ntl).to_be_bytes());
+    b[L3_OFF + 2..L3_OFF + 4].copy_from_slice(&ntl.to_be_bytes());
+    b[udp_off + 4..udp_off + 6].copy_from_slice(&nul.to_be_bytes());
+    b[udp_off + 6] = 0;
+    b[udp_off + 7] = 0;
+    IntPush::Pushed
 }
 
 /// The switch core over packets of type `P`.
@@ -408,7 +449,11 @@ impl<P: PacketBuf> Switch<P> {
             return reject(ic, pkt, DropReason::TtlExpired);
         }
         let out = &mut self.ports[nh.port_idx];
-        let tag = if c.int() { TAG_INT } else { 0 };
+        let tag = if c.int() {
+            TAG_INT | c.ihl() << TAG_IHL_SHIFT
+        } else {
+            0
+        };
         let (class, mark) = if c.ctrl() {
             if !out.ctrl.fits(u64::from(len32)) {
                 out.counters.ctrl_tail_drops += 1;
@@ -481,7 +526,7 @@ impl<P: PacketBuf> Switch<P> {
     /// this dequeue, txBytes before this frame, B, switch_ID, port_ID).
     pub fn dequeue(&mut self, port_out: u16, now: u64) -> Option<P> {
         let idx = self.idx(port_out)?;
-        let (switch_id, fcs, int_dscp) = (self.switch_id, self.fcs_in_frame, self.int_dscp);
+        let (switch_id, fcs) = (self.switch_id, self.fcs_in_frame);
         let port = &mut self.ports[idx];
         if !port.shaper.ready(now) {
             return None;
@@ -497,15 +542,16 @@ impl<P: PacketBuf> Switch<P> {
             // loop is on time), so consecutive records of a saturated port differ by
             // exactly their wire time and txRate / B is 1 however late or bursty the
             // shell polls.
-            let hop = HopRecord::from_units(
+            // HopRecord::from_units, with the link units computed once per port.
+            let hop = HopRecord {
                 switch_id,
-                port.id,
-                start,
-                port.counters.tx_wire_bytes,
-                port.counters.queue_bytes,
-                port.speed_bps,
-            );
-            match push_int(&mut pkt, &hop, int_dscp) {
+                port_id: port.id,
+                ts_ns: start as u32,
+                tx_bytes: port.counters.tx_wire_bytes as u32,
+                qlen_64b: (port.counters.queue_bytes / 64).min(0xFFFF) as u16,
+                link_100m: port.link_100m,
+            };
+            match push_int(&mut pkt, &hop, meta.tag >> TAG_IHL_SHIFT) {
                 IntPush::Pushed => port.counters.int_pushed += 1,
                 IntPush::Full => port.counters.int_e_set += 1,
                 IntPush::Error => port.counters.int_errors += 1,
@@ -668,8 +714,11 @@ mod tests {
                     }
                     PushOutcome::Full => (IntPush::Full, r[128..].to_vec()),
                 };
+                // The push trusts what classify found: the container and the IHL.
+                let c = classify(&frame, 0x18).unwrap();
+                assert!(c.int());
                 let mut f = crate::FrameBuf::from_frame(&frame).unwrap();
-                let got = push_int(&mut f, &hop, 0x18);
+                let got = push_int(&mut f, &hop, c.ihl());
                 assert_eq!(
                     (got, f.bytes().to_vec()),
                     want,
@@ -677,7 +726,7 @@ mod tests {
                 );
                 // Without headroom: E still set on a full stack, else an error, frame intact.
                 let mut f = crate::FrameBuf::new(&frame, 0, frame.len()).unwrap();
-                let got = push_int(&mut f, &hop, 0x18);
+                let got = push_int(&mut f, &hop, c.ihl());
                 if want.0 == IntPush::Full {
                     assert_eq!((got, f.bytes().to_vec()), want);
                 } else {
@@ -687,11 +736,10 @@ mod tests {
             }
         }
         assert_eq!(cases, 24);
-        // A truncated frame is an error, not a panic.
+        // A truncated frame never gets that far: classify rejects it.
         let frame = int_frame(8, 1, 0);
-        for cut in [0, 10, 14, 40, 57] {
-            let mut f = crate::FrameBuf::from_frame(&frame[..cut]).unwrap();
-            assert_eq!(push_int(&mut f, &hop, 0x18), IntPush::Error, "cut {cut}");
+        for cut in [0, 10, 14, 40, 57, frame.len() - 1] {
+            assert!(classify(&frame[..cut], 0x18).is_err(), "cut {cut}");
         }
     }
 
