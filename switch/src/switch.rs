@@ -14,7 +14,7 @@ use crate::shaper::{wire_bytes, Shaper};
 
 use crate::wred::{Rng, Wred, WredAction};
 use rdma::wire::int::{self, HopRecord};
-use rdma::wire::{EthernetPacket, Ipv4Packet, UdpPacket, ROCEV2_UDP_PORT};
+use rdma::wire::ROCEV2_UDP_PORT;
 
 /// Ethernet header length (no VLAN tag: tagged frames are not IPv4 to this core).
 const L3_OFF: usize = 14;
@@ -175,55 +175,83 @@ impl Classified {
     }
 }
 
-/// Parses just enough of the frame to forward and classify it. Uses the `rdma::wire`
-/// views (they validate lengths), never indexes past what they checked.
+/// Parses just enough of the frame to forward and classify it: Ethernet, IPv4 (version,
+/// IHL, total length, header checksum), UDP length, and for RoCEv2 the INT container
+/// (INT v2.0 section 5.6: type, length, version, HopML, as `int::IntPacket::new_checked`)
+/// and the BTH opcode. The same checks as the `rdma::wire` views (a test compares the
+/// two on random and mutated frames), written on the bytes at fixed offsets so the
+/// whole parse inlines into [`Switch::receive`] without a call or a view per layer;
+/// every read is inside a slice whose length was checked first.
 ///
-/// Inlined into [`Switch::receive`], and the result is built once at the end from
-/// locals into one word (see [`Classified`]).
+/// The result is built once at the end from locals into one word (see [`Classified`]).
 #[inline(always)]
 fn classify(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
-    let eth = EthernetPacket::new_checked(b).map_err(|_| DropReason::Malformed)?;
-    if eth.header().ethertype.get() != ETHERTYPE_IPV4 {
+    use DropReason::Malformed;
+    if b.len() < L3_OFF {
+        return Err(Malformed);
+    }
+    if u16::from_be_bytes([b[12], b[13]]) != ETHERTYPE_IPV4 {
         return Err(DropReason::NotIpv4);
     }
-    let ip = Ipv4Packet::new_checked(&b[L3_OFF..]).map_err(|_| DropReason::Malformed)?;
-    if ipv4_header_checksum(&b[L3_OFF..L3_OFF + ip.header_len()]) != 0 {
-        return Err(DropReason::Malformed);
+    let ip = &b[L3_OFF..];
+    if ip.len() < rdma::wire::ipv4::HEADER_LEN || ip[0] >> 4 != 4 {
+        return Err(Malformed);
     }
-    let h = ip.header();
-    let dst = u32::from_be_bytes(h.dst);
-    let (ecn, ttl) = (h.tos & 3, h.ttl);
-    let ihl = (ip.header_len() / 4) as u8;
+    let hl = usize::from(ip[0] & 0xF) * 4;
+    let tl = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    if hl < rdma::wire::ipv4::HEADER_LEN || hl > ip.len() || tl < hl || tl > ip.len() {
+        return Err(Malformed);
+    }
+    if ipv4_header_checksum(&ip[..hl]) != 0 {
+        return Err(Malformed);
+    }
+    let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+    let (tos, ttl, proto) = (ip[1], ip[8], ip[9]);
+    let ff = u16::from_be_bytes([ip[6], ip[7]]);
+    let ihl = (hl / 4) as u8;
     let done = |ctrl: bool, int: bool, sport: u16| {
-        Ok(Classified::new(dst, ecn, ttl, ctrl, int, ihl, sport))
+        Ok(Classified::new(dst, tos & 3, ttl, ctrl, int, ihl, sport))
     };
     // Only unfragmented UDP can be RoCEv2 (RoCEv2 never fragments); other IPv4 is
     // forwarded without looking further.
-    let ff = h.flags_frag.get();
-    if h.protocol != rdma::wire::ipv4::PROTO_UDP || ff & 0x3FFF != 0 {
+    if proto != rdma::wire::ipv4::PROTO_UDP || ff & 0x3FFF != 0 {
         return done(false, false, 0);
     }
-    let udp_off = L3_OFF + ip.header_len();
-    let ip_end = L3_OFF + ip.total_len() as usize;
-    let udp = UdpPacket::new_checked(&b[udp_off..ip_end]).map_err(|_| DropReason::Malformed)?;
-    let sport = udp.src_port();
-    if udp.dst_port() != ROCEV2_UDP_PORT {
+    let l4 = &ip[hl..tl];
+    if l4.len() < rdma::wire::udp::HEADER_LEN {
+        return Err(Malformed);
+    }
+    let ul = usize::from(u16::from_be_bytes([l4[4], l4[5]]));
+    if ul < rdma::wire::udp::HEADER_LEN || ul > l4.len() {
+        return Err(Malformed);
+    }
+    let sport = u16::from_be_bytes([l4[0], l4[1]]);
+    if u16::from_be_bytes([l4[2], l4[3]]) != ROCEV2_UDP_PORT {
         return done(false, false, sport);
     }
-    let udp_end = udp_off + udp.len_field() as usize;
-    let mut bth_off = udp_off + rdma::wire::udp::HEADER_LEN;
-    let int = ip.dscp() == int_dscp;
+    let udp = &l4[..ul];
+    let mut bth_off = rdma::wire::udp::HEADER_LEN;
+    let int = tos >> 2 == int_dscp;
     if int {
-        // INT-MD over UDP (INT v2.0 section 5.6): shim + MD header + hop stack before BTH.
-        // (The same checks as `int::locate`, without parsing IPv4 and UDP again.)
-        let c_int =
-            int::IntPacket::new_checked(&b[bth_off..udp_end]).map_err(|_| DropReason::Malformed)?;
-        bth_off += c_int.len();
+        // INT-MD over UDP: shim + MD header + hop stack before BTH.
+        let c = &udp[bth_off..];
+        if c.len() < int::HEADER_LEN
+            || c[0] >> 4 != int::TYPE_INT_MD
+            || c[4] >> 4 != int::MD_VERSION
+            || c[6] & 0x1F != int::HOP_ML_WORDS
+        {
+            return Err(Malformed);
+        }
+        let words = c[1];
+        if words < 4 || (words - 4) % int::HOP_ML_WORDS != 0 || usize::from(words) * 4 > c.len() {
+            return Err(Malformed);
+        }
+        bth_off += usize::from(words) * 4;
     }
-    if bth_off + BTH_LEN > udp_end {
-        return Err(DropReason::Malformed);
+    if bth_off + BTH_LEN > udp.len() {
+        return Err(Malformed);
     }
-    done(CTRL_OPCODES.contains(&b[bth_off]), int, sport)
+    done(CTRL_OPCODES.contains(&udp[bth_off]), int, sport)
 }
 
 /// The ECMP flow hash of a UDP source port under a switch's seed (a splitmix64 finaliser:
@@ -237,7 +265,7 @@ pub fn ecmp_hash(sport: u16, seed: u64) -> u32 {
 }
 
 /// RFC 1624 eq. 3 incremental checksum update for one 16-bit word.
-#[inline]
+#[inline(always)]
 fn csum_adjust(hc: u16, old: u16, new: u16) -> u16 {
     let mut s = u32::from(!hc) + u32::from(!old) + u32::from(new);
     s = (s & 0xFFFF) + (s >> 16);
@@ -248,7 +276,7 @@ fn csum_adjust(hc: u16, old: u16, new: u16) -> u16 {
 /// Next-hop MAC rewrite, TTL decrement and optional CE mark, with the IPv4 checksum
 /// updated incrementally. TTL and ECN are masked in the ICRC (IBA A17.2.3 / rxe), so
 /// the frame's ICRC stays valid. `b` was validated by [`classify`].
-#[inline]
+#[inline(always)]
 fn rewrite(b: &mut [u8], dst_mac: &[u8; 6], src_mac: &[u8; 6], set_ce: bool) {
     b[0..6].copy_from_slice(dst_mac);
     b[6..12].copy_from_slice(src_mac);
@@ -265,6 +293,10 @@ fn rewrite(b: &mut [u8], dst_mac: &[u8; 6], src_mac: &[u8; 6], set_ce: bool) {
     ip[10..12].copy_from_slice(&hc.to_be_bytes());
 }
 
+/// Bytes up to the end of the INT MD header when IPv4 has no options: Ethernet 14,
+/// IPv4 20, UDP 8, shim + MD header 16.
+const MD_END_NO_OPTIONS: usize = L3_OFF + 20 + rdma::wire::udp::HEADER_LEN + int::HEADER_LEN;
+
 /// Outcome of this hop's INT push.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum IntPush {
@@ -277,7 +309,7 @@ enum IntPush {
 /// ones' complement sum taken over 32-bit words and folded, which is the same value as
 /// `rdma::wire::internet_checksum` (2^16 = 1 modulo 2^16 - 1) in a third of the steps.
 /// Verifying a header: the result over the header including its checksum is 0.
-#[inline]
+#[inline(always)]
 fn ipv4_header_checksum(h: &[u8]) -> u16 {
     let mut s: u64 = 0;
     for w in h.chunks_exact(4) {
@@ -329,7 +361,15 @@ fn push_int<P: PacketBuf>(pkt: &mut P, hop: &HopRecord, ihl: u8) -> IntPush {
         return IntPush::Error;
     }
     let b = pkt.bytes_mut();
-    b.copy_within(int::HOP_LEN..int::HOP_LEN + md_end, 0);
+    if md_end == MD_END_NO_OPTIONS {
+        // The common case, a constant length: a few vector moves instead of a memmove
+        // call (the source and destination overlap; the copy goes through registers).
+        let mut hdr = [0u8; MD_END_NO_OPTIONS];
+        hdr.copy_from_slice(&b[int::HOP_LEN..int::HOP_LEN + MD_END_NO_OPTIONS]);
+        b[..MD_END_NO_OPTIONS].copy_from_slice(&hdr);
+    } else {
+        b.copy_within(int::HOP_LEN..int::HOP_LEN + md_end, 0);
+    }
     let mut rec = [0u8; int::HOP_LEN];
     let _ = hop.emit(&mut rec);
     b[md_end..md_end + int::HOP_LEN].copy_from_slice(&rec);
@@ -439,10 +479,8 @@ impl<P: PacketBuf> Switch<P> {
         let Ok(len32) = u32::try_from(len) else {
             return reject(ic, pkt, DropReason::Malformed);
         };
-        let Some(nh) = self
-            .fib
-            .lookup(c.dst(), ecmp_hash(c.sport(), self.ecmp_seed))
-        else {
+        let seed = self.ecmp_seed;
+        let Some(nh) = self.fib.lookup(c.dst(), || ecmp_hash(c.sport(), seed)) else {
             return reject(ic, pkt, DropReason::Unroutable);
         };
         if c.ttl() <= 1 {
@@ -648,6 +686,7 @@ impl<P: PacketBuf> Switch<P> {
 mod tests {
     use super::*;
     use rdma::wire::int::PushOutcome;
+    use rdma::wire::{EthernetPacket, Ipv4Packet, UdpPacket};
 
     /// A RoCEv2 WRITE frame with an INT container that allows `max_hops` and already
     /// holds `have` records (pushed with rdma's reference implementation).
@@ -741,6 +780,86 @@ mod tests {
         for cut in [0, 10, 14, 40, 57, frame.len() - 1] {
             assert!(classify(&frame[..cut], 0x18).is_err(), "cut {cut}");
         }
+    }
+
+    /// The classifier written with the `rdma::wire` views: the reference [`classify`]
+    /// must agree with.
+    fn classify_views(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
+        let eth = EthernetPacket::new_checked(b).map_err(|_| DropReason::Malformed)?;
+        if eth.header().ethertype.get() != ETHERTYPE_IPV4 {
+            return Err(DropReason::NotIpv4);
+        }
+        let ip = Ipv4Packet::new_checked(&b[L3_OFF..]).map_err(|_| DropReason::Malformed)?;
+        if ipv4_header_checksum(&b[L3_OFF..L3_OFF + ip.header_len()]) != 0 {
+            return Err(DropReason::Malformed);
+        }
+        let h = ip.header();
+        let dst = u32::from_be_bytes(h.dst);
+        let (ecn, ttl) = (h.tos & 3, h.ttl);
+        let ihl = (ip.header_len() / 4) as u8;
+        let done = |ctrl: bool, int: bool, sport: u16| {
+            Ok(Classified::new(dst, ecn, ttl, ctrl, int, ihl, sport))
+        };
+        // Only unfragmented UDP can be RoCEv2 (RoCEv2 never fragments); other IPv4 is
+        // forwarded without looking further.
+        let ff = h.flags_frag.get();
+        if h.protocol != rdma::wire::ipv4::PROTO_UDP || ff & 0x3FFF != 0 {
+            return done(false, false, 0);
+        }
+        let udp_off = L3_OFF + ip.header_len();
+        let ip_end = L3_OFF + ip.total_len() as usize;
+        let udp = UdpPacket::new_checked(&b[udp_off..ip_end]).map_err(|_| DropReason::Malformed)?;
+        let sport = udp.src_port();
+        if udp.dst_port() != ROCEV2_UDP_PORT {
+            return done(false, false, sport);
+        }
+        let udp_end = udp_off + udp.len_field() as usize;
+        let mut bth_off = udp_off + rdma::wire::udp::HEADER_LEN;
+        let int = ip.dscp() == int_dscp;
+        if int {
+            // INT-MD over UDP (INT v2.0 section 5.6): shim + MD header + hop stack before BTH.
+            // (The same checks as `int::locate`, without parsing IPv4 and UDP again.)
+            let c_int = int::IntPacket::new_checked(&b[bth_off..udp_end])
+                .map_err(|_| DropReason::Malformed)?;
+            bth_off += c_int.len();
+        }
+        if bth_off + BTH_LEN > udp_end {
+            return Err(DropReason::Malformed);
+        }
+        done(CTRL_OPCODES.contains(&b[bth_off]), int, sport)
+    }
+
+    #[test]
+    fn classify_agrees_with_the_wire_views() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut kinds = std::collections::HashSet::new();
+        for (max_hops, have, payload) in [(8, 0, 0), (8, 3, 64), (8, 8, 16), (1, 0, 1024)] {
+            let frame = int_frame(max_hops, have, payload);
+            for i in 0..3000 {
+                let mut f = frame.clone();
+                // Mutate a few bytes of the headers (and sometimes the length).
+                for _ in 0..(i % 4) {
+                    let at = (rnd() % 80) as usize % f.len();
+                    f[at] = rnd() as u8;
+                }
+                if i % 7 == 0 {
+                    f.truncate((rnd() as usize) % (f.len() + 1));
+                }
+                for dscp in [0x18, 0x03] {
+                    let (a, b) = (classify(&f, dscp), classify_views(&f, dscp));
+                    assert_eq!(a.map(|c| c.0), b.map(|c| c.0), "frame {f:02x?}");
+                    kinds.insert(format!("{:?}", a.map(|c| (c.int(), c.ctrl()))));
+                }
+            }
+        }
+        // The mutations reached accepted frames with and without INT, and rejections.
+        assert!(kinds.len() >= 4, "{kinds:?}");
     }
 
     #[test]
