@@ -4,7 +4,7 @@
 # iproute2 for namespaces and TAP tests, cargo-fuzz for the fuzz smoke run,
 # and the Linux SoftRoCE guest of the interop tests (scripts/rxe-guest.sh):
 # QEMU, a Debian kernel with rdma_rxe, rdma-core, perftest, busybox.
-# Reserves hugepages where the kernel lets us (everything also runs with
+# Reserves hugepages (1024 x 2 MiB) where the kernel lets us (everything also runs with
 # --no-huge). Safe to run any number of times.
 set -euo pipefail
 
@@ -48,10 +48,17 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install -q --locked cargo-fuzz
 fi
 
-# Hugepages: optional. Reserve 256 x 2 MiB if the kernel allows and none are set.
-hp=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
-if [ -w "$hp" ] && [ "$(cat "$hp")" -lt 256 ]; then
-  echo 256 > "$hp" 2>/dev/null || true
+# Hugepages: optional (everything falls back to --no-huge). Reserve 1024 x 2 MiB
+# (2 GiB) if the kernel allows and fewer are set, and mount hugetlbfs at
+# /dev/hugepages if nothing is mounted. The benchmarks run dpdk-testpmd and our
+# side on them (`bench::memory`); each process takes a modest, preallocated share
+# with --in-memory, so nothing is left in the mount when it exits.
+hp=/proc/sys/vm/nr_hugepages
+if [ -w "$hp" ] && [ "$(cat "$hp")" -lt 1024 ]; then
+  echo 1024 > "$hp" 2>/dev/null || true
+fi
+if [ "$(cat "$hp" 2>/dev/null || echo 0)" -gt 0 ] && ! grep -q ' hugetlbfs ' /proc/mounts; then
+  mkdir -p /dev/hugepages 2>/dev/null && mount -t hugetlbfs nodev /dev/hugepages 2>/dev/null || true
 fi
 
 pkg-config --exists libdpdk || { echo "setup.sh: libdpdk not found by pkg-config" >&2; exit 1; }

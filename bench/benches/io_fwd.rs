@@ -14,11 +14,6 @@ use std::time::{Duration, Instant};
 use bench::fwd::{forward, FwdCounters, Path};
 use dpdk::{lcore, Eal, Mempool, Port, RxQueue, TxQueue};
 
-/// This project's EAL arguments (`dpdk::tool_args`), for us and testpmd alike.
-fn eal_common() -> Vec<String> {
-    dpdk::tool_args("bench", &[] as &[&str], false).split_off(1)
-}
-
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -77,8 +72,6 @@ fn main() {
     let main_core = *cores.first().expect("no CPU");
     let lcores = format!("{main_core},{fwd_core}");
     let mut tp_eal: Vec<&str> = vec!["-l", &lcores];
-    let common = eal_common();
-    tp_eal.extend(common.iter().map(String::as_str));
     tp_eal.extend_from_slice(&["--vdev", "net_null0", "--vdev", "net_null1"]);
     let tp_app = [
         "--forward-mode=io",
@@ -89,7 +82,7 @@ fn main() {
         "--mbcache=250",
     ];
 
-    let eal = Eal::init(&dpdk::tool_args("io_fwd", &[] as &[&str], false)).expect("EAL");
+    let (eal, mem) = bench::memory::init_eal("io_fwd", 128, 1024);
     let pool = Mempool::new(eal, "io_fwd", 8191, 250, Mempool::DEFAULT_DATA_ROOM).expect("pool");
     let mut p0 = Port::open(eal, "net_null0").expect("net_null0");
     let mut p1 = Port::open(eal, "net_null1").expect("net_null1");
@@ -98,15 +91,16 @@ fn main() {
         p1.configure_single(&pool).expect("configure"),
     ];
 
-    println!("io forwarding, 2 x net_null, 1 forwarding core, burst 32, {secs} s per side, {rounds} rounds");
+    println!("io forwarding, 2 x net_null, 1 forwarding core, burst 32, {secs} s per side, {rounds} rounds, ours on {mem}");
     let (mut theirs, mut ours) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
         let tp = bench::testpmd::run(&tp_eal, &tp_app, secs).unwrap_or_else(|e| panic!("{e}"));
         let (mpps, q, dropped) = run_ours(eal, fwd_core, queues, secs);
         queues = q;
         println!(
-            "  round {round}: dpdk-testpmd io {:7.2} Mpps | ours {:7.2} Mpps ({dropped} tx drops) | ratio {:.3}",
+            "  round {round}: dpdk-testpmd io {:7.2} Mpps ({}) | ours {:7.2} Mpps ({dropped} tx drops) | ratio {:.3}",
             tp.mpps,
+            tp.mode,
             mpps,
             mpps / tp.mpps
         );

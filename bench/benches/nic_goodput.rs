@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use cc::CcKind;
-use dpdk::{lcore, Eal, Port};
+use dpdk::{lcore, Port};
 use nic::verbs::{Device, DeviceConfig, QpOptions};
 use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
 
@@ -28,7 +28,7 @@ fn main() {
         Ok(s) => s.split(',').map(|k| k.parse().expect("cc kind")).collect(),
         Err(_) => CcKind::ALL.to_vec(),
     };
-    let eal = Eal::init(&dpdk::tool_args("nic_goodput", &[] as &[&str], false)).unwrap();
+    let (eal, mem) = bench::memory::init_eal("nic_goodput", 256, 1024);
     let cores = lcore::available_cores();
     // GOODPUT_LAYOUT=split: one engine per core (the layout of two hosts);
     // default group: both engines on one core (Device::open_group), the
@@ -38,7 +38,7 @@ fn main() {
         lcore::pin_current(cores[0]);
     }
     println!(
-        "single-QP RDMA WRITE goodput, ring pair, {msg} B messages, 64 outstanding, {secs} s per CC, engines {}",
+        "single-QP RDMA WRITE goodput, ring pair, {msg} B messages, 64 outstanding, {secs} s per CC, engines {}, memory: {mem}",
         if grouped { "on one core" } else { "one per core" }
     );
     for (n, kind) in kinds.into_iter().enumerate() {

@@ -40,11 +40,6 @@ use switch::config::PortDefaults;
 use switch::dataplane::{Dataplane, PortIo};
 use switch::{Config, Switch};
 
-/// This project's EAL arguments (`dpdk::tool_args`), for us and testpmd alike.
-fn eal_common() -> Vec<String> {
-    dpdk::tool_args("bench", &[] as &[&str], false).split_off(1)
-}
-
 /// Bytes of the frame the switch rewrites (Ethernet .. INT MD header is 58; the INT
 /// push moves those 58 bytes 16 bytes forward into the headroom), rounded up to a
 /// cache line. The hook restores them and the ICRC on every received frame.
@@ -218,8 +213,6 @@ fn main() {
     let null0 = format!("net_null0,{size}");
     let null1 = format!("net_null1,{size}");
     let mut tp_eal: Vec<&str> = vec!["-l", &lcores];
-    let common = eal_common();
-    tp_eal.extend(common.iter().map(String::as_str));
     tp_eal.extend_from_slice(&["--vdev", &null0, "--vdev", &null1]);
     let tp_app = [
         "--forward-mode=io",
@@ -230,7 +223,7 @@ fn main() {
         "--mbcache=250",
     ];
 
-    let eal = Eal::init(&dpdk::tool_args("switch_fwd", &[] as &[&str], false)).expect("EAL");
+    let (eal, mem) = bench::memory::init_eal("switch_fwd", 128, 1024);
     let pool =
         Mempool::new(eal, "switch_fwd", 8191, 250, Mempool::DEFAULT_DATA_ROOM).expect("pool");
     // Write a valid frame into every mbuf of the pool once (net_null RX hands out
@@ -259,7 +252,7 @@ fn main() {
     println!(
         "switch forwarding vs dpdk-testpmd io, 2 x net_null size={flen} (RoCEv2 WRITE + INT \
          container), WRED + INT push on, 400 Gbit/s ports, 1 forwarding core, burst 32, \
-         {secs} s per side, {rounds} rounds"
+         {secs} s per side, {rounds} rounds, ours on {mem}"
     );
     let (mut theirs, mut ours) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
@@ -267,6 +260,7 @@ fn main() {
             bench::testpmd::TestpmdRate {
                 mpps: f64::NAN,
                 samples: 0,
+                mode: mem,
             }
         } else {
             bench::testpmd::run(&tp_eal, &tp_app, secs).unwrap_or_else(|e| panic!("{e}"))
@@ -274,8 +268,9 @@ fn main() {
         let (mpps, d) = run_ours(eal, fwd_core, dp, dma.clone(), secs);
         dp = d;
         println!(
-            "  round {round}: dpdk-testpmd io {:7.2} Mpps | switch {:7.2} Mpps | ratio {:.3}",
+            "  round {round}: dpdk-testpmd io {:7.2} Mpps ({}) | switch {:7.2} Mpps | ratio {:.3}",
             tp.mpps,
+            tp.mode,
             mpps,
             mpps / tp.mpps
         );

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dpdk::{lcore, Burst, Eal, Mempool, Port};
+use dpdk::{lcore, Burst, Mempool, Port};
 use nic::io::{build_frame, fill_frame_tpl, Payload, TxPools};
 use rdma::wire::frame::{FrameBuilder, NetHeaders, RoceRepr};
 use rdma::wire::transport_hdrs::RethRepr;
@@ -36,11 +36,6 @@ use rdma::wire::{
     bth, parse_frame, BthRepr, Ecn, EthernetAddress, HeaderTemplate, Ipv4Address, Opcode,
     ParseOptions,
 };
-
-/// This project's EAL arguments (`dpdk::tool_args`), for us and testpmd alike.
-fn eal_common() -> Vec<String> {
-    dpdk::tool_args("bench", &[] as &[&str], false).split_off(1)
-}
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -62,8 +57,6 @@ fn main() {
     let (main_core, tx_core) = (*cores.first().unwrap(), *cores.last().unwrap());
     let lcores = format!("{main_core},{tx_core}");
     let mut tp_eal: Vec<&str> = vec!["-l", &lcores];
-    let common = eal_common();
-    tp_eal.extend(common.iter().map(String::as_str));
     tp_eal.extend_from_slice(&["--vdev", "net_null0"]);
     let tp_app = [
         "--forward-mode=txonly",
@@ -74,7 +67,7 @@ fn main() {
         "--mbcache=250",
     ];
 
-    let eal = Eal::init(&dpdk::tool_args("tx_pipeline", &[] as &[&str], false)).expect("EAL");
+    let (eal, mem) = bench::memory::init_eal("tx_pipeline", 128, 1024);
     let pools = TxPools {
         hdr: Mempool::new(eal, "txp_hdr", 16384, 250, Mempool::DEFAULT_DATA_ROOM).unwrap(),
         bare: Mempool::new(eal, "txp_bare", 1024, 32, 0).unwrap(),
@@ -85,7 +78,7 @@ fn main() {
     let mut tx = Some(tx);
 
     println!(
-        "TX pipeline ({}): valid 1-byte RoCEv2 WRITE Only frames into net_null, 1 core, burst 32, {secs} s per side, {rounds} rounds",
+        "TX pipeline ({}): valid 1-byte RoCEv2 WRITE Only frames into net_null, 1 core, burst 32, {secs} s per side, {rounds} rounds, ours on {mem}",
         if use_tpl { "header template, nic::io::fill_frame_tpl" } else { "nic::io::build_frame" }
     );
     let (mut theirs, mut ours) = (Vec::new(), Vec::new());
@@ -217,8 +210,9 @@ fn main() {
         let checked = checked.load(Ordering::Relaxed);
         assert!(checked > 0, "no built frame was verified");
         println!(
-            "  round {round}: dpdk-testpmd txonly {:7.2} Mpps | ours {:7.2} Mpps | ratio {:.3} ({checked} frames verified)",
+            "  round {round}: dpdk-testpmd txonly {:7.2} Mpps ({}) | ours {:7.2} Mpps | ratio {:.3} ({checked} frames verified)",
             tp.mpps,
+            tp.mode,
             mpps,
             mpps / tp.mpps
         );

@@ -2,12 +2,15 @@
 //!
 //! * [`chaos`]: the chaos soak's byte pattern, impaired link and memory census.
 //! * [`fwd`]: the io-forwarding loop (our answer to `testpmd --forward-mode=io`).
+//! * [`memory`]: hugepages first, `--no-huge` as the fallback, for every benchmark
+//!   process and its baseline.
 //! * [`perftest`]: perftest's output tables, for `roce-perf`.
 //! * [`testpmd`]: runs `dpdk-testpmd` on the same vdevs and reads its rates,
 //!   the baseline every pipeline benchmark is a ratio against (DESIGN.md §9).
 
 pub mod chaos;
 pub mod fwd;
+pub mod memory;
 pub mod perftest;
 pub mod testbed;
 pub mod testpmd;

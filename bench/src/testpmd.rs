@@ -3,6 +3,17 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::memory::MemoryMode;
+
+/// Memory a testpmd baseline reserves on hugepages: its pool of
+/// [`TESTPMD_MBUFS`] 2176-byte mbufs (18 MiB), rings and the EAL's own.
+pub const TESTPMD_HUGE_MIB: u32 = 64;
+/// The same on `--no-huge` (the EAL cannot grow it there).
+pub const TESTPMD_NO_HUGE_MIB: u32 = 1024;
+/// testpmd's mbuf pool, the size of ours (its default, sized for every possible
+/// port, would need hundreds of MiB of hugepages).
+pub const TESTPMD_MBUFS: &str = "--total-num-mbufs=8191";
+
 /// What a testpmd run measured.
 #[derive(Debug, Clone)]
 pub struct TestpmdRate {
@@ -11,6 +22,8 @@ pub struct TestpmdRate {
     pub mpps: f64,
     /// Number of stats periods the median is over.
     pub samples: usize,
+    /// The pages its memory was on.
+    pub mode: MemoryMode,
 }
 
 /// Errors running testpmd.
@@ -24,13 +37,17 @@ pub enum TestpmdError {
     NoRate(String),
 }
 
-/// Runs `dpdk-testpmd` with `eal_args` and `app_args` for about `secs`
+/// Runs `dpdk-testpmd` with `eal_args` (cores and vdevs; the memory arguments
+/// are added here) and `app_args` (plus [`TESTPMD_MBUFS`]) for about `secs`
 /// seconds of forwarding (stats every second, stopped with SIGINT via
-/// `timeout`; its start-up, several seconds with `--no-huge`, comes on top)
-/// and returns the median total receive rate over the periods after the
-/// first one that moved packets (warm-up).
+/// `timeout`; its start-up comes on top) and returns the median total receive
+/// rate over the periods after the first one that moved packets (warm-up).
+///
+/// On hugepages when enough are free ([`MemoryMode::choose`]); if that run
+/// fails (the pages went to another process meanwhile) it runs again on
+/// `--no-huge`. The result says which.
 pub fn run(eal_args: &[&str], app_args: &[&str], secs: u64) -> Result<TestpmdRate, TestpmdError> {
-    run_counting(eal_args, app_args, secs, "Rx-pps:")
+    run_best(eal_args, app_args, secs, "Rx-pps:")
 }
 
 /// As [`run`], but sums the transmit rates (`Tx-pps:`), for `txonly`.
@@ -39,10 +56,29 @@ pub fn run_tx(
     app_args: &[&str],
     secs: u64,
 ) -> Result<TestpmdRate, TestpmdError> {
-    run_counting(eal_args, app_args, secs, "Tx-pps:")
+    run_best(eal_args, app_args, secs, "Tx-pps:")
+}
+
+fn run_best(
+    eal_args: &[&str],
+    app_args: &[&str],
+    secs: u64,
+    key: &str,
+) -> Result<TestpmdRate, TestpmdError> {
+    let mode = MemoryMode::choose(TESTPMD_HUGE_MIB, TESTPMD_NO_HUGE_MIB);
+    match run_counting(mode, eal_args, app_args, secs, key) {
+        Err(TestpmdError::NoRate(_)) if mode.is_huge() => {
+            let fallback = MemoryMode::NoHuge {
+                mib: TESTPMD_NO_HUGE_MIB,
+            };
+            run_counting(fallback, eal_args, app_args, secs, key)
+        }
+        r => r,
+    }
 }
 
 fn run_counting(
+    mode: MemoryMode,
     eal_args: &[&str],
     app_args: &[&str],
     secs: u64,
@@ -52,26 +88,34 @@ fn run_counting(
         .args(["-s", "INT", &format!("{}", secs + 8)])
         .arg("dpdk-testpmd")
         .args(eal_args)
+        .args(mode.eal_args("testpmd"))
         .arg("--")
         .args(app_args)
+        .arg(TESTPMD_MBUFS)
         .arg("--stats-period=1")
         .stdin(Stdio::null())
         .output()
         .map_err(TestpmdError::Spawn)?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let rate = parse_rates_of(&text, key).ok_or_else(|| TestpmdError::NoRate(text.clone()))?;
+    let (mpps, samples) =
+        parse_rates_of(&text, key).ok_or_else(|| TestpmdError::NoRate(text.clone()))?;
     std::thread::sleep(Duration::from_millis(100));
-    Ok(rate)
+    Ok(TestpmdRate {
+        mpps,
+        samples,
+        mode,
+    })
 }
 
 /// Parses testpmd's periodic stats: each period prints one `Rx-pps:` line
 /// per port, ports in order; the first port's id starts a new period.
-pub fn parse_rates(text: &str) -> Option<TestpmdRate> {
+/// Returns (median Mpps, periods).
+pub fn parse_rates(text: &str) -> Option<(f64, usize)> {
     parse_rates_of(text, "Rx-pps:")
 }
 
 /// As [`parse_rates`] for the per-port lines starting with `key`.
-pub fn parse_rates_of(text: &str, key: &str) -> Option<TestpmdRate> {
+pub fn parse_rates_of(text: &str, key: &str) -> Option<(f64, usize)> {
     let mut periods: Vec<f64> = Vec::new();
     let mut port_in_period = 0usize;
     let mut ports = 0usize;
@@ -107,10 +151,7 @@ pub fn parse_rates_of(text: &str, key: &str) -> Option<TestpmdRate> {
         return None;
     }
     v.sort_by(|a, b| a.total_cmp(b));
-    Some(TestpmdRate {
-        mpps: v[v.len() / 2] / 1e6,
-        samples: v.len(),
-    })
+    Some((v[v.len() / 2] / 1e6, v.len()))
 }
 
 #[cfg(test)]
@@ -129,8 +170,7 @@ mod tests {
         let r = parse_rates(&text).unwrap();
         // periods (sum of 2 ports): 0,0,10,20,60,40,80 -> from the first
         // non-zero, skip one -> 20,60,40,80 -> median (upper) 60
-        assert_eq!(r.samples, 4);
-        assert_eq!(r.mpps, 60.0);
+        assert_eq!(r, (60.0, 4));
         assert!(parse_rates("nothing here").is_none());
     }
 }

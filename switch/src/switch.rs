@@ -15,7 +15,7 @@ use crate::shared_buffer::SharedBuffer;
 
 use crate::wred::{Rng, Wred, WredAction};
 use rdma::wire::int::{self, HopRecord};
-use rdma::wire::{EthernetPacket, Ipv4Packet, UdpPacket, ROCEV2_UDP_PORT};
+use rdma::wire::ROCEV2_UDP_PORT;
 
 /// Ethernet header length (no VLAN tag: tagged frames are not IPv4 to this core).
 const L3_OFF: usize = 14;
@@ -25,6 +25,9 @@ const ETHERTYPE_IPV4: u16 = 0x0800;
 const BTH_LEN: usize = 12;
 /// Queue tag bit: the frame carries an INT container (push at dequeue).
 const TAG_INT: u8 = 1;
+/// Queue tag bits 4..7: the frame's IPv4 IHL, so the push at dequeue finds the
+/// container without parsing the headers again.
+const TAG_IHL_SHIFT: u8 = 4;
 
 /// BTH opcodes that go to the strict high-priority class: RC ACKNOWLEDGE (ACK and
 /// every NAK), ATOMIC ACKNOWLEDGE, and the RoCEv2 CNP (DESIGN.md sections 4 and 6).
@@ -86,7 +89,8 @@ pub struct Rejected<P> {
 struct Port<P> {
     id: u16,
     mac: [u8; 6],
-    speed_bps: u64,
+    /// The link speed in the hop record's 100 Mbit/s units (computed once, not per frame).
+    link_100m: u16,
     wred: Wred,
     rng: Rng,
     shaper: Shaper,
@@ -100,7 +104,7 @@ impl<P> Port<P> {
         Self {
             id: s.id,
             mac: s.mac,
-            speed_bps: s.speed_bps,
+            link_100m: HopRecord::from_units(0, 0, 0, 0, 0, s.speed_bps).link_100m,
             wred: Wred::new(s.k_min, s.k_max, s.p_max, s.k_drop),
             // One stream per port so a port's decisions do not depend on the others'.
             rng: Rng::new(seed ^ (idx as u64).wrapping_mul(0xA24B_AED4_963E_E407)),
@@ -129,13 +133,14 @@ struct Classified(u64);
 
 impl Classified {
     #[inline(always)]
-    fn new(dst: u32, ecn: u8, ttl: u8, ctrl: bool, int: bool, sport: u16) -> Self {
+    fn new(dst: u32, ecn: u8, ttl: u8, ctrl: bool, int: bool, ihl: u8, sport: u16) -> Self {
         Self(
             u64::from(dst)
                 | u64::from(ecn & 3) << 32
                 | u64::from(ttl) << 34
                 | u64::from(ctrl) << 42
                 | u64::from(int) << 43
+                | u64::from(ihl & 0xF) << 44
                 | u64::from(sport) << 48,
         )
     }
@@ -159,6 +164,11 @@ impl Classified {
     fn int(self) -> bool {
         self.0 >> 43 & 1 != 0
     }
+    /// IPv4 header length in 32-bit words (IHL).
+    #[inline(always)]
+    fn ihl(self) -> u8 {
+        (self.0 >> 44) as u8 & 0xF
+    }
     /// UDP source port (0 for non-UDP): the ECMP flow key.
     #[inline(always)]
     fn sport(self) -> u16 {
@@ -166,53 +176,83 @@ impl Classified {
     }
 }
 
-/// Parses just enough of the frame to forward and classify it. Uses the `rdma::wire`
-/// views (they validate lengths), never indexes past what they checked.
+/// Parses just enough of the frame to forward and classify it: Ethernet, IPv4 (version,
+/// IHL, total length, header checksum), UDP length, and for RoCEv2 the INT container
+/// (INT v2.0 section 5.6: type, length, version, HopML, as `int::IntPacket::new_checked`)
+/// and the BTH opcode. The same checks as the `rdma::wire` views (a test compares the
+/// two on random and mutated frames), written on the bytes at fixed offsets so the
+/// whole parse inlines into [`Switch::receive`] without a call or a view per layer;
+/// every read is inside a slice whose length was checked first.
 ///
-/// Inlined into [`Switch::receive`], and the result is built once at the end from
-/// locals into one word (see [`Classified`]).
+/// The result is built once at the end from locals into one word (see [`Classified`]).
 #[inline(always)]
 fn classify(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
-    let eth = EthernetPacket::new_checked(b).map_err(|_| DropReason::Malformed)?;
-    if eth.header().ethertype.get() != ETHERTYPE_IPV4 {
+    use DropReason::Malformed;
+    if b.len() < L3_OFF {
+        return Err(Malformed);
+    }
+    if u16::from_be_bytes([b[12], b[13]]) != ETHERTYPE_IPV4 {
         return Err(DropReason::NotIpv4);
     }
-    let ip = Ipv4Packet::new_checked(&b[L3_OFF..]).map_err(|_| DropReason::Malformed)?;
-    if ipv4_header_checksum(&b[L3_OFF..L3_OFF + ip.header_len()]) != 0 {
-        return Err(DropReason::Malformed);
+    let ip = &b[L3_OFF..];
+    if ip.len() < rdma::wire::ipv4::HEADER_LEN || ip[0] >> 4 != 4 {
+        return Err(Malformed);
     }
-    let h = ip.header();
-    let dst = u32::from_be_bytes(h.dst);
-    let (ecn, ttl) = (h.tos & 3, h.ttl);
-    let done =
-        |ctrl: bool, int: bool, sport: u16| Ok(Classified::new(dst, ecn, ttl, ctrl, int, sport));
+    let hl = usize::from(ip[0] & 0xF) * 4;
+    let tl = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    if hl < rdma::wire::ipv4::HEADER_LEN || hl > ip.len() || tl < hl || tl > ip.len() {
+        return Err(Malformed);
+    }
+    if ipv4_header_checksum(&ip[..hl]) != 0 {
+        return Err(Malformed);
+    }
+    let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+    let (tos, ttl, proto) = (ip[1], ip[8], ip[9]);
+    let ff = u16::from_be_bytes([ip[6], ip[7]]);
+    let ihl = (hl / 4) as u8;
+    let done = |ctrl: bool, int: bool, sport: u16| {
+        Ok(Classified::new(dst, tos & 3, ttl, ctrl, int, ihl, sport))
+    };
     // Only unfragmented UDP can be RoCEv2 (RoCEv2 never fragments); other IPv4 is
     // forwarded without looking further.
-    let ff = h.flags_frag.get();
-    if h.protocol != rdma::wire::ipv4::PROTO_UDP || ff & 0x3FFF != 0 {
+    if proto != rdma::wire::ipv4::PROTO_UDP || ff & 0x3FFF != 0 {
         return done(false, false, 0);
     }
-    let udp_off = L3_OFF + ip.header_len();
-    let ip_end = L3_OFF + ip.total_len() as usize;
-    let udp = UdpPacket::new_checked(&b[udp_off..ip_end]).map_err(|_| DropReason::Malformed)?;
-    let sport = udp.src_port();
-    if udp.dst_port() != ROCEV2_UDP_PORT {
+    let l4 = &ip[hl..tl];
+    if l4.len() < rdma::wire::udp::HEADER_LEN {
+        return Err(Malformed);
+    }
+    let ul = usize::from(u16::from_be_bytes([l4[4], l4[5]]));
+    if ul < rdma::wire::udp::HEADER_LEN || ul > l4.len() {
+        return Err(Malformed);
+    }
+    let sport = u16::from_be_bytes([l4[0], l4[1]]);
+    if u16::from_be_bytes([l4[2], l4[3]]) != ROCEV2_UDP_PORT {
         return done(false, false, sport);
     }
-    let udp_end = udp_off + udp.len_field() as usize;
-    let mut bth_off = udp_off + rdma::wire::udp::HEADER_LEN;
-    let int = ip.dscp() == int_dscp;
+    let udp = &l4[..ul];
+    let mut bth_off = rdma::wire::udp::HEADER_LEN;
+    let int = tos >> 2 == int_dscp;
     if int {
-        // INT-MD over UDP (INT v2.0 section 5.6): shim + MD header + hop stack before BTH.
-        // (The same checks as `int::locate`, without parsing IPv4 and UDP again.)
-        let c_int =
-            int::IntPacket::new_checked(&b[bth_off..udp_end]).map_err(|_| DropReason::Malformed)?;
-        bth_off += c_int.len();
+        // INT-MD over UDP: shim + MD header + hop stack before BTH.
+        let c = &udp[bth_off..];
+        if c.len() < int::HEADER_LEN
+            || c[0] >> 4 != int::TYPE_INT_MD
+            || c[4] >> 4 != int::MD_VERSION
+            || c[6] & 0x1F != int::HOP_ML_WORDS
+        {
+            return Err(Malformed);
+        }
+        let words = c[1];
+        if words < 4 || (words - 4) % int::HOP_ML_WORDS != 0 || usize::from(words) * 4 > c.len() {
+            return Err(Malformed);
+        }
+        bth_off += usize::from(words) * 4;
     }
-    if bth_off + BTH_LEN > udp_end {
-        return Err(DropReason::Malformed);
+    if bth_off + BTH_LEN > udp.len() {
+        return Err(Malformed);
     }
-    done(CTRL_OPCODES.contains(&b[bth_off]), int, sport)
+    done(CTRL_OPCODES.contains(&udp[bth_off]), int, sport)
 }
 
 /// The ECMP flow hash of a UDP source port under a switch's seed (a splitmix64 finaliser:
@@ -226,7 +266,7 @@ pub fn ecmp_hash(sport: u16, seed: u64) -> u32 {
 }
 
 /// RFC 1624 eq. 3 incremental checksum update for one 16-bit word.
-#[inline]
+#[inline(always)]
 fn csum_adjust(hc: u16, old: u16, new: u16) -> u16 {
     let mut s = u32::from(!hc) + u32::from(!old) + u32::from(new);
     s = (s & 0xFFFF) + (s >> 16);
@@ -237,7 +277,7 @@ fn csum_adjust(hc: u16, old: u16, new: u16) -> u16 {
 /// Next-hop MAC rewrite, TTL decrement and optional CE mark, with the IPv4 checksum
 /// updated incrementally. TTL and ECN are masked in the ICRC (IBA A17.2.3 / rxe), so
 /// the frame's ICRC stays valid. `b` was validated by [`classify`].
-#[inline]
+#[inline(always)]
 fn rewrite(b: &mut [u8], dst_mac: &[u8; 6], src_mac: &[u8; 6], set_ce: bool) {
     b[0..6].copy_from_slice(dst_mac);
     b[6..12].copy_from_slice(src_mac);
@@ -254,6 +294,10 @@ fn rewrite(b: &mut [u8], dst_mac: &[u8; 6], src_mac: &[u8; 6], set_ce: bool) {
     ip[10..12].copy_from_slice(&hc.to_be_bytes());
 }
 
+/// Bytes up to the end of the INT MD header when IPv4 has no options: Ethernet 14,
+/// IPv4 20, UDP 8, shim + MD header 16.
+const MD_END_NO_OPTIONS: usize = L3_OFF + 20 + rdma::wire::udp::HEADER_LEN + int::HEADER_LEN;
+
 /// Outcome of this hop's INT push.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum IntPush {
@@ -266,7 +310,7 @@ enum IntPush {
 /// ones' complement sum taken over 32-bit words and folded, which is the same value as
 /// `rdma::wire::internet_checksum` (2^16 = 1 modulo 2^16 - 1) in a third of the steps.
 /// Verifying a header: the result over the header including its checksum is 0.
-#[inline]
+#[inline(always)]
 fn ipv4_header_checksum(h: &[u8]) -> u16 {
     let mut s: u64 = 0;
     for w in h.chunks_exact(4) {
@@ -280,28 +324,65 @@ fn ipv4_header_checksum(h: &[u8]) -> u16 {
 }
 
 /// Pushes `hop` after the MD header of a frame that [`classify`] accepted with an INT
-/// container, through `rdma::wire::int::push_hop_front` (INT v2.0 section 5.7: the
-/// headers move 16 bytes into the headroom that [`PacketBuf::prepend`] opens, the
-/// payload stays; E is set instead when RemainingHopCnt is 0 or the stack is full).
-/// A frame without headroom, or that the push refuses, is an `Error` and untouched.
-fn push_int<P: PacketBuf>(pkt: &mut P, hop: &HopRecord, int_dscp: u8) -> IntPush {
-    let len = pkt.len();
-    let start = if pkt.prepend(int::HOP_LEN) {
-        int::HOP_LEN
-    } else {
-        0
-    };
-    match int::push_hop_front(pkt.bytes_mut(), start, len, L3_OFF, int_dscp, hop) {
-        Ok(int::PushOutcome::Pushed { .. }) => IntPush::Pushed,
-        Ok(int::PushOutcome::Full) => {
-            pkt.trim_front(start);
-            IntPush::Full
-        }
-        Err(_) => {
-            pkt.trim_front(start);
-            IntPush::Error
-        }
+/// container, its IPv4 header `ihl` words long (INT v2.0 section 5.7, the same bytes
+/// as `rdma::wire::int::push_hop_front`): the headers up to the MD header move 16
+/// bytes into the headroom that [`PacketBuf::prepend`] opens, the payload stays; shim
+/// length +4 words, RemainingHopCnt -1, IPv4 total length and UDP length +16, UDP
+/// checksum 0 (RoCEv2 sends none), IPv4 checksum updated incrementally (RFC 1624).
+/// E is set instead when RemainingHopCnt is 0 or the stack is full. A frame without
+/// headroom, or whose lengths would overflow, is an `Error` and untouched.
+///
+/// `classify` checked the container (type, version, HopML, length within UDP) and
+/// nothing has changed those bytes since, so only the offsets are computed here.
+#[inline]
+fn push_int<P: PacketBuf>(pkt: &mut P, hop: &HopRecord, ihl: u8) -> IntPush {
+    let udp_off = L3_OFF + usize::from(ihl) * 4;
+    let int_off = udp_off + rdma::wire::udp::HEADER_LEN;
+    let md_end = int_off + int::HEADER_LEN;
+    let b = pkt.bytes();
+    if b.len() < md_end {
+        return IntPush::Error;
     }
+    let int_len = usize::from(b[int_off + 1]) * 4;
+    if b[int_off + int::SHIM_LEN + 3] == 0
+        || int_len + int::HOP_LEN > int::MAX_HOPS_WIRE * int::HOP_LEN + int::HEADER_LEN
+    {
+        pkt.bytes_mut()[int_off + int::SHIM_LEN] |= (int::MdFlags::E.bits() >> 24) as u8;
+        return IntPush::Full;
+    }
+    let tl = u16::from_be_bytes([b[L3_OFF + 2], b[L3_OFF + 3]]);
+    let ul = u16::from_be_bytes([b[udp_off + 4], b[udp_off + 5]]);
+    let (Some(ntl), Some(nul)) = (
+        tl.checked_add(int::HOP_LEN as u16),
+        ul.checked_add(int::HOP_LEN as u16),
+    ) else {
+        return IntPush::Error;
+    };
+    if !pkt.prepend(int::HOP_LEN) {
+        return IntPush::Error;
+    }
+    let b = pkt.bytes_mut();
+    if md_end == MD_END_NO_OPTIONS {
+        // The common case, a constant length: a few vector moves instead of a memmove
+        // call (the source and destination overlap; the copy goes through registers).
+        let mut hdr = [0u8; MD_END_NO_OPTIONS];
+        hdr.copy_from_slice(&b[int::HOP_LEN..int::HOP_LEN + MD_END_NO_OPTIONS]);
+        b[..MD_END_NO_OPTIONS].copy_from_slice(&hdr);
+    } else {
+        b.copy_within(int::HOP_LEN..int::HOP_LEN + md_end, 0);
+    }
+    let mut rec = [0u8; int::HOP_LEN];
+    let _ = hop.emit(&mut rec);
+    b[md_end..md_end + int::HOP_LEN].copy_from_slice(&rec);
+    b[int_off + 1] += int::HOP_ML_WORDS;
+    b[int_off + int::SHIM_LEN + 3] -= 1;
+    let hc = u16::from_be_bytes([b[L3_OFF + 10], b[L3_OFF + 11]]);
+    b[L3_OFF + 10..L3_OFF + 12].copy_from_slice(&csum_adjust(hc, tl, ntl).to_be_bytes());
+    b[L3_OFF + 2..L3_OFF + 4].copy_from_slice(&ntl.to_be_bytes());
+    b[udp_off + 4..udp_off + 6].copy_from_slice(&nul.to_be_bytes());
+    b[udp_off + 6] = 0;
+    b[udp_off + 7] = 0;
+    IntPush::Pushed
 }
 
 /// The switch core over packets of type `P`.
@@ -402,17 +483,19 @@ impl<P: PacketBuf> Switch<P> {
         let Ok(len32) = u32::try_from(len) else {
             return reject(ic, pkt, DropReason::Malformed);
         };
-        let Some(nh) = self
-            .fib
-            .lookup(c.dst(), ecmp_hash(c.sport(), self.ecmp_seed))
-        else {
+        let seed = self.ecmp_seed;
+        let Some(nh) = self.fib.lookup(c.dst(), || ecmp_hash(c.sport(), seed)) else {
             return reject(ic, pkt, DropReason::Unroutable);
         };
         if c.ttl() <= 1 {
             return reject(ic, pkt, DropReason::TtlExpired);
         }
         let out = &mut self.ports[nh.port_idx];
-        let tag = if c.int() { TAG_INT } else { 0 };
+        let tag = if c.int() {
+            TAG_INT | c.ihl() << TAG_IHL_SHIFT
+        } else {
+            0
+        };
         let (class, mark) = if c.ctrl() {
             if !out.ctrl.fits(u64::from(len32)) {
                 out.counters.ctrl_tail_drops += 1;
@@ -489,7 +572,7 @@ impl<P: PacketBuf> Switch<P> {
     /// this dequeue, txBytes before this frame, B, switch_ID, port_ID).
     pub fn dequeue(&mut self, port_out: u16, now: u64) -> Option<P> {
         let idx = self.idx(port_out)?;
-        let (switch_id, fcs, int_dscp) = (self.switch_id, self.fcs_in_frame, self.int_dscp);
+        let (switch_id, fcs) = (self.switch_id, self.fcs_in_frame);
         let port = &mut self.ports[idx];
         if !port.shaper.ready(now) {
             return None;
@@ -511,15 +594,16 @@ impl<P: PacketBuf> Switch<P> {
             // loop is on time), so consecutive records of a saturated port differ by
             // exactly their wire time and txRate / B is 1 however late or bursty the
             // shell polls.
-            let hop = HopRecord::from_units(
+            // HopRecord::from_units, with the link units computed once per port.
+            let hop = HopRecord {
                 switch_id,
-                port.id,
-                start,
-                port.counters.tx_wire_bytes,
-                port.counters.queue_bytes,
-                port.speed_bps,
-            );
-            match push_int(&mut pkt, &hop, int_dscp) {
+                port_id: port.id,
+                ts_ns: start as u32,
+                tx_bytes: port.counters.tx_wire_bytes as u32,
+                qlen_64b: (port.counters.queue_bytes / 64).min(0xFFFF) as u16,
+                link_100m: port.link_100m,
+            };
+            match push_int(&mut pkt, &hop, meta.tag >> TAG_IHL_SHIFT) {
                 IntPush::Pushed => port.counters.int_pushed += 1,
                 IntPush::Full => port.counters.int_e_set += 1,
                 IntPush::Error => port.counters.int_errors += 1,
@@ -627,6 +711,7 @@ impl<P: PacketBuf> Switch<P> {
 mod tests {
     use super::*;
     use rdma::wire::int::PushOutcome;
+    use rdma::wire::{EthernetPacket, Ipv4Packet, UdpPacket};
 
     /// A RoCEv2 WRITE frame with an INT container that allows `max_hops` and already
     /// holds `have` records (pushed with rdma's reference implementation).
@@ -693,8 +778,11 @@ mod tests {
                     }
                     PushOutcome::Full => (IntPush::Full, r[128..].to_vec()),
                 };
+                // The push trusts what classify found: the container and the IHL.
+                let c = classify(&frame, 0x18).unwrap();
+                assert!(c.int());
                 let mut f = crate::FrameBuf::from_frame(&frame).unwrap();
-                let got = push_int(&mut f, &hop, 0x18);
+                let got = push_int(&mut f, &hop, c.ihl());
                 assert_eq!(
                     (got, f.bytes().to_vec()),
                     want,
@@ -702,7 +790,7 @@ mod tests {
                 );
                 // Without headroom: E still set on a full stack, else an error, frame intact.
                 let mut f = crate::FrameBuf::new(&frame, 0, frame.len()).unwrap();
-                let got = push_int(&mut f, &hop, 0x18);
+                let got = push_int(&mut f, &hop, c.ihl());
                 if want.0 == IntPush::Full {
                     assert_eq!((got, f.bytes().to_vec()), want);
                 } else {
@@ -712,12 +800,91 @@ mod tests {
             }
         }
         assert_eq!(cases, 24);
-        // A truncated frame is an error, not a panic.
+        // A truncated frame never gets that far: classify rejects it.
         let frame = int_frame(8, 1, 0);
-        for cut in [0, 10, 14, 40, 57] {
-            let mut f = crate::FrameBuf::from_frame(&frame[..cut]).unwrap();
-            assert_eq!(push_int(&mut f, &hop, 0x18), IntPush::Error, "cut {cut}");
+        for cut in [0, 10, 14, 40, 57, frame.len() - 1] {
+            assert!(classify(&frame[..cut], 0x18).is_err(), "cut {cut}");
         }
+    }
+
+    /// The classifier written with the `rdma::wire` views: the reference [`classify`]
+    /// must agree with.
+    fn classify_views(b: &[u8], int_dscp: u8) -> Result<Classified, DropReason> {
+        let eth = EthernetPacket::new_checked(b).map_err(|_| DropReason::Malformed)?;
+        if eth.header().ethertype.get() != ETHERTYPE_IPV4 {
+            return Err(DropReason::NotIpv4);
+        }
+        let ip = Ipv4Packet::new_checked(&b[L3_OFF..]).map_err(|_| DropReason::Malformed)?;
+        if ipv4_header_checksum(&b[L3_OFF..L3_OFF + ip.header_len()]) != 0 {
+            return Err(DropReason::Malformed);
+        }
+        let h = ip.header();
+        let dst = u32::from_be_bytes(h.dst);
+        let (ecn, ttl) = (h.tos & 3, h.ttl);
+        let ihl = (ip.header_len() / 4) as u8;
+        let done = |ctrl: bool, int: bool, sport: u16| {
+            Ok(Classified::new(dst, ecn, ttl, ctrl, int, ihl, sport))
+        };
+        // Only unfragmented UDP can be RoCEv2 (RoCEv2 never fragments); other IPv4 is
+        // forwarded without looking further.
+        let ff = h.flags_frag.get();
+        if h.protocol != rdma::wire::ipv4::PROTO_UDP || ff & 0x3FFF != 0 {
+            return done(false, false, 0);
+        }
+        let udp_off = L3_OFF + ip.header_len();
+        let ip_end = L3_OFF + ip.total_len() as usize;
+        let udp = UdpPacket::new_checked(&b[udp_off..ip_end]).map_err(|_| DropReason::Malformed)?;
+        let sport = udp.src_port();
+        if udp.dst_port() != ROCEV2_UDP_PORT {
+            return done(false, false, sport);
+        }
+        let udp_end = udp_off + udp.len_field() as usize;
+        let mut bth_off = udp_off + rdma::wire::udp::HEADER_LEN;
+        let int = ip.dscp() == int_dscp;
+        if int {
+            // INT-MD over UDP (INT v2.0 section 5.6): shim + MD header + hop stack before BTH.
+            // (The same checks as `int::locate`, without parsing IPv4 and UDP again.)
+            let c_int = int::IntPacket::new_checked(&b[bth_off..udp_end])
+                .map_err(|_| DropReason::Malformed)?;
+            bth_off += c_int.len();
+        }
+        if bth_off + BTH_LEN > udp_end {
+            return Err(DropReason::Malformed);
+        }
+        done(CTRL_OPCODES.contains(&b[bth_off]), int, sport)
+    }
+
+    #[test]
+    fn classify_agrees_with_the_wire_views() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut kinds = std::collections::HashSet::new();
+        for (max_hops, have, payload) in [(8, 0, 0), (8, 3, 64), (8, 8, 16), (1, 0, 1024)] {
+            let frame = int_frame(max_hops, have, payload);
+            for i in 0..3000 {
+                let mut f = frame.clone();
+                // Mutate a few bytes of the headers (and sometimes the length).
+                for _ in 0..(i % 4) {
+                    let at = (rnd() % 80) as usize % f.len();
+                    f[at] = rnd() as u8;
+                }
+                if i % 7 == 0 {
+                    f.truncate((rnd() as usize) % (f.len() + 1));
+                }
+                for dscp in [0x18, 0x03] {
+                    let (a, b) = (classify(&f, dscp), classify_views(&f, dscp));
+                    assert_eq!(a.map(|c| c.0), b.map(|c| c.0), "frame {f:02x?}");
+                    kinds.insert(format!("{:?}", a.map(|c| (c.int(), c.ctrl()))));
+                }
+            }
+        }
+        // The mutations reached accepted frames with and without INT, and rejections.
+        assert!(kinds.len() >= 4, "{kinds:?}");
     }
 
     #[test]

@@ -69,7 +69,9 @@ pub struct Wred {
     k_drop: u64,
     p_max_q32: u64,
     /// P_max * 2^64 / (K_max - K_min): threshold = ((q - K_min) * slope) >> 32.
-    slope: u128,
+    /// Held in 64 bits (one 64 x 64 -> 128 multiply per decision): it exceeds them
+    /// only when K_max - K_min is 1, where q - K_min is always 0.
+    slope: u64,
 }
 
 impl Wred {
@@ -94,7 +96,7 @@ impl Wred {
             k_max,
             k_drop,
             p_max_q32,
-            slope,
+            slope: u64::try_from(slope).unwrap_or(u64::MAX),
         }
     }
 
@@ -106,7 +108,7 @@ impl Wred {
         } else if q >= self.k_max {
             ONE_Q32
         } else {
-            let t = (u128::from(q - self.k_min) * self.slope) >> 32;
+            let t = (u128::from(q - self.k_min) * u128::from(self.slope)) >> 32;
             (t as u64).min(self.p_max_q32)
         }
     }
