@@ -10,7 +10,8 @@
 # shaped 8 Mbit/s port whose WRED marks CE; rxe counts no ECN, so the marks
 # are counted at the switch). Prints the matrix; exit 1 if a run failed.
 #
-# usage: scripts/interop.sh [matrix|lossy|switch|all]   (default all)
+# usage: scripts/interop.sh [matrix|lossy|switch|all|retx]   (default all; retx,
+#        not in all: the retransmit ratio of --cc none into the guest, RETX_N=2200)
 # env:   INTEROP_MATRIX_OUT=FILE  also write the matrix there (markdown)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -274,6 +275,28 @@ TOML
       grep -v "^tap\|qdisc" "$W/switch.out" | tail -6 | sed 's/^/    switch: /'
       rows+=("| ib_write_bw rxe0 -> roce-switch -> rxe1 | - | 65536 | 50 | **fail** | see the log |")
     fi
+  fi
+fi
+if [ "$what" = retx ]; then
+  # Issue 12 item 5: without CC, 128 x 64 KiB in flight into the slow guest;
+  # the share of data packets that were retransmissions (aim: under 10 %).
+  n=${RETX_N:-2200}
+  $G start rxe0 retx "timeout 300 ib_write_bw -d rxe0 -x 1 -F -u $QP_TIMEOUT -s 65536 -n $n -t 128"
+  ip netns exec rxe-ns "$B" write_bw --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP "${host_pre[@]}" \
+    --cc none -u $QP_TIMEOUT -s 65536 -n "$n" -t 128 --timeout 30 --exchange perftest \
+    --out_json "$W/retx.json" $GUEST_IP >"$W/retx.host" 2>&1
+  rc=$?
+  $G wait rxe0 retx 300 >"$W/retx.guest"; grc=$?
+  if [ $rc = 0 ] && [ $grc = 0 ] && python3 - "$W/retx.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))["counters"]
+r, t = c["retransmits"], c["tx_data_packets"]
+print(f"interop: retx: --cc none, 64 KiB WRITEs, 128 in flight: {r} of {t} data packets resent "
+      f"({100 * r / max(1, t):.1f} %), {c['gbn_backoffs']} go-back-N rounds, {c['timeouts']} timeouts")
+sys.exit(0 if r < 0.10 * t else 1)
+PY
+  then :; else
+    fails=$((fails + 1)); echo "interop: retx: FAIL (roce-perf rc $rc, ib_write_bw rc $grc)"; tail -3 "$W/retx.host"
   fi
 fi
 echo "interop: $(( $(date +%s) - start )) s, $fails failed${STATIC:+ (static ARP: the NIC has no ARP yet)}"
