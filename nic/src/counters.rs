@@ -101,6 +101,9 @@ counters! {
     rx_drop_unknown_qp,
     /// Frames dropped: QP not in a state that accepts them.
     rx_drop_qp_state,
+    /// Frames dropped: to a connected QP from another source IPv4 address
+    /// than its peer's (the address vector check of rxe's `check_addr`).
+    rx_drop_wrong_source,
     /// Frames dropped: larger than the RX path handles.
     rx_drop_too_long,
     /// Frames not sent: no mbuf.

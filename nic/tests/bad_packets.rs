@@ -51,6 +51,12 @@ fn bad_packets_are_counted_and_answered_and_never_touch_memory() {
     peer.send(&write(0x7777, 100, mr.va(), mr.rkey(), &payload), &[]);
     // 4. Not RoCEv2 at all (ARP-sized junk).
     peer.send(&[0xEEu8; 60], &[]);
+    // 5. A valid WRITE to the connected QP, but from another source IPv4
+    // address than its peer's (ICRC recomputed over it).
+    let mut stranger = fb;
+    stranger.net.src_ip = rdma::wire::Ipv4Address([10, 9, 9, 9]);
+    let spoofed = support::write_only_frame(&stranger, dut_qpn, 100, mr.va(), mr.rkey(), &payload);
+    peer.send(&spoofed, &[]);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let c = peer.dut.counters();
@@ -58,6 +64,7 @@ fn bad_packets_are_counted_and_answered_and_never_touch_memory() {
             && c.rx_drop_malformed == 1
             && c.rx_drop_unknown_qp == 1
             && c.rx_drop_not_roce == 1
+            && c.rx_drop_wrong_source == 1
         {
             break;
         }
@@ -65,7 +72,7 @@ fn bad_packets_are_counted_and_answered_and_never_touch_memory() {
         std::thread::sleep(Duration::from_millis(5));
     }
 
-    // 5-8. Access violations, each on a fresh QP: the responder answers
+    // 6-9. Access violations, each on a fresh QP: the responder answers
     // NAK remote access error and, as a class C error (IBA 10.3.1; rxe does
     // the same), its QP goes to the error state; nothing is written.
     let cases: [(&str, u64, u32); 4] = [
@@ -97,7 +104,7 @@ fn bad_packets_are_counted_and_answered_and_never_touch_memory() {
         );
     }
 
-    // 9. The NIC still works: a valid WRITE on the first QP lands exactly
+    // 10. The NIC still works: a valid WRITE on the first QP lands exactly
     // and is ACKed.
     let frame = write(dut_qpn, 100, mr.va() + 100, mr.rkey(), &payload);
     peer.send(&frame, &[]);

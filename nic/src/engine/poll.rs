@@ -130,6 +130,7 @@ pub(super) struct QpSums {
     tx_rnr_naks: u64,
     tx_access_naks: u64,
     rx_drop_qp_state: u64,
+    rx_drop_wrong_source: u64,
 }
 
 impl QpSums {
@@ -148,6 +149,7 @@ impl QpSums {
             v.tx_rnr_naks = q.rnr_nak_sent;
             v.tx_access_naks = q.nak_error_sent;
             v.rx_drop_qp_state = q.rx_dropped_state;
+            v.rx_drop_wrong_source = q.rx_wrong_source;
         }
         v
     }
@@ -181,6 +183,9 @@ impl QpSums {
         self.rx_drop_qp_state = self
             .rx_drop_qp_state
             .wrapping_add(d(now.rx_drop_qp_state, then.rx_drop_qp_state));
+        self.rx_drop_wrong_source = self
+            .rx_drop_wrong_source
+            .wrapping_add(d(now.rx_drop_wrong_source, then.rx_drop_wrong_source));
     }
 
     /// Adds the sums into the counters the engine publishes.
@@ -194,6 +199,7 @@ impl QpSums {
         c.tx_rnr_naks += self.tx_rnr_naks;
         c.tx_access_naks += self.tx_access_naks;
         c.rx_drop_qp_state += self.rx_drop_qp_state;
+        c.rx_drop_wrong_source += self.rx_drop_wrong_source;
     }
 }
 
