@@ -59,11 +59,13 @@ kernel_version() {
 }
 
 build() {
-  local K R need libs progs prov
+  local K R need libs progs prov stamp
   K=$(kernel_version) || true
   [ -n "$K" ] || die "no Debian amd64 kernel in /lib/modules (apt-get install linux-image-amd64)"
   [ -f "/boot/vmlinuz-$K" ] || die "/boot/vmlinuz-$K missing"
-  if [ -f "$D/initramfs.gz" ] && [ "$(cat "$D/kernel" 2>/dev/null)" = "$K" ]; then
+  # Rebuilt when the kernel or this script (the guest's init) changes.
+  stamp="$K $(sha256sum "$0" | cut -c1-16)"
+  if [ -f "$D/initramfs.gz" ] && [ "$(cat "$D/kernel" 2>/dev/null)" = "$stamp" ]; then
     return 0
   fi
   mkdir -p "$D"
@@ -150,14 +152,14 @@ while read -r cmd id arg <&3; do
       base64 /tmp/$id.out >&3
       echo "== rc=$(cat /tmp/$id.rc)" >&3 ;;
     POWEROFF) echo "== bye" >&3; sync; poweroff -f ;;
-    *) echo "== unknown command" >&3 ;;
+    *) echo "== unknown command: $(echo "$cmd $id" | cut -c1-40)" >&3 ;;
   esac
 done
 INIT
   chmod +x "$R/init"
   cp "/boot/vmlinuz-$K" "$D/vmlinuz"
   (cd "$R" && find . | cpio -o -H newc 2>/dev/null | gzip -1 > "$D/initramfs.gz")
-  echo "$K" > "$D/kernel"
+  echo "$stamp" > "$D/kernel"
   echo "rxe-guest: built $D/initramfs.gz ($(du -h "$D/initramfs.gz" | cut -f1)), kernel $K"
 }
 
@@ -230,6 +232,8 @@ while True:
             if word.startswith("rc="):
                 sys.stdout.write(base64.b64decode(body).decode(errors="replace"))
                 sys.exit(int(word[3:]))
+            if word.startswith("unknown command"):
+                sys.exit("rxe-guest: the guest agent got an " + word)
             print(word)
             sys.exit(0)
 PY
@@ -262,8 +266,10 @@ boot() {
   echo "rxe-guest: $name up ($ip, $mac, rxe0 $(grep -o 'active_mtu.*' "$D/$name.console" | head -1 | tr -s '\t ' ' '))"
 }
 
-start() { # NAME ID SCRIPT
-  ctl "$1" 10 "START $2 $(printf '%s\n' "$3" | base64 -w0)" >/dev/null
+start() { # NAME ID SCRIPT; fails unless the agent says it started ID
+  local said
+  said=$(ctl "$1" 10 "START $2 $(printf '%s\n' "$3" | base64 -w0)") || return 1
+  [ "$said" = "started $2" ] || { echo "rxe-guest: $1 did not start $2: '$said'" >&2; return 1; }
 }
 
 wait_for() { # NAME ID [SECS]
