@@ -7,6 +7,7 @@
 //! `cargo bench -p bench --bench io_fwd` (IO_FWD_SECS: seconds per side and
 //! round, default 6; IO_FWD_ROUNDS: rounds, default 2).
 
+use bench::testpmd::{median, Rounds};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,11 +20,6 @@ fn env(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// Runs our forwarder for `secs` on `queues` and returns (median Mpps over
@@ -92,22 +88,12 @@ fn main() {
     ];
 
     println!("io forwarding, 2 x net_null, 1 forwarding core, burst 32, {secs} s per side, {rounds} rounds, ours on {mem}");
-    let (mut theirs, mut ours) = (Vec::new(), Vec::new());
+    let mut report = Rounds::new("dpdk-testpmd io");
     for round in 1..=rounds {
         let tp = bench::testpmd::run(&tp_eal, &tp_app, secs).unwrap_or_else(|e| panic!("{e}"));
         let (mpps, q, dropped) = run_ours(eal, fwd_core, queues, secs);
         queues = q;
-        println!(
-            "  round {round}: dpdk-testpmd io {:7.2} Mpps ({}) | ours {:7.2} Mpps ({dropped} tx drops) | ratio {:.3}",
-            tp.mpps,
-            tp.mode,
-            mpps,
-            mpps / tp.mpps
-        );
-        theirs.push(tp.mpps);
-        ours.push(mpps);
+        report.record(round, &tp, mpps, &format!(" ({dropped} tx drops)"));
     }
-    let (t, o) = (median(theirs), median(ours));
-    println!("  median: dpdk-testpmd io {t:7.2} Mpps | ours {o:7.2} Mpps");
-    println!("  ratio ours/testpmd: {:.3}", o / t);
+    report.finish();
 }

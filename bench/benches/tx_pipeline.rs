@@ -24,6 +24,7 @@
 //! default 6; TXP_ROUNDS, default 2; TXP_PATH=frame measures the general
 //! `nic::io::build_frame` path instead of the template).
 
+use bench::testpmd::{median, Rounds};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,11 +43,6 @@ fn env(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn main() {
@@ -81,7 +77,7 @@ fn main() {
         "TX pipeline ({}): valid 1-byte RoCEv2 WRITE Only frames into net_null, 1 core, burst 32, {secs} s per side, {rounds} rounds, ours on {mem}",
         if use_tpl { "header template, nic::io::fill_frame_tpl" } else { "nic::io::build_frame" }
     );
-    let (mut theirs, mut ours) = (Vec::new(), Vec::new());
+    let mut report = Rounds::new("dpdk-testpmd txonly");
     for round in 1..=rounds {
         // testpmd txonly reports Tx-pps; the parser reads Rx-pps lines, so
         // count its TX side by running the same parser on Tx-pps.
@@ -209,17 +205,7 @@ fn main() {
         let mpps = median(rates.into_iter().skip(1).collect()) / 1e6;
         let checked = checked.load(Ordering::Relaxed);
         assert!(checked > 0, "no built frame was verified");
-        println!(
-            "  round {round}: dpdk-testpmd txonly {:7.2} Mpps ({}) | ours {:7.2} Mpps | ratio {:.3} ({checked} frames verified)",
-            tp.mpps,
-            tp.mode,
-            mpps,
-            mpps / tp.mpps
-        );
-        theirs.push(tp.mpps);
-        ours.push(mpps);
+        report.record(round, &tp, mpps, &format!(" ({checked} frames verified)"));
     }
-    let (t, o) = (median(theirs), median(ours));
-    println!("  median: dpdk-testpmd txonly {t:7.2} Mpps | ours {o:7.2} Mpps");
-    println!("  ratio ours/testpmd: {:.3}", o / t);
+    report.finish();
 }

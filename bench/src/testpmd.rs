@@ -174,3 +174,81 @@ mod tests {
         assert!(parse_rates("nothing here").is_none());
     }
 }
+
+/// The median of `v` (the upper one of an even count); NaN for none.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Alternating rounds of a baseline and ours (DESIGN.md §9): prints each
+/// round's pair and ratio, then the medians and the ratio of the medians,
+/// the figure a bench reports.
+#[derive(Debug)]
+pub struct Rounds {
+    baseline: &'static str,
+    theirs: Vec<f64>,
+    ours: Vec<f64>,
+}
+
+impl Rounds {
+    /// Rounds against `baseline` (as printed, e.g. "dpdk-testpmd io").
+    pub fn new(baseline: &'static str) -> Self {
+        Self {
+            baseline,
+            theirs: Vec::new(),
+            ours: Vec::new(),
+        }
+    }
+
+    /// Records and prints round `round`: the baseline's rate, ours (Mpps)
+    /// and `note` about ours (drops, frames verified), if any.
+    pub fn record(&mut self, round: u64, tp: &TestpmdRate, ours_mpps: f64, note: &str) {
+        println!(
+            "  round {round}: {} {:7.2} Mpps ({}) | ours {ours_mpps:7.2} Mpps{note} | ratio {:.3}",
+            self.baseline,
+            tp.mpps,
+            tp.mode,
+            ours_mpps / tp.mpps
+        );
+        self.theirs.push(tp.mpps);
+        self.ours.push(ours_mpps);
+    }
+
+    /// Prints the medians and their ratio; returns the ratio.
+    pub fn finish(self) -> f64 {
+        let (t, o) = (median(self.theirs), median(self.ours));
+        println!(
+            "  median: {} {t:7.2} Mpps | ours {o:7.2} Mpps",
+            self.baseline
+        );
+        println!("  ratio ours/testpmd: {:.3}", o / t);
+        o / t
+    }
+}
+
+#[cfg(test)]
+mod rounds_tests {
+    use super::*;
+
+    #[test]
+    fn median_is_the_middle_of_the_sorted_values() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 3.0);
+        assert!(median(Vec::new()).is_nan());
+    }
+
+    #[test]
+    fn the_ratio_is_of_the_medians() {
+        let tp = |mpps| TestpmdRate {
+            mpps,
+            samples: 1,
+            mode: crate::memory::MemoryMode::NoHuge { mib: 64 },
+        };
+        let mut r = Rounds::new("baseline");
+        r.record(1, &tp(10.0), 5.0, "");
+        r.record(2, &tp(20.0), 1.0, "");
+        r.record(3, &tp(30.0), 9.0, "");
+        assert_eq!(r.finish(), 5.0 / 20.0);
+    }
+}

@@ -205,19 +205,7 @@ impl MrTable {
         Ok(mr)
     }
 
-    /// Checks a remote access (rkey from the wire) needing `need`, for a QP of the
-    /// default protection domain (0).
-    pub fn check_remote(
-        &self,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<&Mr, AccessError> {
-        self.check(0, rkey, va, len, need)
-    }
-
-    /// Checks a remote access for a QP of protection domain `pd`: an rkey of another
+    /// Checks a remote access for a QP of protection domain `pd` (0: the default one): an rkey of another
     /// PD is a bad key (the responder NAKs it as a remote access error).
     pub fn check_remote_in(
         &self,
@@ -228,18 +216,6 @@ impl MrTable {
         need: Access,
     ) -> Result<&Mr, AccessError> {
         self.check(pd, rkey, va, len, need)
-    }
-
-    /// Checks a local access (lkey from a work request) needing `need` (empty = read),
-    /// for a QP of the default protection domain (0).
-    pub fn check_local(
-        &self,
-        lkey: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<&Mr, AccessError> {
-        self.check(0, lkey, va, len, need)
     }
 
     /// Checks a local access for a QP of protection domain `pd`: an lkey of another
@@ -369,7 +345,7 @@ mod tests {
             Some(AccessError::BadKey(a.rkey))
         );
         assert_eq!(
-            t.check_remote(a.rkey, 0x1000, 8, Access::REMOTE_WRITE)
+            t.check_remote_in(0, a.rkey, 0x1000, 8, Access::REMOTE_WRITE)
                 .err(),
             Some(AccessError::BadKey(a.rkey))
         );
@@ -379,7 +355,7 @@ mod tests {
             Some(AccessError::BadKey(a.lkey))
         );
         assert!(t
-            .check_remote(b.rkey, 0x2000, 8, Access::REMOTE_READ)
+            .check_remote_in(0, b.rkey, 0x2000, 8, Access::REMOTE_READ)
             .is_ok());
         assert!(t
             .check_remote_in(1, b.rkey, 0x2000, 8, Access::REMOTE_READ)
@@ -391,34 +367,36 @@ mod tests {
         let mut t = MrTable::new();
         let a = t.register(0x1000, 0x100, Access::REMOTE_WRITE).unwrap();
         assert!(t
-            .check_remote(a.rkey, 0x1000, 0x100, Access::REMOTE_WRITE)
+            .check_remote_in(0, a.rkey, 0x1000, 0x100, Access::REMOTE_WRITE)
             .is_ok());
         assert!(t
-            .check_remote(a.rkey, 0x10FF, 1, Access::REMOTE_WRITE)
+            .check_remote_in(0, a.rkey, 0x10FF, 1, Access::REMOTE_WRITE)
             .is_ok());
         assert!(t
-            .check_remote(a.rkey, 0x1100, 0, Access::REMOTE_WRITE)
+            .check_remote_in(0, a.rkey, 0x1100, 0, Access::REMOTE_WRITE)
             .is_ok());
         assert_eq!(
-            t.check_remote(a.rkey, 0x10FF, 2, Access::REMOTE_WRITE)
+            t.check_remote_in(0, a.rkey, 0x10FF, 2, Access::REMOTE_WRITE)
                 .err(),
             Some(AccessError::OutOfRange)
         );
         assert_eq!(
-            t.check_remote(a.rkey, 0xFFF, 1, Access::REMOTE_WRITE).err(),
-            Some(AccessError::OutOfRange)
-        );
-        assert_eq!(
-            t.check_remote(a.rkey, u64::MAX, 2, Access::REMOTE_WRITE)
+            t.check_remote_in(0, a.rkey, 0xFFF, 1, Access::REMOTE_WRITE)
                 .err(),
             Some(AccessError::OutOfRange)
         );
         assert_eq!(
-            t.check_remote(a.rkey, 0x1000, 1, Access::REMOTE_READ).err(),
+            t.check_remote_in(0, a.rkey, u64::MAX, 2, Access::REMOTE_WRITE)
+                .err(),
+            Some(AccessError::OutOfRange)
+        );
+        assert_eq!(
+            t.check_remote_in(0, a.rkey, 0x1000, 1, Access::REMOTE_READ)
+                .err(),
             Some(AccessError::Permission)
         );
         assert_eq!(
-            t.check_remote(a.rkey ^ 1, 0x1000, 1, Access::REMOTE_WRITE)
+            t.check_remote_in(0, a.rkey ^ 1, 0x1000, 1, Access::REMOTE_WRITE)
                 .err(),
             Some(AccessError::BadKey(a.rkey ^ 1))
         );
@@ -429,7 +407,7 @@ mod tests {
         assert_ne!(a.rkey, b.rkey);
         assert!(t.get(a.rkey).is_none());
         assert_eq!(
-            t.check_remote(0, 0, 0, Access::empty()).err(),
+            t.check_remote_in(0, 0, 0, 0, Access::empty()).err(),
             Some(AccessError::BadKey(0))
         );
     }
@@ -447,7 +425,8 @@ mod tests {
                 assert_ne!(prev, mr.rkey, "a re-registration changes the key");
                 assert!(t.get(prev).is_none(), "the stale key is refused");
                 assert_eq!(
-                    t.check_remote(prev, 0x1000, 1, Access::REMOTE_READ).err(),
+                    t.check_remote_in(0, prev, 0x1000, 1, Access::REMOTE_READ)
+                        .err(),
                     Some(AccessError::BadKey(prev))
                 );
             }
@@ -497,7 +476,9 @@ mod tests {
         t8.register(0, 0x1000, Access::REMOTE_WRITE).unwrap();
         let k7 = keys(7)[0];
         if k7 != keys(8)[0] {
-            assert!(t8.check_remote(k7, 0, 8, Access::REMOTE_WRITE).is_err());
+            assert!(t8
+                .check_remote_in(0, k7, 0, 8, Access::REMOTE_WRITE)
+                .is_err());
         }
     }
 }

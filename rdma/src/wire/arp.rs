@@ -115,9 +115,7 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
 
     /// The header.
     pub fn header(&self) -> &ArpHeader {
-        ArpHeader::ref_from_prefix(self.buffer.as_ref())
-            .map(|(h, _)| h)
-            .unwrap_or_else(|_| unreachable!("length checked in new_checked"))
+        super::header_at::<ArpHeader>(self.buffer.as_ref())
     }
 
     /// Operation.

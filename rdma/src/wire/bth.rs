@@ -282,9 +282,7 @@ impl<T: AsRef<[u8]>> BthPacket<T> {
 
     /// The header.
     pub fn header(&self) -> &BthHeader {
-        BthHeader::ref_from_prefix(self.buffer.as_ref())
-            .map(|(h, _)| h)
-            .unwrap_or_else(|_| unreachable!("length checked in new_checked"))
+        super::header_at::<BthHeader>(self.buffer.as_ref())
     }
 
     /// Raw opcode byte.

@@ -75,9 +75,7 @@ impl<T: AsRef<[u8]>> EthernetPacket<T> {
     /// The header, by reference into the buffer.
     pub fn header(&self) -> &EthernetHeader {
         // new_checked guaranteed the length; a failure here is impossible.
-        EthernetHeader::ref_from_prefix(self.buffer.as_ref())
-            .map(|(h, _)| h)
-            .unwrap_or_else(|_| unreachable!("length checked in new_checked"))
+        super::header_at::<EthernetHeader>(self.buffer.as_ref())
     }
 
     /// Destination MAC.

@@ -61,9 +61,7 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
 
     /// The header.
     pub fn header(&self) -> &IcmpEchoHeader {
-        IcmpEchoHeader::ref_from_prefix(self.buffer.as_ref())
-            .map(|(h, _)| h)
-            .unwrap_or_else(|_| unreachable!("length checked in new_checked"))
+        super::header_at::<IcmpEchoHeader>(self.buffer.as_ref())
     }
 
     /// Message type.

@@ -234,15 +234,11 @@ impl<T: AsRef<[u8]>> IntPacket<T> {
     }
 
     fn shim(&self) -> &ShimHeader {
-        ShimHeader::ref_from_prefix(self.buffer.as_ref())
-            .map(|(h, _)| h)
-            .unwrap_or_else(|_| unreachable!("length checked in new_checked"))
+        super::header_at::<ShimHeader>(self.buffer.as_ref())
     }
 
     fn md(&self) -> &MdHeader {
-        MdHeader::ref_from_prefix(&self.buffer.as_ref()[SHIM_LEN..])
-            .map(|(h, _)| h)
-            .unwrap_or_else(|_| unreachable!("length checked in new_checked"))
+        super::header_at::<MdHeader>(&self.buffer.as_ref()[SHIM_LEN..])
     }
 
     /// Container length in bytes (shim included).

@@ -120,9 +120,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     /// The fixed part of the header.
     pub fn header(&self) -> &Ipv4Header {
-        Ipv4Header::ref_from_prefix(self.buffer.as_ref())
-            .map(|(h, _)| h)
-            .unwrap_or_else(|_| unreachable!("length checked in new_checked"))
+        super::header_at::<Ipv4Header>(self.buffer.as_ref())
     }
 
     /// Header length in bytes (IHL * 4).

@@ -177,6 +177,19 @@ pub(crate) fn need(what: &'static str, need: usize, have: usize) -> Result<()> {
     }
 }
 
+/// The header `H` at the front of `b`. Every header type is `Unaligned`, so only
+/// the length can fail, and the caller (a view's `new_checked`, a `parse`) has
+/// checked it with [`need`].
+#[inline]
+pub(crate) fn header_at<H>(b: &[u8]) -> &H
+where
+    H: zerocopy::FromBytes + zerocopy::KnownLayout + zerocopy::Immutable,
+{
+    H::ref_from_prefix(b)
+        .map(|(h, _)| h)
+        .unwrap_or_else(|_| unreachable!("header length checked before"))
+}
+
 /// Checks an output buffer is large enough.
 #[inline]
 pub(crate) fn need_out(what: &'static str, need: usize, have: usize) -> Result<()> {

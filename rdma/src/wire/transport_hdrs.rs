@@ -67,7 +67,7 @@ impl RethRepr {
     /// Parses the first 16 bytes.
     pub fn parse(b: &[u8]) -> Result<Self> {
         need("RETH", RETH_LEN, b.len())?;
-        let (h, _) = RethHeader::ref_from_prefix(b).unwrap_or_else(|_| unreachable!());
+        let h = super::header_at::<RethHeader>(b);
         Ok(Self {
             va: h.va.get(),
             rkey: h.rkey.get(),
@@ -249,7 +249,7 @@ impl AtomicEthRepr {
     /// Parses 28 bytes.
     pub fn parse(b: &[u8]) -> Result<Self> {
         need("AtomicETH", ATOMIC_ETH_LEN, b.len())?;
-        let (h, _) = AtomicEthHeader::ref_from_prefix(b).unwrap_or_else(|_| unreachable!());
+        let h = super::header_at::<AtomicEthHeader>(b);
         Ok(Self {
             va: h.va.get(),
             rkey: h.rkey.get(),

@@ -52,9 +52,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
 
     /// The header.
     pub fn header(&self) -> &UdpHeader {
-        UdpHeader::ref_from_prefix(self.buffer.as_ref())
-            .map(|(h, _)| h)
-            .unwrap_or_else(|_| unreachable!("length checked in new_checked"))
+        super::header_at::<UdpHeader>(self.buffer.as_ref())
     }
 
     /// Source port.
