@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The pure crates' tests under Miri (nightly with the miri component:
 # `rustup +nightly component add miri`): rdma's unit and integration tests
-# and cc's unit tests, with few proptest cases (Miri checks every access of
-# the paths a case takes; more cases mostly repeat them). cc's closed-loop
+# (not golden.rs: it runs tshark and scapy) and cc's unit tests, with few
+# proptest cases (Miri checks every access of the paths a case takes; more
+# cases mostly repeat them). cc's closed-loop
 # model tests (cc/tests/model.rs: seconds of simulated traffic, plain
 # arithmetic, no pointers) take hours under Miri and are left out.
 # Its own target directory, so the release build is untouched.

@@ -14,7 +14,6 @@ use nic::verbs::{Device, DeviceConfig, QpOptions};
 use rdma::transport::{Access, SendOp, SendWr, WcStatus};
 use rdma::wire::frame::{NetHeaders, RoceRepr};
 use rdma::wire::{BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, RethRepr};
-use switch::config::PortDefaults;
 use switch::dataplane::{Dataplane, PortIo, StatsSink};
 use switch::{Config, PortCounters, Switch};
 
@@ -82,18 +81,7 @@ fn switch_under_ten_times_overload_keeps_counting() {
     let (rx0, tx0) = s0.configure_single(&pool).unwrap();
     let (rx1, tx1) = s1.configure_single(&pool).unwrap();
     let (p0, p1) = (s0.id(), s1.id());
-    let mut cfg = Config::two_hosts(
-        p0,
-        p1,
-        PortDefaults {
-            speed: Some("100Gbps".into()),
-            buf_max: Some("256KiB".into()),
-            k_min: Some("8KiB".into()),
-            k_max: Some("64KiB".into()),
-            p_max: Some(0.2),
-            ..PortDefaults::default()
-        },
-    );
+    let mut cfg = Config::two_hosts_100g(p0, p1);
     cfg.ports[1].own.speed = Some("50Mbps".into());
     let sw: Switch<Mbuf> = Switch::from_config(&cfg).unwrap();
     let mut dp = Dataplane::new(

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cc::CcKind;
 use dpdk::{Eal, Port};
-use nic::verbs::{CompletionQueue, Device, DeviceConfig, MemoryRegion, QueuePair};
+use nic::verbs::{CompletionQueue, Device, MemoryRegion, QueuePair};
 use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
 
 const BUF: usize = 16 << 20;
@@ -58,17 +58,7 @@ fn connect_devices(a: Device, b: Device, cc: CcKind) -> Pair {
 /// As [`pair`] over ports `pa` and `pb`, with both engines on one
 /// poll-mode thread.
 fn connect_group(pa: Port, pb: Port, cc: CcKind) -> Pair {
-    let eal = Eal::for_tests();
-    let mut devs = Device::open_group(
-        eal,
-        vec![
-            (pa, DeviceConfig::new([10, 0, 0, 1])),
-            (pb, DeviceConfig::new([10, 0, 0, 2])),
-        ],
-        None,
-    )
-    .unwrap();
-    let (b, a) = (devs.pop().unwrap(), devs.pop().unwrap());
+    let (a, b) = support::device_group(pa, pb);
     connect_devices(a, b, cc)
 }
 

@@ -10,6 +10,8 @@
 //! Both bounds are on counters and upper bounds on a rate: a loaded host
 //! can only make the NIC slower, never faster.
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -154,17 +156,7 @@ fn without_cc_the_nic_backs_off_from_a_slow_peer() {
             run_throttled(&mut paths, &c, &s);
         })
     };
-    let mut devs = Device::open_group(
-        eal,
-        vec![
-            (pa, DeviceConfig::new([10, 0, 0, 1])),
-            (pb, DeviceConfig::new([10, 0, 0, 2])),
-        ],
-        None,
-    )
-    .unwrap();
-    let b = devs.pop().unwrap();
-    let a = devs.pop().unwrap();
+    let (a, b) = support::device_group(pa, pb);
     let src = a.reg_mr(8 << 20, Access::LOCAL_WRITE).unwrap();
     let dst = b
         .reg_mr(8 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE)

@@ -2,7 +2,9 @@
 //! (DESIGN.md section 8): tshark decodes the fields, scapy recomputes the ICRC.
 //!
 //! These tests FAIL (they do not skip) when tshark or python3+scapy are missing: run
-//! `scripts/setup.sh` to install them.
+//! `scripts/setup.sh` to install them. Not built under Miri (`scripts/miri.sh`),
+//! which cannot spawn processes.
+#![cfg(not(miri))]
 
 use rdma::wire::frame::{FrameBuilder, NetHeaders, RoceRepr};
 use rdma::wire::transport_hdrs::*;

@@ -348,6 +348,24 @@ impl Config {
         toml::from_str(s).map_err(|e| ConfigError::Toml(e.to_string()))
     }
 
+    /// [`Config::two_hosts`] with both ports at 100 Gbit/s, a 256 KiB buffer and
+    /// WRED from 8 to 64 KiB at P_max 0.2: fast enough that the hosts, not the
+    /// switch's shaper, set the pace of a functional test.
+    pub fn two_hosts_100g(a: u16, b: u16) -> Config {
+        Config::two_hosts(
+            a,
+            b,
+            PortDefaults {
+                speed: Some("100Gbps".into()),
+                buf_max: Some("256KiB".into()),
+                k_min: Some("8KiB".into()),
+                k_max: Some("64KiB".into()),
+                p_max: Some(0.2),
+                ..PortDefaults::default()
+            },
+        )
+    }
+
     /// The two-host topology of the tests and benchmarks that put a switch
     /// between two NICs (`switch/tests/fixtures/two-hosts.toml`): host A's
     /// subnet 10.0.0.0/24 behind port `a`, host B's 10.0.1.0/24 behind port

@@ -19,7 +19,6 @@ use rdma::wire::{
     parse_frame, BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, ParseOptions,
     RethRepr,
 };
-use switch::config::PortDefaults;
 use switch::dataplane::{Dataplane, PortIo, StatsSink};
 use switch::{Config, PortCounters, Switch};
 
@@ -30,18 +29,7 @@ const SW_MAC1: [u8; 6] = [0x02, 0, 0, 0, 1, 0x01];
 /// The switch configuration for the DPDK port ids the ring pairs got (they depend on
 /// what else this process opened): port 1 (towards host B) at `port1_speed`.
 fn config_for(p0: u16, p1: u16, port1_speed: &str) -> Config {
-    let mut cfg = Config::two_hosts(
-        p0,
-        p1,
-        PortDefaults {
-            speed: Some("100Gbps".into()),
-            buf_max: Some("256KiB".into()),
-            k_min: Some("8KiB".into()),
-            k_max: Some("64KiB".into()),
-            p_max: Some(0.2),
-            ..PortDefaults::default()
-        },
-    );
+    let mut cfg = Config::two_hosts_100g(p0, p1);
     cfg.switch_id = 9;
     cfg.ports[1].own.speed = Some(port1_speed.into());
     cfg

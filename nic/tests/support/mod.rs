@@ -39,6 +39,20 @@ pub fn device_pair(
     (a, b)
 }
 
+/// Two devices on ports `pa` (A, at [`IP_A`]) and `pb` (B, at [`IP_B`]) with
+/// both engines on one poll-mode thread (`Device::open_group`).
+pub fn device_group(pa: Port, pb: Port) -> (Device, Device) {
+    let mut devs = Device::open_group(
+        Eal::for_tests(),
+        vec![(pa, DeviceConfig::new(IP_A)), (pb, DeviceConfig::new(IP_B))],
+        None,
+    )
+    .unwrap();
+    let b = devs.pop().unwrap();
+    let a = devs.pop().unwrap();
+    (a, b)
+}
+
 /// A QP on `a` (CQ `ca` for sends and receives) connected to one on `b`
 /// (CQ `cb`), both with `opts`.
 pub fn connect_qps(
