@@ -4,10 +4,10 @@
 //! is in the core; this module only moves packets and reads the clock.
 //!
 //! Per loop turn (DESIGN.md section 3): the TSC is read and converted to ns; every
-//! port is polled for one RX burst of up to [`BURST_SIZE`] frames, each handed to
-//! [`Switch::receive`] (a rejected frame is freed by dropping it; the core has counted
-//! it); then, at a second clock reading (only when something arrived), every port
-//! drains what its shaper releases ([`Switch::dequeue`]) into a per-port TX burst and
+//! port is polled for one RX burst of up to [`BURST_SIZE`] frames, handed whole to
+//! [`Switch::receive_burst`] (a rejected frame is freed by dropping it; the core has
+//! counted it); then, at a second clock reading (only when something arrived), every port
+//! drains what its shaper releases ([`Switch::dequeue_burst`]) into a per-port TX burst and
 //! sends it, so a frame can leave in the turn it arrived in. Frames the driver does not take stay in that burst
 //! and are retried first on the next turn; while any are pending the port takes no new
 //! frames from the core, so back-pressure shows up as queue depth (and WRED/ECN) in the
@@ -55,6 +55,11 @@ impl PacketBuf for Mbuf {
         // The trait allows clamping; `adj` refuses n > data_len, so clamp first.
         let n = n.min(self.data_len());
         let _ = self.adj(n);
+    }
+
+    #[inline]
+    fn prefetch(&self) {
+        self.prefetch_data();
     }
 }
 
@@ -191,10 +196,9 @@ impl Dataplane {
             }
             turn.rx += n;
             rx_hook(p.id, self.rx_burst.as_mut_slice());
-            for m in self.rx_burst.drain() {
-                // A rejected frame is handed back; dropping it frees the mbuf.
-                let _ = self.switch.receive(p.id, m, now);
-            }
+            // A rejected frame is handed back; dropping it frees the mbuf.
+            self.switch
+                .receive_burst(p.id, self.rx_burst.drain(), now, drop);
         }
         // Frames received in this turn may leave in it: the TX phase reads the clock
         // again (the shaper still never starts a frame before its arrival `now`).
@@ -221,15 +225,12 @@ impl Dataplane {
             }
         }
         loop {
-            while !p.pending.is_full() {
-                match sw.dequeue(p.id, now) {
-                    Some(m) => {
-                        // Cannot fail: the burst is not full.
-                        let _ = p.pending.push(m);
-                    }
-                    None => break,
-                }
-            }
+            let room = LOOP_BURST - p.pending.len();
+            let pending = &mut p.pending;
+            sw.dequeue_burst(p.id, now, room, |m| {
+                // Cannot fail: at most `room` frames come.
+                let _ = pending.push(m);
+            });
             if p.pending.is_empty() {
                 return sent;
             }

@@ -8,6 +8,7 @@
 //! entropy field, so every packet of a QP takes one path and QPs spread).
 
 use crate::config::{prefix_mask, Route};
+use crate::rewrite::L2Rewrite;
 
 /// A next hop: egress port index (into the switch's port array) and MAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +17,28 @@ pub struct NextHop {
     pub port_idx: usize,
     /// Destination MAC to write.
     pub mac: [u8; 6],
+    /// The Ethernet addresses a frame leaves with (`mac`, then the egress port's
+    /// address once [`Fib::set_source_macs`] has run).
+    pub l2: L2Rewrite,
+}
+
+/// The ECMP flow hash of a UDP source port under a switch's seed (a splitmix64 finaliser:
+/// every input bit reaches every output bit, so `hash % members` spreads evenly).
+#[inline]
+pub fn ecmp_hash(sport: u16, seed: u64) -> u32 {
+    let mut z = u64::from(sport) ^ seed;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) as u32
+}
+
+/// The route a destination matched: its ECMP group's first next hop and member count
+/// (a plain route is a group of one). A burst of frames to one destination looks the
+/// table up once and reuses this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Group {
+    first: u32,
+    members: u32,
 }
 
 /// One prefix of a length level: (network, index of its first next hop, members).
@@ -43,6 +66,7 @@ impl Fib {
             let nh = NextHop {
                 port_idx,
                 mac: r.next_hop_mac,
+                l2: L2Rewrite::new(&r.next_hop_mac, &[0; 6]),
             };
             let net = r.net & prefix_mask(r.len);
             if !all
@@ -70,19 +94,44 @@ impl Fib {
         Self { levels, hops }
     }
 
+    /// Completes every next hop's rewrite template with the address of its egress
+    /// port, `src(port_idx)`.
+    pub fn set_source_macs(&mut self, src: impl Fn(usize) -> [u8; 6]) {
+        for h in self.hops.iter_mut() {
+            h.l2 = L2Rewrite::new(&h.mac, &src(h.port_idx));
+        }
+    }
+
     /// The longest matching route for `dst`; in an ECMP group, member
     /// `flow_hash() % members` (the hash is computed only for a group of several).
     #[inline]
     pub fn lookup(&self, dst: u32, flow_hash: impl FnOnce() -> u32) -> Option<NextHop> {
+        self.group(dst).map(|g| *self.member(g, flow_hash))
+    }
+
+    /// The longest matching route's group for `dst`.
+    #[inline]
+    pub fn group(&self, dst: u32) -> Option<Group> {
         for (len, v) in &self.levels {
             let key = dst & prefix_mask(*len);
             if let Ok(i) = v.binary_search_by_key(&key, |e| e.0) {
-                let (_, first, n) = v[i];
-                let k = if n == 1 { 0 } else { flow_hash() % n };
-                return Some(self.hops[(first + k) as usize]);
+                let (_, first, members) = v[i];
+                return Some(Group { first, members });
             }
         }
         None
+    }
+
+    /// Member `flow_hash() % members` of `g` (the hash is computed only for a group of
+    /// several). `g` came from [`Fib::group`] of this table.
+    #[inline]
+    pub fn member(&self, g: Group, flow_hash: impl FnOnce() -> u32) -> &NextHop {
+        let k = if g.members == 1 {
+            0
+        } else {
+            flow_hash() % g.members
+        };
+        &self.hops[(g.first + k) as usize]
     }
 
     /// Members of the ECMP group that `dst` matches (1 for a plain route, 0 for none).

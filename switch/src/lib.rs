@@ -15,23 +15,28 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod classify;
 pub mod config;
 pub mod counters;
 #[cfg(feature = "dataplane")]
 pub mod dataplane;
 pub mod fib;
+pub mod int_push;
 pub mod packet;
 pub mod queue;
+pub mod rewrite;
 pub mod shaper;
 pub mod shared_buffer;
 pub mod switch;
 pub mod wred;
 
+pub use classify::CTRL_OPCODES;
 pub use config::{Config, ConfigError, PortSettings, Quantity, Route, SwitchSettings};
 pub use counters::{PortCounters, StatsLine};
+pub use fib::ecmp_hash;
 pub use packet::{FrameBuf, PacketBuf};
 pub use queue::PktQueue;
 pub use shaper::{wire_bytes, Shaper};
 pub use shared_buffer::SharedBuffer;
-pub use switch::{ecmp_hash, Class, DropReason, Enqueued, Rejected, Switch, CTRL_OPCODES};
-pub use wred::{Rng, Wred, WredAction};
+pub use switch::{Class, DropReason, Enqueued, Rejected, Switch, BURST};
+pub use wred::{Rng, RngBatch, Wred, WredAction};

@@ -39,6 +39,12 @@ pub trait PacketBuf {
     /// `len()`; implementations must not panic if it is larger (they may clamp).
     fn trim_front(&mut self, n: usize);
 
+    /// Asks the CPU to start loading the frame's first bytes (its headers) into the
+    /// cache; [`crate::Switch::receive_burst`] calls it on every frame of a burst
+    /// before parsing any. A hint only: the default does nothing.
+    #[inline]
+    fn prefetch(&self) {}
+
     /// Grows at the front by `n` bytes and moves the first `m` bytes of the old frame to
     /// the new front, which opens an `n`-byte gap at `m..m + n` (content unspecified).
     /// This is the INT insertion primitive; the default is `prepend` + `copy_within`.

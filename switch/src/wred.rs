@@ -47,6 +47,57 @@ impl Rng {
     }
 }
 
+/// Random numbers for WRED drawn [`RngBatch::LEN`] at a time: one refill runs eight
+/// independent splitmix64 finalisers (the CPU overlaps them) and keeps both 32-bit
+/// halves of each, so a frame's draw is a load from a small array instead of a
+/// dependent chain of multiplies.
+#[derive(Debug, Clone)]
+pub struct RngBatch {
+    rng: Rng,
+    buf: [u32; RngBatch::LEN],
+    next: usize,
+}
+
+impl RngBatch {
+    /// Numbers per refill.
+    pub const LEN: usize = 16;
+
+    /// A batch source over `rng`'s stream (filled on the first draw).
+    pub fn new(rng: Rng) -> Self {
+        Self {
+            rng,
+            buf: [0; Self::LEN],
+            next: Self::LEN,
+        }
+    }
+
+    /// The next uniform 32-bit number.
+    #[inline]
+    pub fn next_u32(&mut self) -> u32 {
+        if self.next == Self::LEN {
+            self.refill();
+        }
+        let r = self.buf[self.next];
+        self.next += 1;
+        r
+    }
+
+    fn refill(&mut self) {
+        let base = self.rng.state;
+        for k in 0..Self::LEN / 2 {
+            let mut z = base.wrapping_add((k as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            self.buf[2 * k] = (z >> 32) as u32;
+            self.buf[2 * k + 1] = z as u32;
+        }
+        self.rng.state =
+            base.wrapping_add((Self::LEN as u64 / 2).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        self.next = 0;
+    }
+}
+
 /// One in fixed point (2^32).
 pub const ONE_Q32: u64 = 1 << 32;
 
@@ -122,6 +173,13 @@ impl Wred {
     /// counts as ECN-capable and stays CE) arriving at queue `q`.
     #[inline]
     pub fn decide(&self, q: u64, ect: bool, rng: &mut Rng) -> WredAction {
+        self.decide_with(q, ect, || rng.next_u32())
+    }
+
+    /// [`Wred::decide`] with the random number from `draw` (called only in the linear
+    /// region, where the decision is random).
+    #[inline]
+    pub fn decide_with(&self, q: u64, ect: bool, draw: impl FnOnce() -> u32) -> WredAction {
         if !ect {
             return if q >= self.k_drop {
                 WredAction::Drop
@@ -132,7 +190,7 @@ impl Wred {
         let t = self.mark_threshold_q32(q);
         if t == 0 {
             WredAction::Pass
-        } else if t >= ONE_Q32 || u64::from(rng.next_u32()) < t {
+        } else if t >= ONE_Q32 || u64::from(draw()) < t {
             WredAction::Mark
         } else {
             WredAction::Pass
@@ -171,6 +229,22 @@ mod tests {
         // P_max clamped, NaN treated as 0.
         assert!((Wred::new(0, 10, 7.0, 0).mark_probability(5) - 0.5).abs() < 1e-9);
         assert_eq!(Wred::new(0, 10, f64::NAN, 0).mark_probability(5), 0.0);
+    }
+
+    #[test]
+    fn batch_draws_the_splitmix_stream() {
+        // The batch holds the same splitmix64 outputs as Rng, both halves of each.
+        let mut r = Rng::new(42);
+        let mut b = RngBatch::new(Rng::new(42));
+        for _ in 0..(3 * RngBatch::LEN / 2) {
+            let x = r.next_u64();
+            assert_eq!(b.next_u32(), (x >> 32) as u32);
+            assert_eq!(b.next_u32(), x as u32);
+        }
+        // And it is roughly uniform: the mean of 64k draws is near 2^31.
+        let mut b = RngBatch::new(Rng::new(7));
+        let mean = (0..65536).map(|_| f64::from(b.next_u32())).sum::<f64>() / 65536.0;
+        assert!((mean / 2f64.powi(31) - 1.0).abs() < 0.01, "{mean}");
     }
 
     #[test]

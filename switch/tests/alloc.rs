@@ -46,6 +46,17 @@ static A: Counting = Counting;
 
 #[test]
 fn no_allocation_per_packet() {
+    no_allocation(false);
+}
+
+#[test]
+fn no_allocation_per_burst() {
+    no_allocation(true);
+}
+
+/// Runs every path of the datapath with counting on: frame by frame (`receive`,
+/// `dequeue`) or in bursts (`receive_burst`, `dequeue_burst`).
+fn no_allocation(burst: bool) {
     let mut s = settings(10_000_000_000, 64 * 1024);
     s.ports[1].k_min = 1000;
     s.ports[1].k_max = 40_000;
@@ -69,23 +80,36 @@ fn no_allocation_per_packet() {
     COUNTING.with(|c| c.set(true));
     let mut now = 0;
     for round in 0..20 {
-        for (i, mut p) in pool.drain(..).enumerate() {
-            let t = &templates[(i + round) % templates.len()];
-            p.reset(t, FrameBuf::HEADROOM);
-            match sw.receive(0, p, now) {
-                Ok(_) => {}
-                Err(r) => out.push(r.pkt),
+        if burst {
+            for (i, p) in pool.iter_mut().enumerate() {
+                p.reset(
+                    &templates[(i + round) % templates.len()],
+                    FrameBuf::HEADROOM,
+                );
             }
-            now += 50;
-            while let Some(p) = sw.dequeue(1, now) {
-                out.push(p);
+            while !pool.is_empty() {
+                let n = pool.len().min(switch::BURST);
+                sw.receive_burst(0, pool.drain(..n), now, |r| out.push(r.pkt));
+                now += 50 * n as u64;
+                while sw.dequeue_burst(1, now, switch::BURST, |p| out.push(p)) > 0 {}
+            }
+        } else {
+            for (i, mut p) in pool.drain(..).enumerate() {
+                let t = &templates[(i + round) % templates.len()];
+                p.reset(t, FrameBuf::HEADROOM);
+                match sw.receive(0, p, now) {
+                    Ok(_) => {}
+                    Err(r) => out.push(r.pkt),
+                }
+                now += 50;
+                while let Some(p) = sw.dequeue(1, now) {
+                    out.push(p);
+                }
             }
         }
         while let Some(t) = sw.next_departure(1) {
             now = now.max(t);
-            while let Some(p) = sw.dequeue(1, now) {
-                out.push(p);
-            }
+            while sw.dequeue_burst(1, now, switch::BURST, |p| out.push(p)) > 0 {}
         }
         std::mem::swap(&mut pool, &mut out);
     }
