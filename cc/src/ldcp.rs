@@ -179,7 +179,7 @@ impl Ldcp {
 
     fn tick_period_ns(&self) -> u64 {
         // RTT / cw (004 §2.2), cw >= gamma > 0.
-        ((self.srtt_ns.max(1) as f64) / self.cw).min(1e15) as u64
+        ((self.srtt_ns.max(1) as f64) / self.cw).min(1e15).round() as u64
     }
 
     fn maybe_arm_tick(&mut self, now_ns: u64, a: &mut Actions) {
