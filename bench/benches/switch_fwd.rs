@@ -31,6 +31,7 @@
 //! round, default 5; SWITCH_FWD_ROUNDS: rounds, default 2; SWITCH_FWD_NO_TESTPMD=1 runs
 //! our side only, for profiling).
 
+use bench::testpmd::{median, Rounds};
 use std::time::{Duration, Instant};
 
 use dpdk::{lcore, Eal, Mbuf, Mempool, Port, TscClock};
@@ -50,11 +51,6 @@ fn env(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// RDMA WRITE Only with RETH, 1024-byte payload, INT container with room for 8 hops
@@ -254,7 +250,7 @@ fn main() {
          container), WRED + INT push on, 400 Gbit/s ports, 1 forwarding core, burst 32, \
          {secs} s per side, {rounds} rounds, ours on {mem}"
     );
-    let (mut theirs, mut ours) = (Vec::new(), Vec::new());
+    let mut report = Rounds::new("dpdk-testpmd io");
     for round in 1..=rounds {
         let tp = if no_testpmd {
             bench::testpmd::TestpmdRate {
@@ -267,15 +263,7 @@ fn main() {
         };
         let (mpps, d) = run_ours(eal, fwd_core, dp, dma.clone(), secs);
         dp = d;
-        println!(
-            "  round {round}: dpdk-testpmd io {:7.2} Mpps ({}) | switch {:7.2} Mpps | ratio {:.3}",
-            tp.mpps,
-            tp.mode,
-            mpps,
-            mpps / tp.mpps
-        );
-        theirs.push(tp.mpps);
-        ours.push(mpps);
+        report.record(round, &tp, mpps, "");
     }
     // The frames were real: every one parsed, routed and got a hop record.
     for id in [id0, id1] {
@@ -324,9 +312,7 @@ fn main() {
         "  hook check: {} used mbufs x 2 directions restored byte for byte to the valid frame",
         checked / 2
     );
-    let (t, o) = (median(theirs), median(ours));
-    println!("  median: dpdk-testpmd io {t:7.2} Mpps | switch {o:7.2} Mpps");
-    println!("  ratio switch/testpmd: {:.3}", o / t);
+    report.finish();
     drop(dp);
     drop((p0, p1));
 }
