@@ -687,7 +687,7 @@ impl Nic {
     /// ICRC are left unwritten (see [`SimFrame`]); header-only packets are built whole.
     fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket, pool: &mut FramePool) -> Option<Tx> {
         let mut f = pool.get();
-        let built = if pkt.payload.len() == 0 {
+        let built = if pkt.payload.is_empty() {
             pkt.build_frame(fb, &self.mem, f.build_area())
         } else {
             emit_headers_only(fb, pkt, f.build_area())
