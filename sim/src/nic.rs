@@ -546,8 +546,12 @@ impl Nic {
         }
     }
 
-    /// Fires the timers due at `now`.
+    /// Fires the timers due at `now`. Before the timer hint nothing can be due, and
+    /// the wheel is left alone (most wake-ups are a frame's end of serialisation).
     pub fn timers(&mut self, now: u64) {
+        if now < self.timer_hint {
+            return;
+        }
         self.wheel.expire(now);
         while let Some(key) = self.wheel.pop_ready() {
             let i = key.qp as usize;
