@@ -546,8 +546,12 @@ impl Nic {
         }
     }
 
-    /// Fires the timers due at `now`.
+    /// Fires the timers due at `now`. Before the timer hint nothing can be due, and
+    /// the wheel is left alone (most wake-ups are a frame's end of serialisation).
     pub fn timers(&mut self, now: u64) {
+        if now < self.timer_hint {
+            return;
+        }
         self.wheel.expire(now);
         while let Some(key) = self.wheel.pop_ready() {
             let i = key.qp as usize;
@@ -681,9 +685,18 @@ impl Nic {
         out
     }
 
+    /// Builds `pkt` into a buffer from `pool`. A packet with payload gets only its
+    /// headers written (IPv4 and UDP lengths, BTH pad count for the whole frame): the
+    /// payload is [`NullMemory`]'s zeros that no receiver reads, so its bytes and the
+    /// ICRC are left unwritten (see [`SimFrame`]); header-only packets are built whole.
     fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket, pool: &mut FramePool) -> Option<Tx> {
         let mut f = pool.get();
-        match pkt.build_frame(fb, &self.mem, f.build_area()) {
+        let built = if pkt.payload.is_empty() {
+            pkt.build_frame(fb, &self.mem, f.build_area())
+        } else {
+            emit_headers_only(fb, pkt, f.build_area())
+        };
+        match built {
             Ok(n) => {
                 f.set_built(n);
                 self.counters.tx_frames += 1;
@@ -696,4 +709,23 @@ impl Nic {
             }
         }
     }
+}
+
+/// Writes `pkt`'s headers for its whole frame into `buf` and returns the frame length
+/// (headers, payload, pad, ICRC) once the buffer is checked to span it; the bytes after
+/// the headers are not written.
+fn emit_headers_only(
+    fb: &FrameBuilder,
+    pkt: &TxPacket,
+    buf: &mut [u8],
+) -> Result<usize, rdma::wire::WireError> {
+    let l = fb.emit_headers(&pkt.repr, pkt.payload.len() as usize, pkt.ecn, buf)?;
+    if buf.len() < l.frame_len {
+        return Err(rdma::wire::WireError::BufferTooSmall {
+            what: "RoCEv2 frame",
+            need: l.frame_len,
+            have: buf.len(),
+        });
+    }
+    Ok(l.frame_len)
 }

@@ -16,6 +16,12 @@
 /// Frames are single-segment: `bytes()` is the whole Ethernet frame (without FCS unless
 /// the switch is configured with `fcs_in_frame = true`).
 pub trait PacketBuf {
+    /// Whether a switch's queues of this packet type allocate all their slots when the
+    /// switch is built (true: nothing is allocated on the hot path, as the DPDK switch
+    /// needs) or grow on demand up to the same bound (false: a simulator's fabric of
+    /// thousands of mostly idle ports; see [`crate::PktQueue::growing`]).
+    const PREALLOCATED_QUEUES: bool = true;
+
     /// Frame length in bytes.
     fn len(&self) -> usize;
 

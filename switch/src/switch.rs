@@ -104,7 +104,7 @@ struct Port<P> {
     counters: PortCounters,
 }
 
-impl<P> Port<P> {
+impl<P: PacketBuf> Port<P> {
     fn new(s: &PortSettings, seed: u64, idx: usize) -> Self {
         Self {
             id: s.id,
@@ -116,8 +116,8 @@ impl<P> Port<P> {
                 seed ^ (idx as u64).wrapping_mul(0xA24B_AED4_963E_E407),
             )),
             shaper: Shaper::new(s.speed_bps, s.burst),
-            data: PktQueue::new(s.buf_max),
-            ctrl: PktQueue::new(s.ctrl_buf_max),
+            data: PktQueue::for_packets(s.buf_max),
+            ctrl: PktQueue::for_packets(s.ctrl_buf_max),
             counters: PortCounters::default(),
         }
     }

@@ -463,7 +463,32 @@ fn incast(a: Incast) -> Result<(), String> {
     )
 }
 
+/// glibc's tunable that makes malloc back its heap with transparent huge pages
+/// (`madvise(MADV_HUGEPAGE)`; glibc 2.35 and later, ignored by older ones).
+const HUGE_PAGE_TUNABLE: &str = "glibc.malloc.hugetlb=1";
+
+/// Runs this binary again with [`HUGE_PAGE_TUNABLE`] when the environment sets no
+/// glibc tunables (they are read only at process start). A large fabric's working set
+/// (frames in flight, queues, QP and timer state of hundreds of NICs) spans far more
+/// 4 KiB pages than the TLB maps: with huge pages a 320-host run needs about a fifth
+/// less CPU time (docs/sim.md, "Speed"). If the exec fails the run goes on as it is.
+fn reexec_with_huge_pages() {
+    use std::os::unix::process::CommandExt;
+    if std::env::var_os("GLIBC_TUNABLES").is_some() {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let err = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env("GLIBC_TUNABLES", HUGE_PAGE_TUNABLE)
+        .exec();
+    eprintln!("roce-sim: running without huge pages ({err})");
+}
+
 fn main() -> ExitCode {
+    reexec_with_huge_pages();
     let r = match Cli::parse().cmd {
         Cmd::Fattree(a) => fattree(a),
         Cmd::Incast(a) => incast(a),
