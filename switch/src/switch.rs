@@ -148,7 +148,7 @@ struct Touched(u64);
 
 impl Touched {
     #[inline]
-    fn note<P>(&mut self, ports: &mut [Port<P>], idx: usize) {
+    fn note<P: PacketBuf>(&mut self, ports: &mut [Port<P>], idx: usize) {
         if idx < 64 {
             self.0 |= 1 << idx;
         } else {
@@ -157,7 +157,7 @@ impl Touched {
     }
 
     #[inline]
-    fn flush<P>(self, ports: &mut [Port<P>]) {
+    fn flush<P: PacketBuf>(self, ports: &mut [Port<P>]) {
         let mut m = self.0;
         while m != 0 {
             ports[m.trailing_zeros() as usize].note_queue();
