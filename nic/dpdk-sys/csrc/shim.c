@@ -37,11 +37,6 @@ char *shim_rte_pktmbuf_append(struct rte_mbuf *m, uint16_t len)
 	return rte_pktmbuf_append(m, len);
 }
 
-char *shim_rte_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len)
-{
-	return rte_pktmbuf_prepend(m, len);
-}
-
 char *shim_rte_pktmbuf_adj(struct rte_mbuf *m, uint16_t len)
 {
 	return rte_pktmbuf_adj(m, len);
@@ -50,11 +45,6 @@ char *shim_rte_pktmbuf_adj(struct rte_mbuf *m, uint16_t len)
 int shim_rte_pktmbuf_trim(struct rte_mbuf *m, uint16_t len)
 {
 	return rte_pktmbuf_trim(m, len);
-}
-
-uint16_t shim_rte_pktmbuf_headroom(const struct rte_mbuf *m)
-{
-	return rte_pktmbuf_headroom(m);
 }
 
 uint16_t shim_rte_pktmbuf_tailroom(const struct rte_mbuf *m)

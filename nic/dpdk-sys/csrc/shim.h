@@ -21,10 +21,8 @@ int shim_rte_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs,
                                 unsigned int count);
 void shim_rte_pktmbuf_free(struct rte_mbuf *m);
 char *shim_rte_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
-char *shim_rte_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
 char *shim_rte_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 int shim_rte_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
-uint16_t shim_rte_pktmbuf_headroom(const struct rte_mbuf *m);
 uint16_t shim_rte_pktmbuf_tailroom(const struct rte_mbuf *m);
 int shim_rte_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
 void shim_rte_pktmbuf_attach_extbuf(struct rte_mbuf *m, void *buf_addr,
