@@ -211,8 +211,9 @@ impl MrTable {
         Ok(mr)
     }
 
-    /// Checks a remote access for a QP of protection domain `pd` (0: the default one): an rkey of another
-    /// PD is a bad key (the responder NAKs it as a remote access error).
+    /// Checks a remote access for a QP of protection domain `pd` (0: the default
+    /// one): an rkey of another PD is a bad key (the responder NAKs it as a remote
+    /// access error).
     pub fn check_remote_in(
         &self,
         pd: u32,
