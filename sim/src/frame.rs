@@ -40,6 +40,18 @@ impl SimFrame {
         &mut self.buf[HEADROOM..]
     }
 
+    /// Makes this buffer hold a copy of `other`'s frame, at the same offsets (a frame
+    /// that crosses to another partition moves into that partition's pool).
+    pub fn copy_from(&mut self, other: &SimFrame) {
+        let (s, e) = (
+            usize::from(other.start),
+            usize::from(other.start) + usize::from(other.len),
+        );
+        self.buf[s..e].copy_from_slice(&other.buf[s..e]);
+        self.start = other.start;
+        self.len = other.len;
+    }
+
     /// Sets the frame to the `len` bytes written at the start of [`Self::build_area`].
     pub fn set_built(&mut self, len: usize) {
         self.start = HEADROOM as u16;
