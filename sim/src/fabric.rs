@@ -276,9 +276,60 @@ struct Part {
     /// Messages for each partition, sent at the next barrier.
     outbox: Vec<Vec<Msg>>,
     msg_seq: u64,
+    /// Messages from each partition, delivered at the start of the next window.
+    inbox: Vec<Vec<Msg>>,
+    /// Buffers of frames copied out of `inbox`, for the pool of each sender.
+    give_back: Vec<Vec<SimFrame>>,
+    /// Buffers each partition gave back, for this pool.
+    taken_back: Vec<Vec<SimFrame>>,
+    /// All of `inbox` in delivery order (kept for its capacity).
+    sorted: Vec<(u16, Msg)>,
+    /// Messages delivered here, and those of them that arrived late.
+    msgs_in: u64,
+    late_in: u64,
 }
 
 impl Part {
+    /// Delivers the messages of the last window at the start of the window that
+    /// starts at `start`, in the order of [`Msg::key`]: the frames into copies from
+    /// this partition's pool (their buffers go back to their senders), PFC frames and
+    /// QP closes into the queue and the NICs. Takes back the buffers other partitions
+    /// returned.
+    fn deliver(&mut self, start: u64) {
+        for v in &mut self.taken_back {
+            for f in v.drain(..) {
+                self.pool.put(f);
+            }
+        }
+        let mut sorted = std::mem::take(&mut self.sorted);
+        for (from, v) in self.inbox.iter_mut().enumerate() {
+            sorted.extend(v.drain(..).map(|m| (from as u16, m)));
+        }
+        sorted.sort_unstable_by_key(|(_, m)| m.key());
+        self.msgs_in += sorted.len() as u64;
+        for (from, m) in sorted.drain(..) {
+            if m.at < start && !matches!(m.kind, MsgKind::Close { .. }) {
+                // Sent less than the lookahead before it takes effect: a bug. (A
+                // QP close is out of band: it takes effect at the barrier.)
+                self.late_in += 1;
+            }
+            let at = m.at;
+            match m.kind {
+                MsgKind::Frame(f) => {
+                    let mut copy = self.pool.get();
+                    copy.copy_from(&f);
+                    self.give_back[usize::from(from)].push(f);
+                    self.links[m.id as usize].inflight.push_back((at, copy));
+                    self.q.push(at, Event::LinkArrive(m.id));
+                }
+                MsgKind::Pause => self.q.push(at, Event::PfcPause(m.id)),
+                MsgKind::Resume => self.q.push(at, Event::PfcResume(m.id)),
+                MsgKind::Close { host } => own(&mut self.nics, host as usize).close_qp(m.id),
+            }
+        }
+        self.sorted = sorted;
+    }
+
     /// Runs the events before `limit`.
     fn run_until(&mut self, limit: u64) {
         while let Some((t, ev)) = self.q.pop_before(limit) {
@@ -616,53 +667,36 @@ struct Coord {
     lookahead: u64,
     done: usize,
     windows: u64,
-    cross_messages: u64,
-    late_messages: u64,
     next_progress: u64,
 }
 
 impl Coord {
-    /// Between windows (every partition stopped at `end`): delivers the messages,
-    /// sets up the flows starting in the next window and returns its end, or `None`
-    /// when the run is over.
+    /// Between windows (every partition stopped at `end`): hands the messages over,
+    /// sets up the flows starting in the next window and returns its start and end,
+    /// or `None` when the run is over.
     fn between(
         &mut self,
         parts: &mut [&mut Part],
         end: u64,
         progress: &mut dyn FnMut(u64, usize, usize),
-    ) -> Option<u64> {
-        // Messages, in an order that depends on nothing but the partitions' contents.
+    ) -> Option<(u64, u64)> {
+        // Each partition's messages and returned buffers to their partitions (handed
+        // over whole: the receivers sort and deliver them at the next window's start).
         let n = parts.len();
-        for to in 0..n {
-            let mut inbox: Vec<(u16, Msg)> = Vec::new();
-            for (from, p) in parts.iter_mut().enumerate() {
-                inbox.extend(p.outbox[to].drain(..).map(|m| (from as u16, m)));
-            }
-            inbox.sort_unstable_by_key(|(_, m)| m.key());
-            self.cross_messages += inbox.len() as u64;
-            for (from, m) in inbox {
-                if m.at < end && !matches!(m.kind, MsgKind::Close { .. }) {
-                    // Sent less than the lookahead before it takes effect: a bug. (A
-                    // QP close is out of band: it takes effect at the barrier.)
-                    self.late_messages += 1;
+        for a in 0..n {
+            for b in 0..n {
+                if a == b {
+                    continue;
                 }
-                let at = m.at;
-                match m.kind {
-                    MsgKind::Frame(f) => {
-                        // Into the receiver's own pool; the buffer goes back to its sender's.
-                        let mut copy = parts[to].pool.get();
-                        copy.copy_from(&f);
-                        parts[usize::from(from)].pool.put(f);
-                        let dst = &mut *parts[to];
-                        dst.links[m.id as usize].inflight.push_back((at, copy));
-                        dst.q.push(at, Event::LinkArrive(m.id));
-                    }
-                    MsgKind::Pause => parts[to].q.push(at, Event::PfcPause(m.id)),
-                    MsgKind::Resume => parts[to].q.push(at, Event::PfcResume(m.id)),
-                    MsgKind::Close { host } => {
-                        own(&mut parts[to].nics, host as usize).close_qp(m.id);
-                    }
-                }
+                let (pa, pb) = if a < b {
+                    let (x, y) = parts.split_at_mut(b);
+                    (&mut *x[a], &mut *y[0])
+                } else {
+                    let (x, y) = parts.split_at_mut(a);
+                    (&mut *y[0], &mut *x[b])
+                };
+                std::mem::swap(&mut pa.outbox[b], &mut pb.inbox[a]);
+                std::mem::swap(&mut pa.give_back[b], &mut pb.taken_back[a]);
             }
         }
         self.windows += 1;
@@ -677,7 +711,10 @@ impl Coord {
             return None;
         }
         // Nothing scheduled: jump to the next flow start (or stop).
-        let start = if parts.iter().all(|p| p.q.is_empty()) {
+        let idle = parts
+            .iter()
+            .all(|p| p.q.is_empty() && p.inbox.iter().all(Vec::is_empty));
+        let start = if idle {
             let &Reverse((t, _)) = self.pending.peek()?;
             t.max(end)
         } else {
@@ -691,7 +728,7 @@ impl Coord {
             self.pending.pop();
             self.open_flow(parts, f as usize, t);
         }
-        Some(next)
+        Some((start, next))
     }
 
     /// Allocates flow `f`'s two QPs (at `t`, in the next window) and schedules its
@@ -757,7 +794,8 @@ type PanicPayload = Box<dyn std::any::Any + Send>;
 struct Shared<'a> {
     parts: &'a [Mutex<Part>],
     barrier: Barrier,
-    /// End of the current window (set by thread 0 between windows).
+    /// Start and end of the current window (set by thread 0 between windows).
+    window_start: AtomicU64,
     window_end: AtomicU64,
     stop: AtomicBool,
     /// A partition panicked: stop after this window.
@@ -784,11 +822,14 @@ impl Shared<'_> {
         self.between(0, &mut coord);
         self.wait();
         while !self.stop.load(Ordering::SeqCst) {
+            let start = self.window_start.load(Ordering::SeqCst);
             let end = self.window_end.load(Ordering::SeqCst);
             if panic.is_none() {
                 let r = catch_unwind(AssertUnwindSafe(|| {
                     for p in (tid..self.parts.len()).step_by(self.threads) {
-                        lock(&self.parts[p]).run_until(end);
+                        let mut part = lock(&self.parts[p]);
+                        part.deliver(start);
+                        part.run_until(end);
                     }
                 }));
                 if let Err(e) = r {
@@ -823,7 +864,10 @@ impl Shared<'_> {
             c.between(&mut refs, end, &mut **progress)
         };
         match next {
-            Some(n) => self.window_end.store(n, Ordering::SeqCst),
+            Some((start, end)) => {
+                self.window_start.store(start, Ordering::SeqCst);
+                self.window_end.store(end, Ordering::SeqCst);
+            }
             None => self.stop.store(true, Ordering::SeqCst),
         }
     }
@@ -1016,6 +1060,12 @@ impl Sim {
                 pfc_pauses: 0,
                 outbox: (0..n_parts).map(|_| Vec::new()).collect(),
                 msg_seq: 0,
+                inbox: (0..n_parts).map(|_| Vec::new()).collect(),
+                give_back: (0..n_parts).map(|_| Vec::new()).collect(),
+                taken_back: (0..n_parts).map(|_| Vec::new()).collect(),
+                sorted: Vec::new(),
+                msgs_in: 0,
+                late_in: 0,
             });
         }
         let threads = if cfg.threads == 0 {
@@ -1045,8 +1095,6 @@ impl Sim {
                 lookahead,
                 done: 0,
                 windows: 0,
-                cross_messages: 0,
-                late_messages: 0,
                 next_progress: 1 << 20,
             },
             parts,
@@ -1106,6 +1154,7 @@ impl Sim {
         let sh = Shared {
             parts: &parts,
             barrier: Barrier::new(threads),
+            window_start: AtomicU64::new(0),
             window_end: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
@@ -1193,8 +1242,8 @@ impl Sim {
             threads: self.threads as u32,
             lookahead_ns: c.lookahead,
             windows: c.windows,
-            cross_messages: c.cross_messages,
-            late_messages: c.late_messages,
+            cross_messages: self.parts.iter().map(|p| p.msgs_in).sum(),
+            late_messages: self.parts.iter().map(|p| p.late_in).sum(),
             ..Default::default()
         };
         for p in &self.parts {
