@@ -798,7 +798,7 @@ struct Shared<'a> {
     window_start: AtomicU64,
     window_end: AtomicU64,
     stop: AtomicBool,
-    /// A partition panicked: stop after this window.
+    /// A partition or the coordinator panicked: stop after this window.
     failed: AtomicBool,
     threads: usize,
 }
@@ -811,7 +811,8 @@ impl Shared<'_> {
     /// Thread `tid`'s loop: its partitions' share of every window (partitions
     /// `tid`, `tid + threads`, ...); thread 0 also runs the coordinator between
     /// windows while the others wait at the barrier. Returns the thread's CPU
-    /// seconds and the panic of one of its partitions, if any.
+    /// seconds and the panic of one of its partitions or of the coordinator: a
+    /// panic stops every thread after the window (none is left at the barrier).
     fn worker(
         &self,
         tid: usize,
@@ -819,30 +820,51 @@ impl Shared<'_> {
     ) -> (Option<f64>, Option<PanicPayload>) {
         let cpu0 = thread_cpu_seconds();
         let mut panic = None;
-        self.between(0, &mut coord);
+        self.coordinate(0, &mut coord, &mut panic);
         self.wait();
         while !self.stop.load(Ordering::SeqCst) {
             let start = self.window_start.load(Ordering::SeqCst);
             let end = self.window_end.load(Ordering::SeqCst);
-            if panic.is_none() {
-                let r = catch_unwind(AssertUnwindSafe(|| {
-                    for p in (tid..self.parts.len()).step_by(self.threads) {
-                        let mut part = lock(&self.parts[p]);
-                        part.deliver(start);
-                        part.run_until(end);
-                    }
-                }));
-                if let Err(e) = r {
-                    self.failed.store(true, Ordering::SeqCst);
-                    panic = Some(e);
+            self.guarded(&mut panic, || {
+                for p in (tid..self.parts.len()).step_by(self.threads) {
+                    let mut part = lock(&self.parts[p]);
+                    part.deliver(start);
+                    part.run_until(end);
                 }
-            }
+            });
             self.wait();
-            self.between(end, &mut coord);
+            self.coordinate(end, &mut coord, &mut panic);
             self.wait();
         }
         let cpu = thread_cpu_seconds().zip(cpu0).map(|(b, a)| b - a);
         (cpu, panic)
+    }
+
+    /// Runs `f` unless this thread already panicked; keeps its panic.
+    fn guarded(&self, panic: &mut Option<PanicPayload>, f: impl FnOnce()) {
+        if panic.is_some() {
+            return;
+        }
+        if let Err(e) = catch_unwind(AssertUnwindSafe(f)) {
+            self.failed.store(true, Ordering::SeqCst);
+            *panic = Some(e);
+        }
+    }
+
+    /// The coordinator's turn on thread 0 (a no-op elsewhere).
+    fn coordinate(
+        &self,
+        end: u64,
+        coord: &mut Option<(&mut Coord, Progress<'_>)>,
+        panic: &mut Option<PanicPayload>,
+    ) {
+        if coord.is_none() {
+            return;
+        }
+        self.guarded(panic, || self.between(end, coord));
+        if self.failed.load(Ordering::SeqCst) {
+            self.stop.store(true, Ordering::SeqCst);
+        }
     }
 
     fn wait(&self) {
