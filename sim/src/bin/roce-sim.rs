@@ -322,12 +322,13 @@ fn run_all(
     for (r, x) in t.iter().zip(&loops) {
         let _ = writeln!(
             out,
-            "{}: {} events in {:.1} s wall, {:.1} s CPU on {} threads ({:.2} M events per wall second, {:.2} M per CPU second), {:.3} ms simulated, {} retransmissions, {} timeouts, {} CNPs, {} CE marks",
+            "{}: {} events in {:.1} s wall, {:.1} s CPU on {} thread{} ({:.2} M events per wall second, {:.2} M per CPU second), {:.3} ms simulated, {} retransmissions, {} timeouts, {} CNPs, {} CE marks",
             r.cc,
             r.events,
             r.wall_s,
             r.cpu_s,
             x.threads,
+            if x.threads == 1 { "" } else { "s" },
             r.events_per_s / 1e6,
             r.events_per_cpu_s / 1e6,
             r.sim_ns as f64 / 1e6,
