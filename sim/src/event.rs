@@ -17,8 +17,11 @@ pub enum Event {
     PortTx(u32),
     /// Host `0`'s NIC: timers due, then transmit while its link is free.
     HostWake(u32),
-    /// Flow `0` starts (its QPs are created and its first message posted).
+    /// Flow `0` starts at its sender: its requester QP is connected and its first
+    /// message posted (both QPs were allocated before the window, see `fabric`).
     FlowStart(u32),
+    /// Flow `0`'s responder QP is connected at its receiver.
+    FlowAccept(u32),
     /// Periodic sample of the monitored queues.
     Sample,
     /// A PFC PAUSE reaches the sending end of link `0`: it stops sending data.
@@ -43,6 +46,7 @@ impl Event {
             Event::Sample => (4, 0),
             Event::PfcPause(i) => (5, i),
             Event::PfcResume(i) => (6, i),
+            Event::FlowAccept(i) => (7, i),
         };
         debug_assert!(id <= ID_MASK);
         (k << KIND_SHIFT) | (id & ID_MASK)
@@ -57,6 +61,7 @@ impl Event {
             3 => Event::FlowStart(id),
             5 => Event::PfcPause(id),
             6 => Event::PfcResume(id),
+            7 => Event::FlowAccept(id),
             _ => Event::Sample,
         }
     }
@@ -144,23 +149,39 @@ impl EventQueue {
     /// The earliest event, if any.
     #[inline]
     pub fn pop(&mut self) -> Option<(u64, Event)> {
+        self.pop_before(u64::MAX)
+    }
+
+    /// The earliest event if it is earlier than `limit` (the end of a window of the
+    /// parallel loop). The queue's clock never moves past the bucket that holds
+    /// `limit`, so events pushed later at `limit` or after keep their times.
+    #[inline]
+    pub fn pop_before(&mut self, limit: u64) -> Option<(u64, Event)> {
         loop {
             if !self.cur_sorted {
                 self.buckets[self.cur].sort_unstable_by(|a, b| b.cmp(a));
                 self.cur_sorted = true;
             }
-            if let Some((t, key)) = self.buckets[self.cur].pop() {
+            if let Some(&(t, key)) = self.buckets[self.cur].last() {
+                if t >= limit {
+                    return None;
+                }
+                self.buckets[self.cur].pop();
                 self.in_buckets -= 1;
                 self.popped += 1;
                 return Some((t, Event::decode(key as u32)));
             }
-            if self.in_buckets == 0 {
+            let next_start = if self.in_buckets == 0 {
                 // Jump to the first far event (or stop).
                 let &Reverse((t, _)) = self.far.peek()?;
-                self.cur_start = t >> WIDTH_SHIFT << WIDTH_SHIFT;
+                t >> WIDTH_SHIFT << WIDTH_SHIFT
             } else {
-                self.cur_start += 1 << WIDTH_SHIFT;
+                self.cur_start + (1 << WIDTH_SHIFT)
+            };
+            if next_start >= limit {
+                return None;
             }
+            self.cur_start = next_start;
             self.cur = ((self.cur_start >> WIDTH_SHIFT) as usize) & (BUCKETS - 1);
             self.cur_sorted = false;
             // Far events that the horizon now covers move into their buckets.
@@ -218,6 +239,28 @@ mod tests {
         );
         assert_eq!(q.popped(), 6);
         assert!(q.is_empty());
+    }
+
+    /// Windows of the parallel loop: nothing at or after the limit leaves, and an
+    /// event pushed later at the limit (a message from another partition) keeps its
+    /// time even when the queue had nothing before it.
+    #[test]
+    fn pop_before_stops_at_the_limit_and_later_pushes_keep_their_time() {
+        let mut q = EventQueue::default();
+        q.push(990, Event::HostWake(1));
+        q.push(5_000, Event::HostWake(2));
+        q.push(100_000_000, Event::HostWake(3)); // beyond the horizon
+        assert_eq!(q.pop_before(1_000), Some((990, Event::HostWake(1))));
+        assert_eq!(q.pop_before(1_000), None);
+        q.push(1_000, Event::LinkArrive(7));
+        assert_eq!(q.pop_before(2_000), Some((1_000, Event::LinkArrive(7))));
+        assert_eq!(q.pop_before(2_000), None);
+        assert_eq!(q.pop_before(99_000_000), Some((5_000, Event::HostWake(2))));
+        assert_eq!(q.pop_before(99_000_000), None);
+        q.push(99_000_003, Event::PortTx(4));
+        assert_eq!(q.pop(), Some((99_000_003, Event::PortTx(4))));
+        assert_eq!(q.pop(), Some((100_000_000, Event::HostWake(3))));
+        assert!(q.pop().is_none());
     }
 
     /// Against a plain sorted reference: random times near and far (beyond the

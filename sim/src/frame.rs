@@ -32,6 +32,8 @@ pub struct SimFrame {
     buf: Box<[u8; BUF_LEN]>,
     start: u16,
     len: u16,
+    /// End of the bytes written at build (a data frame's headers): what a copy needs.
+    written_end: u16,
 }
 
 impl SimFrame {
@@ -40,10 +42,25 @@ impl SimFrame {
         &mut self.buf[HEADROOM..]
     }
 
-    /// Sets the frame to the `len` bytes written at the start of [`Self::build_area`].
-    pub fn set_built(&mut self, len: usize) {
+    /// Makes this buffer hold a copy of `other`'s frame at the same offsets, its
+    /// written bytes only (a frame that crosses to another partition moves into that
+    /// partition's pool; the unwritten payload of a data frame is not read).
+    pub fn copy_from(&mut self, other: &SimFrame) {
+        let s = usize::from(other.start);
+        let e = usize::from(other.written_end).clamp(s, s + usize::from(other.len));
+        self.buf[s..e].copy_from_slice(&other.buf[s..e]);
+        self.start = other.start;
+        self.len = other.len;
+        self.written_end = other.written_end;
+    }
+
+    /// Sets the frame to the `len` bytes starting at [`Self::build_area`], of which
+    /// the first `written` were written (all of them but a data frame's payload, pad
+    /// and ICRC).
+    pub fn set_built(&mut self, len: usize, written: usize) {
         self.start = HEADROOM as u16;
         self.len = len.min(BUF_LEN - HEADROOM) as u16;
+        self.written_end = (HEADROOM + written.min(len)).min(BUF_LEN) as u16;
     }
 }
 
@@ -99,6 +116,7 @@ impl FramePool {
                 buf: Box::new([0; BUF_LEN]),
                 start: HEADROOM as u16,
                 len: 0,
+                written_end: HEADROOM as u16,
             }
         })
     }

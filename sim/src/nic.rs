@@ -693,12 +693,13 @@ impl Nic {
         let mut f = pool.get();
         let built = if pkt.payload.is_empty() {
             pkt.build_frame(fb, &self.mem, f.build_area())
+                .map(|n| (n, n))
         } else {
             emit_headers_only(fb, pkt, f.build_area())
         };
         match built {
-            Ok(n) => {
-                f.set_built(n);
+            Ok((n, written)) => {
+                f.set_built(n, written);
                 self.counters.tx_frames += 1;
                 Some(Tx::Frame(f, wire_bytes(n, false)))
             }
@@ -712,13 +713,13 @@ impl Nic {
 }
 
 /// Writes `pkt`'s headers for its whole frame into `buf` and returns the frame length
-/// (headers, payload, pad, ICRC) once the buffer is checked to span it; the bytes after
-/// the headers are not written.
+/// (headers, payload, pad, ICRC) once the buffer is checked to span it, and the
+/// length of the headers written; the bytes after the headers are not written.
 fn emit_headers_only(
     fb: &FrameBuilder,
     pkt: &TxPacket,
     buf: &mut [u8],
-) -> Result<usize, rdma::wire::WireError> {
+) -> Result<(usize, usize), rdma::wire::WireError> {
     let l = fb.emit_headers(&pkt.repr, pkt.payload.len() as usize, pkt.ecn, buf)?;
     if buf.len() < l.frame_len {
         return Err(rdma::wire::WireError::BufferTooSmall {
@@ -727,5 +728,5 @@ fn emit_headers_only(
             have: buf.len(),
         });
     }
-    Ok(l.frame_len)
+    Ok((l.frame_len, l.len))
 }

@@ -39,6 +39,12 @@ pub struct Params {
     /// Each switch's data queues share a pool of this many bytes with a dynamic
     /// threshold of `2^alpha_log2` x the free bytes: `(bytes, alpha_log2)`, or none.
     pub shared_buffer: Option<(u64, i8)>,
+    /// Logical partitions of the event loop (0: the topology's choice); the results
+    /// depend on it.
+    pub partitions: u32,
+    /// Threads that run them (0: as many as partitions and cores allow); the results
+    /// do not depend on it.
+    pub threads: u32,
 }
 
 /// The outcome of one run.
@@ -47,19 +53,6 @@ pub struct Run {
     pub report: CcReport,
     /// Raw totals.
     pub totals: RunTotals,
-}
-
-/// CPU time of this thread (user + system), for reporting only: on a shared machine it
-/// is what the run would take alone, where wall time is not. Linux's
-/// `/proc/thread-self/stat` in clock ticks of 1/100 s.
-pub fn cpu_seconds() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
 }
 
 /// Runs `flows` on `topo` with `cc`; `progress(now, done, total)` is called now and then.
@@ -101,6 +94,8 @@ pub fn run(
         ctrl_buf: p.ctrl_buf,
         pfc: p.pfc,
         shared_buffer: p.shared_buffer,
+        partitions: p.partitions,
+        threads: p.threads,
     };
     if !matches!(p.mtu, 256 | 512 | 1024) {
         return Err(format!(
@@ -111,12 +106,11 @@ pub fn run(
     }
     let mut sim = Sim::new(topo, flows.to_vec(), cfg)?;
     let wall = Instant::now();
-    let cpu0 = cpu_seconds();
     let totals = sim.run(progress);
     let wall_s = wall.elapsed().as_secs_f64();
     // Clock ticks are 10 ms: a shorter run reports its wall time.
-    let cpu_s = match (cpu0, cpu_seconds()) {
-        (Some(a), Some(b)) if b - a >= 0.1 => b - a,
+    let cpu_s = match totals.cpu_s {
+        Some(c) if c >= 0.1 => c,
         _ => wall_s,
     };
     let delivered = sim.delivered();

@@ -61,6 +61,9 @@ pub struct SwitchSpec {
     pub ports: Vec<PortParams>,
     /// Routes (the same prefix on several ports is an ECMP group).
     pub routes: Vec<Route>,
+    /// Tier: 0 ToR (or the star's switch), 1 aggregation, 2 core. The parallel event
+    /// loop splits each tier's switches into contiguous shares ([`Topology::partition`]).
+    pub tier: u8,
 }
 
 /// A topology.
@@ -227,6 +230,7 @@ impl Topology {
                     name: format!("tor{}", tor_id(p, t)),
                     ports,
                     routes,
+                    tier: 0,
                 });
             }
         }
@@ -255,6 +259,7 @@ impl Topology {
                     name: format!("agg{}", agg_id(p, a) - tors),
                     ports,
                     routes,
+                    tier: 1,
                 });
             }
         }
@@ -268,6 +273,7 @@ impl Topology {
                 name: format!("core{c}"),
                 ports,
                 routes,
+                tier: 2,
             });
         }
         let max_switch_hops = if s.pods > 1 {
@@ -329,6 +335,7 @@ impl Topology {
                 name: "sw".into(),
                 ports,
                 routes,
+                tier: 0,
             }],
             links,
             monitored: vec![(0, 0)],
@@ -371,6 +378,54 @@ impl Topology {
     /// Hosts.
     pub fn hosts(&self) -> u32 {
         self.host_ips.len() as u32
+    }
+
+    /// Logical partitions the parallel event loop uses unless told otherwise: 2 for a
+    /// fat-tree of at least 64 hosts with at least two switches in every tier, else 1
+    /// (a star or a small fat-tree is not worth a barrier every lookahead). Fixed by
+    /// the topology alone, never by the machine: the results depend on it.
+    pub fn auto_partitions(&self) -> u32 {
+        let fits = (0..=2u8).all(|t| self.switches.iter().filter(|s| s.tier == t).count() >= 2);
+        if fits && self.hosts() >= 64 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Splits the fabric into `parts` logical partitions: the `i`-th of a tier's `n`
+    /// switches goes to partition `i * parts / n` (ToRs and aggregation switches in
+    /// pod order, so a partition holds whole pods where the counts allow, and cores
+    /// by index), a host to its switch's. Returns `(host -> partition, switch ->
+    /// partition)`. Every tier needs at least `parts` switches.
+    pub fn partition(&self, parts: u32) -> Result<(Vec<u16>, Vec<u16>), String> {
+        if parts == 0 || parts > u32::from(u16::MAX) {
+            return Err(format!("--partitions {parts}: at least 1"));
+        }
+        let mut sw_part = vec![0u16; self.switches.len()];
+        for tier in 0..=2u8 {
+            let members: Vec<usize> = (0..self.switches.len())
+                .filter(|&i| self.switches[i].tier == tier)
+                .collect();
+            let n = members.len() as u32;
+            if n > 0 && n < parts {
+                return Err(format!(
+                    "--partitions {parts}: {n} switches in tier {tier}, fewer than partitions"
+                ));
+            }
+            for (i, &s) in members.iter().enumerate() {
+                sw_part[s] = (i as u32 * parts / n) as u16;
+            }
+        }
+        let mut host_part = vec![0u16; self.host_ips.len()];
+        for l in &self.links {
+            if let (End::Host(h), End::Switch(s, _)) | (End::Switch(s, _), End::Host(h)) =
+                (l.a, l.b)
+            {
+                host_part[h as usize] = sw_part[s as usize];
+            }
+        }
+        Ok((host_part, sw_part))
     }
 }
 

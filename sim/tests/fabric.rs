@@ -26,6 +26,8 @@ fn params(seed: u64) -> Params {
         nic_line_bps: 0,
         pfc: None,
         shared_buffer: None,
+        partitions: 0,
+        threads: 0,
     }
 }
 
@@ -103,6 +105,8 @@ fn ecmp_spreads_flows_over_the_uplinks_and_keeps_each_on_one_path() {
         ctrl_buf: 1 << 18,
         pfc: None,
         shared_buffer: None,
+        partitions: 0,
+        threads: 0,
     };
     let mut sim = Sim::new(&topo, flows, cfg).unwrap();
     sim.run(|_, _, _| {});

@@ -47,6 +47,8 @@ fn incast_queue_p99_and_utilisation_within_20_percent_of_roce_testbed() {
         nic_line_bps: g1,
         pfc: None,
         shared_buffer: None,
+        partitions: 0,
+        threads: 0,
     };
     let mut bad = Vec::new();
     for (cc, util, q99) in TESTBED {

@@ -91,6 +91,13 @@ struct Common {
     /// 2^N x the shared buffer's free bytes.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     shared_alpha_log2: i8,
+    /// Logical partitions of the parallel event loop (default: 2 for a fat-tree of
+    /// 64 hosts or more, else 1). The results depend on it, not on --threads.
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// Threads that run the partitions (default: min(partitions, cores)).
+    #[arg(long)]
+    threads: Option<u32>,
 }
 
 #[derive(Args)]
@@ -203,6 +210,8 @@ fn params(
             Some(s) => Some((size(s, "shared-buffer")?, c.shared_alpha_log2)),
             None => None,
         },
+        partitions: c.partitions.unwrap_or(0),
+        threads: c.threads.unwrap_or(0),
     })
 }
 
@@ -232,6 +241,7 @@ fn run_all(
             / 1000.0
     );
     let mut reports: Vec<CcReport> = Vec::new();
+    let mut loops = Vec::new();
     let mut invariants = Vec::new();
     for k in kinds {
         let start = Instant::now();
@@ -262,6 +272,14 @@ fn run_all(
         if !quiet {
             eprintln!();
         }
+        if r.totals.late_messages > 0 {
+            invariants.push(format!(
+                "{}: {} messages between partitions arrived after their time",
+                k.as_str(),
+                r.totals.late_messages
+            ));
+        }
+        loops.push(r.totals);
         let rep = r.report;
         let min_sd = rep
             .per_flow
@@ -301,20 +319,28 @@ fn run_all(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    for r in t {
+    for (r, x) in t.iter().zip(&loops) {
         let _ = writeln!(
             out,
-            "{}: {} events in {:.1} s wall, {:.1} s CPU ({:.2} M events per CPU second), {:.3} ms simulated, {} retransmissions, {} timeouts, {} CNPs, {} CE marks",
+            "{}: {} events in {:.1} s wall, {:.1} s CPU on {} thread{} ({:.2} M events per wall second, {:.2} M per CPU second), {:.3} ms simulated, {} retransmissions, {} timeouts, {} CNPs, {} CE marks",
             r.cc,
             r.events,
             r.wall_s,
             r.cpu_s,
+            x.threads,
+            if x.threads == 1 { "" } else { "s" },
+            r.events_per_s / 1e6,
             r.events_per_cpu_s / 1e6,
             r.sim_ns as f64 / 1e6,
             r.retransmits,
             r.timeouts,
             r.cnps,
             r.ce_marks
+        );
+        let _ = writeln!(
+            out,
+            "{}: {} partitions, {} ns windows ({} windows), {} messages between partitions",
+            r.cc, x.partitions, x.lookahead_ns, x.windows, x.cross_messages
         );
     }
     if let Some(path) = &c.out_json {
