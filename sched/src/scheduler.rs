@@ -14,12 +14,14 @@
 //!    preallocated per-QP array), so a decision never scans idle QPs. By
 //!    default the cursor moves one QP per packet, as in the HPCC++ prototype
 //!    (HPCC++ 002 §7.2: "sufficient credits to send one packet"). With a
-//!    quantum ([`Scheduler::with_quantum`]) a QP keeps the cursor for up to
-//!    that many bytes while its credit and window allow (deficit round robin
-//!    without the deficit carried over): with thousands of QPs,
-//!    packet-by-packet interleaving gives the receiver one QP per packet in
-//!    every RX burst, so no ACK can be coalesced and every packet loads
-//!    another QP's state.
+//!    quantum ([`Scheduler::with_quantum`]) a QP that takes it
+//!    ([`Scheduler::set_uses_quantum`]: the NIC's QPs without CC) keeps the
+//!    cursor for up to that many bytes while its credit and window allow
+//!    (deficit round robin without the deficit carried over): with thousands
+//!    of QPs, packet-by-packet interleaving gives the receiver one QP per
+//!    packet in every RX burst, so no ACK can be coalesced and every packet
+//!    loads another QP's state. A QP under CC keeps one packet per visit: in
+//!    the simulator 64 KiB runs made HPCC++'s queues twice as deep.
 //! 3. **Credit (pacing).** Each QP earns credit in proportion to its pacing
 //!    rate, a token bucket in bytes: `credit += rate_bps * (now - last) / 8e9`,
 //!    capped at the burst size. A QP sends when it has credit for its next
@@ -138,6 +140,8 @@ struct Qp {
     prev: u32,
     next: u32,
     state: QpState,
+    /// Takes the scheduler's quantum per visit (else one packet).
+    uses_quantum: bool,
     next_bytes: u32,
     rate_bps: u64,
     /// Credit in units of 1/8e9 byte.
@@ -169,6 +173,12 @@ pub struct Scheduler<C: Copy = ControlDesc> {
     ctrl_drops: u64,
     wheel: TimerWheel<u32>,
 }
+
+/// The round-robin quantum the DPDK NIC's engines use
+/// ([`Scheduler::with_quantum`]): 64 KiB, so that with thousands of QPs a
+/// receiver still gets runs of one QP to coalesce its ACKs over (one ACK per
+/// 6.6 data packets at 1024 QPs instead of one per packet; docs/benchmarks.md).
+pub const NIC_QUANTUM_BYTES: u32 = 64 << 10;
 
 /// Default pacing-wheel tick: 100 ns (a 4 KiB packet at 100 Gbit/s is 330 ns).
 pub const DEFAULT_PACING_TICK_NS: u64 = 100;
@@ -204,6 +214,7 @@ impl<C: Copy> Scheduler<C> {
             prev: NIL,
             next: NIL,
             state: QpState::Idle,
+            uses_quantum: false,
             next_bytes: 0,
             rate_bps: RATE_UNPACED,
             credit: burst_units,
@@ -227,12 +238,21 @@ impl<C: Copy> Scheduler<C> {
         }
     }
 
-    /// Lets a QP send up to `bytes` per visit of the round robin (at least
-    /// one packet; `0`, the default, is one packet per visit); a paced QP's
-    /// visit also ends when its credit does.
+    /// Lets a QP that takes it ([`Self::set_uses_quantum`]) send up to
+    /// `bytes` per visit of the round robin (at least one packet; `0`, the
+    /// default, is one packet per visit); a paced QP's visit also ends when
+    /// its credit does.
     pub fn with_quantum(mut self, bytes: u32) -> Self {
         self.quantum = u64::from(bytes);
         self
+    }
+
+    /// Whether QP `qp` takes the quantum per visit (else one packet; every
+    /// QP starts without, and [`Self::reset_qp`] clears it).
+    pub fn set_uses_quantum(&mut self, qp: u32, on: bool) -> Result<(), SchedError> {
+        let i = self.check(qp)?;
+        self.qps[i].uses_quantum = on;
+        Ok(())
     }
 
     /// Number of QP slots.
@@ -471,6 +491,7 @@ impl<C: Copy> Scheduler<C> {
         q.last_ns = now;
         q.inflight = 0;
         q.window = WINDOW_UNLIMITED;
+        q.uses_quantum = false;
         Ok(())
     }
 
@@ -511,7 +532,8 @@ impl<C: Copy> Scheduler<C> {
                 continue;
             }
             let bytes = u64::from(q.next_bytes);
-            if self.turn > 0 && self.turn + bytes > self.quantum {
+            let quantum = if q.uses_quantum { self.quantum } else { 0 };
+            if self.turn > 0 && self.turn + bytes > quantum {
                 // Its visit is over: the next QP's turn.
                 self.cursor = q.next;
                 self.turn = 0;
@@ -536,7 +558,7 @@ impl<C: Copy> Scheduler<C> {
                 }
             }
             self.turn += bytes;
-            if self.turn >= self.quantum {
+            if self.turn >= quantum {
                 self.cursor = q.next;
                 self.turn = 0;
             }
@@ -599,16 +621,25 @@ mod tests {
         order
     }
 
+    /// A scheduler with `quantum`, every QP taking it.
+    fn with_quantum(s: S, quantum: u32) -> S {
+        let mut s = s.with_quantum(quantum);
+        for q in 0..s.max_qps() {
+            s.set_uses_quantum(q, true).unwrap();
+        }
+        s
+    }
+
     #[test]
     fn quantum_keeps_a_qp_for_whole_packets_up_to_its_bytes() {
         // 2500 bytes: two 1000-byte packets per visit (a third would exceed).
-        let mut s = S::new(4, 8192, 8).with_quantum(2500);
+        let mut s = with_quantum(S::new(4, 8192, 8), 2500);
         for qp in 1..4 {
             s.mark_ready(qp, 1000).unwrap();
         }
         assert_eq!(order(&mut s, 8), vec![1, 1, 2, 2, 3, 3, 1, 1]);
         // A packet larger than the quantum still goes, one per visit.
-        let mut s = S::new(4, 8192, 8).with_quantum(500);
+        let mut s = with_quantum(S::new(4, 8192, 8), 500);
         s.mark_ready(0, 1000).unwrap();
         s.mark_ready(1, 1000).unwrap();
         assert_eq!(order(&mut s, 4), vec![0, 1, 0, 1]);
@@ -618,23 +649,38 @@ mod tests {
     fn quantum_visit_ends_with_credit_or_window() {
         // QP 0 is paced with a burst of two packets: its visit ends when its
         // credit does, though the quantum would allow four.
-        let mut s = S::with_pacing_tick(2, 2000, 8, 1).with_quantum(4000);
+        let mut s = with_quantum(S::with_pacing_tick(2, 2000, 8, 1), 4000);
         s.set_rate(0, 8_000_000, 0).unwrap();
         s.mark_ready(0, 1000).unwrap();
         s.mark_ready(1, 1000).unwrap();
         assert_eq!(order(&mut s, 8), vec![0, 0, 1, 1, 1, 1, 1, 1]);
         // QP 0's window holds three packets: then QP 1's turn.
-        let mut s = S::new(2, 8192, 8).with_quantum(8000);
+        let mut s = with_quantum(S::new(2, 8192, 8), 8000);
         s.set_window_state(0, 0, 3000).unwrap();
         s.mark_ready(0, 1000).unwrap();
         s.mark_ready(1, 1000).unwrap();
         assert_eq!(order(&mut s, 5), vec![0, 0, 0, 1, 1]);
         // A QP that joins mid-visit waits for the visit to end.
-        let mut s = S::new(3, 8192, 8).with_quantum(3000);
+        let mut s = with_quantum(S::new(3, 8192, 8), 3000);
         s.mark_ready(0, 1000).unwrap();
         assert_eq!(order(&mut s, 1), vec![0]);
         s.mark_ready(1, 1000).unwrap();
         assert_eq!(order(&mut s, 4), vec![0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn only_qps_that_take_the_quantum_keep_the_cursor() {
+        // QP 0 takes it, QP 1 does not (a QP under CC in the NIC).
+        let mut s = S::new(2, 8192, 8).with_quantum(3000);
+        s.set_uses_quantum(0, true).unwrap();
+        s.mark_ready(0, 1000).unwrap();
+        s.mark_ready(1, 1000).unwrap();
+        assert_eq!(order(&mut s, 8), vec![0, 0, 0, 1, 0, 0, 0, 1]);
+        // Reset clears it.
+        s.reset_qp(0, 8).unwrap();
+        s.mark_ready(0, 1000).unwrap();
+        let o = order(&mut s, 12);
+        assert!(o.windows(2).all(|w| w[0] != w[1]), "{o:?}");
     }
 
     #[test]
@@ -848,7 +894,7 @@ mod tests {
         #[test]
         fn quantum_visits_rotate_and_hold_whole_packets(quantum in 0u32..20_000, sizes in proptest::collection::vec(64u32..5000, 2..6)) {
             let n = sizes.len() as u32;
-            let mut s = S::new(n, 8192, 4).with_quantum(quantum);
+            let mut s = with_quantum(S::new(n, 8192, 4), quantum);
             for (q, &b) in sizes.iter().enumerate() {
                 s.mark_ready(q as u32, b).unwrap();
             }
@@ -879,6 +925,9 @@ mod tests {
         #[test]
         fn invariants(ops in proptest::collection::vec(op(), 1..300), quantum in prop_oneof![Just(0u32), 1u32..20_000]) {
             let mut s = S::with_pacing_tick(8, 6000, 4, 10).with_quantum(quantum);
+            for q in 0..8 {
+                s.set_uses_quantum(q, q % 2 == 0).unwrap();
+            }
             let mut now = 0u64;
             for op in ops {
                 match op {

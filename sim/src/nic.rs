@@ -69,6 +69,12 @@ pub struct NicConfig {
     pub int_dscp: u8,
     /// Retransmit timeout, ns.
     pub timeout_ns: u64,
+    /// Bytes a QP without CC sends per visit of the flow scheduler's round
+    /// robin (`sched::Scheduler::with_quantum`; QPs under CC always send one
+    /// packet per visit, the HPCC++ prototype's scheduler, 002 §7.2): 0 is one
+    /// packet, as the paper's simulator; [`sched::scheduler::NIC_QUANTUM_BYTES`]
+    /// is what the DPDK NIC uses.
+    pub sched_quantum: u32,
 }
 
 /// NIC counters (summed over hosts in the report).
@@ -224,7 +230,8 @@ impl Nic {
             slots: (0..MAX_QPS).map(|_| None).collect(),
             gens: vec![0; MAX_QPS as usize],
             free: (0..MAX_QPS).rev().collect(),
-            sched: Scheduler::new(MAX_QPS, PACING_BURST_BYTES, MAX_QPS as usize),
+            sched: Scheduler::new(MAX_QPS, PACING_BURST_BYTES, MAX_QPS as usize)
+                .with_quantum(cfg.sched_quantum),
             wheel: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, 5 * MAX_QPS as usize),
             timer_hint: u64::MAX,
             rkey: mr.rkey,
@@ -356,6 +363,10 @@ impl Nic {
         s.update_window();
         self.slots[i] = Some(s);
         let _ = self.sched.reset_qp(i as u32, now);
+        // As the NIC: only a QP without CC takes the quantum.
+        let _ = self
+            .sched
+            .set_uses_quantum(i as u32, self.cfg.cc == CcKind::None);
         Ok(())
     }
 

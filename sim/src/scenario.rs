@@ -45,6 +45,9 @@ pub struct Params {
     /// Threads that run them (0: as many as partitions and cores allow); the results
     /// do not depend on it.
     pub threads: u32,
+    /// Bytes a QP without CC sends per visit of its NIC's round robin (0: one
+    /// packet; QPs under CC always send one).
+    pub sched_quantum: u32,
 }
 
 /// The outcome of one run.
@@ -81,6 +84,7 @@ pub fn run(
             cc,
             int_dscp: rdma::wire::int::DEFAULT_INT_DSCP,
             timeout_ns: p.timeout_ns,
+            sched_quantum: p.sched_quantum,
         },
         seed: p.seed,
         msg_bytes: if p.msg_bytes == 0 {

@@ -28,6 +28,7 @@ fn params(seed: u64) -> Params {
         shared_buffer: None,
         partitions: 0,
         threads: 0,
+        sched_quantum: 0,
     }
 }
 
@@ -94,6 +95,7 @@ fn ecmp_spreads_flows_over_the_uplinks_and_keeps_each_on_one_path() {
         cc: CcKind::None,
         int_dscp: rdma::wire::int::DEFAULT_INT_DSCP,
         timeout_ns: 67_108_864,
+        sched_quantum: 0,
     };
     let cfg = RunConfig {
         nic,

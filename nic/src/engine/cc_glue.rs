@@ -7,7 +7,7 @@
 //! [`Engine::after_qp_work`] runs after anything touched a QP (a frame, a
 //! timer, a doorbell); each of its steps is a small function below.
 
-use cc::CongestionControl;
+use cc::{CcKind, CongestionControl};
 use rdma::transport::qp::QpEvent;
 use rdma::transport::{Qp, TxPacket, WcOpcode, WcStatus};
 use rdma::wire::RoceFrame;
@@ -67,8 +67,12 @@ impl Engine {
         }
         let rate = s.cc.rate_bps();
         if rate != s.sched_rate {
+            // First requeue after a (re)start, or the CC's rate changed. A QP
+            // without CC takes the scheduler's quantum (NIC_QUANTUM_BYTES):
+            // runs of its packets let the receiver coalesce ACKs.
             s.sched_rate = rate;
             let _ = self.sched.set_rate(q, rate, now);
+            let _ = self.sched.set_uses_quantum(q, s.cc.kind() == CcKind::None);
         }
         let _ = self.sched.mark_ready(q, s.next_bytes);
     }

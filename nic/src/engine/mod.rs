@@ -68,10 +68,6 @@ pub(crate) use port::PacketIo;
 /// poll turn of ~5 us does not cap a QP paced at 100 Gbit/s (with 16 KiB,
 /// DCQCN at line rate got 17 Gbit/s on a ring pair, 23 with 64 KiB).
 const PACING_BURST_BYTES: u32 = 64 << 10;
-/// Bytes a QP sends per round-robin visit, credit and window allowing
-/// (sched's `with_quantum`). Runs of one QP let the receiver coalesce its
-/// ACKs over an RX burst and keep the QP's state in cache.
-const QUANTUM_BYTES: u32 = 64 << 10;
 /// Time at line rate the port's shaper lets go back to back: longer than a
 /// poll turn, so that a turn's TX burst is not cut at a fast line rate.
 const SHAPER_BURST_NS: u64 = 20_000;
@@ -310,7 +306,7 @@ impl Engine {
             connected: Vec::with_capacity(MAX_QPS),
             cq_waiting: Vec::with_capacity(MAX_QPS),
             sched: Scheduler::new(MAX_QPS as u32, PACING_BURST_BYTES, MAX_QPS)
-                .with_quantum(QUANTUM_BYTES),
+                .with_quantum(sched::scheduler::NIC_QUANTUM_BYTES),
             wheel: timers::wheel(clock.now_ns()),
             counters: Counters::default(),
             scratch: vec![0u8; MAX_FRAME],

@@ -98,6 +98,11 @@ struct Common {
     /// Threads that run the partitions (default: min(partitions, cores)).
     #[arg(long)]
     threads: Option<u32>,
+    /// Bytes a QP without CC (`--cc none`) sends per visit of its NIC's round
+    /// robin: 0, one packet per visit, as the paper's simulator; the DPDK NIC
+    /// uses 65536. QPs under CC send one packet per visit either way.
+    #[arg(long, default_value_t = 0)]
+    sched_quantum: u32,
 }
 
 #[derive(Args)]
@@ -212,6 +217,7 @@ fn params(
         },
         partitions: c.partitions.unwrap_or(0),
         threads: c.threads.unwrap_or(0),
+        sched_quantum: c.sched_quantum,
     })
 }
 
