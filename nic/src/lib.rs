@@ -14,6 +14,7 @@ pub mod counters;
 pub mod device;
 mod doorbell;
 pub mod engine;
+pub mod error;
 pub mod exchange;
 pub mod impair;
 pub mod io;
@@ -22,7 +23,6 @@ pub mod pcapng;
 pub mod perftest_exchange;
 pub mod port_shaper;
 pub mod shard;
-mod staging;
 mod sync;
 #[allow(unsafe_code)]
 mod sys;

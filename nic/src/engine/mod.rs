@@ -46,12 +46,12 @@ use rdma::wire::frame::FrameBuilder;
 use rdma::wire::{HeaderTemplate, ParseOptions};
 
 use crate::counters::Counters;
+use crate::error::VerbsError;
 use crate::io::{TxPools, MAX_FRAME};
 use crate::pcapng::CaptureProducer;
 use crate::scheduler::Scheduler;
 use crate::sys::RawMemory;
 use crate::timer_wheel::{TimerHandle, TimerKey, TimerWheel};
-use crate::verbs::VerbsError;
 
 pub use crate::contract::{
     Command, Doorbell, EngineShared, CAPTURE_SNAP, MAX_HOPS, MAX_QPS, QPN_BASE,

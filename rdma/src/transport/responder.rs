@@ -10,9 +10,9 @@
 //! `find_resource`).
 
 use super::cc_ext::CcExtState;
+use super::config::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
 use super::mr::{Access, MemorySpace, MrTable};
 use super::output::{Outputs, Payload, TxPacket};
-use super::qp::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
 use super::wc::{RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::bth::{BthRepr, Opcode};
 use crate::wire::ccext::{CcExtFlags, CcExtRepr};
