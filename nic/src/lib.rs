@@ -28,6 +28,8 @@ mod sync;
 mod sys;
 pub mod verbs;
 
-/// The flow scheduler and the timing wheel live in the pure `sched` crate (shared with
+/// The flow scheduler and the timing wheel live in the pure `sched` crate, the loss
+/// backoff of a QP without CC in the per-QP core `qpcore` (both shared with
 /// `roce-sim`); re-exported under their old paths.
-pub use sched::{gbn_backoff, scheduler, timer_wheel};
+pub use qpcore::gbn_backoff;
+pub use sched::{scheduler, timer_wheel};
