@@ -429,3 +429,230 @@ fn rearm(
         _ => wheel.schedule(want, key).ok().map(|h| (h, want)),
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cc::{CcKind, PathConfig};
+    use rdma::transport::{Access, QpConfig, QpState, SendOp, SendWr, Sge, VecMemory, WcStatus};
+    use rdma::wire::frame::NetHeaders;
+    use rdma::wire::{parse_frame, EthernetAddress, Ipv4Address, ParseOptions};
+    use sched::scheduler::Decision;
+
+    const BASE: u64 = 0x1000;
+    const LEN: usize = 64 << 10;
+
+    /// Frames into byte vectors (as a driver's link would take them).
+    struct Frames<'a> {
+        mem: &'a VecMemory,
+        out: Vec<Vec<u8>>,
+    }
+
+    impl FrameSink for Frames<'_> {
+        fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u32> {
+            let mut buf = vec![0; 2048];
+            let n = pkt.build_frame(fb, self.mem, &mut buf).ok()?;
+            buf.truncate(n);
+            self.out.push(buf);
+            Some(n as u32 + 24)
+        }
+    }
+
+    /// Completions into a vector with room for `room` of them.
+    struct Cq {
+        wcs: Vec<WorkCompletion>,
+        room: usize,
+    }
+
+    impl Completions for Cq {
+        fn has_room(&self) -> bool {
+            self.wcs.len() < self.room
+        }
+        fn complete(&mut self, wc: WorkCompletion) {
+            self.wcs.push(wc);
+        }
+    }
+
+    /// One end: its core, scheduler, wheel, memory and MR table.
+    struct End {
+        core: QpCore,
+        sched: Scheduler<u32>,
+        wheel: TimerWheel<TimerKey>,
+        mrs: MrTable,
+        mem: VecMemory,
+        key: TimerKey,
+        /// The region's (lkey, rkey).
+        keys: (u32, u32),
+    }
+
+    fn end(kind: CcKind, qpn: u32, dest: u32, ip: u8, peer: u8) -> End {
+        let cc = kind.build(PathConfig {
+            line_rate_bps: 100_000_000_000,
+            base_rtt_ns: 10_000,
+            mtu_bytes: 1024,
+        });
+        let fb = FrameBuilder {
+            net: NetHeaders {
+                src_mac: EthernetAddress([2, 0, 0, 0, 0, ip]),
+                dst_mac: EthernetAddress([2, 0, 0, 0, 0, peer]),
+                src_ip: Ipv4Address([10, 0, 0, ip]),
+                dst_ip: Ipv4Address([10, 0, 0, peer]),
+                udp_src_port: 0xC000,
+                dscp: crate::ROCE_DSCP,
+                ttl: 64,
+            },
+            int: None,
+        };
+        let probe_int = IntInsert {
+            int_dscp: 0x18,
+            max_hops: qp_cc::MAX_HOPS as u8,
+        };
+        let mut core = QpCore::new(cc, fb, probe_int, kind.uses_extensions(), 1024);
+        let mut qp = Qp::new(QpConfig {
+            qpn,
+            dest_qpn: dest,
+            cc_ext: kind.uses_extensions(),
+            ..QpConfig::default()
+        })
+        .unwrap();
+        for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            qp.modify(st).unwrap();
+        }
+        core.qp = Some(qp);
+        core.update_window();
+        let mut mrs = MrTable::new();
+        let mr = mrs
+            .register(BASE, LEN as u64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        End {
+            core,
+            sched: Scheduler::new(4, crate::PACING_BURST_BYTES, 4),
+            wheel: TimerWheel::new(crate::TIMER_TICK_NS, crate::TIMER_SLOTS, 16),
+            mrs,
+            mem: VecMemory::new(BASE, LEN),
+            key: TimerKey {
+                qp: 0,
+                kind: WheelKind::Retransmit,
+                gen: 0,
+            },
+            keys: (mr.lkey, mr.rkey),
+        }
+    }
+
+    /// Runs `e`'s scheduler once: the frames of one decision.
+    fn transmit(e: &mut End, now: u64) -> Vec<Vec<u8>> {
+        let mut out = Frames {
+            mem: &e.mem,
+            out: Vec::new(),
+        };
+        match e.sched.next(now) {
+            Decision::Idle { .. } => {}
+            Decision::Control(q) => e.core.send_control(&mut e.sched, q, now, &mut out),
+            Decision::Qp { .. } => {
+                e.core
+                    .send_data(&mut e.sched, &mut e.wheel, e.key, now, &mut out);
+            }
+        }
+        out.out
+    }
+
+    /// Hands `frames` to `e` and runs what a driver runs after: events,
+    /// completions into `cq`, requeue.
+    fn deliver(e: &mut End, frames: &[Vec<u8>], cq: &mut Cq, now: u64) {
+        let opts = ParseOptions {
+            int_dscp: Some(0x18),
+            verify_icrc: true,
+        };
+        let cc_ext = e.core.cc_ext;
+        for b in frames {
+            let f = parse_frame(b, &opts, |_| cc_ext).unwrap();
+            e.core.receive(&f, now, &e.mrs, &mut e.mem);
+        }
+        e.core.feed_events(now);
+        e.core.move_completions(cq);
+        e.core.requeue(&mut e.sched, &mut e.wheel, e.key, now);
+    }
+
+    #[test]
+    fn a_write_goes_out_is_acknowledged_and_completes() {
+        let mut a = end(CcKind::Hpcc, 0x11, 0x12, 1, 2);
+        let mut b = end(CcKind::Hpcc, 0x12, 0x11, 2, 1);
+        a.mem.write(BASE, b"per-QP core");
+        let wr = SendWr {
+            wr_id: 7,
+            op: SendOp::Write {
+                remote_va: BASE + 100,
+                rkey: b.keys.1,
+            },
+            sge: Sge {
+                addr: BASE,
+                len: 11,
+                lkey: a.keys.0,
+            },
+            signaled: true,
+            solicited: false,
+        };
+        a.core.qp.as_mut().unwrap().post_send(wr, &a.mrs).unwrap();
+        let armed = a.core.requeue(&mut a.sched, &mut a.wheel, a.key, 0);
+        assert_eq!(armed, u64::MAX, "nothing sent, no timer yet");
+        let data = transmit(&mut a, 0);
+        assert_eq!(data.len(), 1, "one WRITE packet");
+        // The retransmit timer of what is in flight is on the wheel.
+        assert!(a.core.transport_timer.is_some());
+        let mut b_cq = Cq {
+            wcs: Vec::new(),
+            room: 8,
+        };
+        deliver(&mut b, &data, &mut b_cq, 1_000);
+        assert_eq!(b.mem.read(BASE + 100, 11), b"per-QP core");
+        let ack = transmit(&mut b, 1_000);
+        assert_eq!(ack.len(), 1, "the responder's ACK goes out as control");
+        // A full CQ holds the completion in the QP ...
+        let mut a_cq = Cq {
+            wcs: Vec::new(),
+            room: 0,
+        };
+        deliver(&mut a, &ack, &mut a_cq, 2_000);
+        assert!(a_cq.wcs.is_empty());
+        // ... until it has room.
+        a_cq.room = 1;
+        assert!(a.core.move_completions(&mut a_cq));
+        assert_eq!(a_cq.wcs.len(), 1);
+        assert_eq!(a_cq.wcs[0].wr_id, 7);
+        assert_eq!(a_cq.wcs[0].status, WcStatus::Success);
+    }
+
+    #[test]
+    fn a_cnp_owed_goes_out_first_as_control() {
+        let mut a = end(CcKind::Dcqcn, 0x11, 0x12, 1, 2);
+        a.core.cnp_pending = true;
+        a.core.requeue(&mut a.sched, &mut a.wheel, a.key, 0);
+        let out = transmit(&mut a, 0);
+        assert_eq!(out.len(), 1);
+        let f = parse_frame(&out[0], &ParseOptions::default(), |_| false).unwrap();
+        assert_eq!(f.bth.opcode, Opcode::Cnp);
+        assert_eq!(f.bth.dest_qp, 0x12);
+        assert!(!a.core.cnp_pending);
+        assert!(transmit(&mut a, 0).is_empty(), "one CNP, then nothing");
+    }
+
+    #[test]
+    fn a_qp_without_transport_sends_nothing_and_takes_no_timer() {
+        let mut a = end(CcKind::Hpcc, 0x11, 0x12, 1, 2);
+        a.core.qp = None;
+        a.core.cnp_pending = true;
+        assert_eq!(
+            a.core.requeue(&mut a.sched, &mut a.wheel, a.key, 0),
+            u64::MAX
+        );
+        assert_eq!(a.sched.control_len(), 0);
+        assert!(!a.core.on_timer(WheelKind::Retransmit, 5));
+        let mut out = Frames {
+            mem: &a.mem,
+            out: Vec::new(),
+        };
+        a.core.send_control(&mut a.sched, 0, 0, &mut out);
+        assert!(out.out.is_empty());
+        assert!(a.wheel.is_empty());
+    }
+}
