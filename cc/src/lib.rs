@@ -42,7 +42,6 @@
 pub mod dcqcn;
 pub mod hpcc;
 pub mod ldcp;
-pub mod model;
 pub mod none;
 pub mod rx_hpcc;
 pub mod types;
