@@ -37,6 +37,7 @@
 //! assert!(window > 0 && rate <= path.line_rate_bps);
 //! ```
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod dcqcn;
