@@ -15,12 +15,9 @@ pub mod device;
 mod doorbell;
 pub mod engine;
 pub mod error;
-pub mod exchange;
-pub mod impair;
 pub mod io;
 pub mod notify;
 pub mod pcapng;
-pub mod perftest_exchange;
 pub mod port_shaper;
 pub mod shard;
 mod sync;
@@ -33,3 +30,8 @@ pub mod verbs;
 /// `roce-sim`); re-exported under their old paths.
 pub use qpcore::gbn_backoff;
 pub use sched::{scheduler, timer_wheel};
+
+/// Out-of-band connection set-up (the project's exchange and perftest's) lives in the
+/// crate `oob`: the slow path of tools, not the NIC's core; re-exported under its old
+/// paths.
+pub use oob::{exchange, perftest as perftest_exchange};
