@@ -3,9 +3,9 @@
 # `rustup +nightly component add miri`): rdma's unit and integration tests
 # (not golden.rs: it runs tshark and scapy) and cc's unit tests, with few
 # proptest cases (Miri checks every access of the paths a case takes; more
-# cases mostly repeat them). cc's closed-loop
-# model tests (cc/tests/model.rs: seconds of simulated traffic, plain
-# arithmetic, no pointers) take hours under Miri and are left out.
+# cases mostly repeat them). The closed-loop bottleneck model tests of the
+# CC algorithms (sim/tests/bottleneck_model.rs: seconds of simulated traffic,
+# plain arithmetic, no pointers) take hours under Miri and are left out.
 # Its own target directory, so the release build is untouched.
 set -euo pipefail
 cd "$(dirname "$0")/.."

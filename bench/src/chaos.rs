@@ -1,6 +1,6 @@
 //! What the chaos soak (`roce-soak`) and the fault tests share: a seeded
 //! byte pattern every receiver can check by offset, two NICs joined through
-//! the impairment stage ([`nic::impair`]), and the process's memory census
+//! the impairment stage ([`impair`]), and the process's memory census
 //! (RSS and every mempool's in-use count).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use dpdk::{Eal, Mempool, Port, RxQueue, TxQueue};
-use nic::impair::{run as impair, ImpairCounters, ImpairedPath, Impairment};
+use impair::{run as impair, ImpairCounters, ImpairedPath, Impairment};
 use nic::verbs::{Device, DeviceConfig, VerbsError};
 
 /// The seed of message `seq` of QP `qp`: every message has its own, so a

@@ -8,6 +8,8 @@
 //! * [`testpmd`]: runs `dpdk-testpmd` on the same vdevs and reads its rates,
 //!   the baseline every pipeline benchmark is a ratio against (DESIGN.md §9).
 
+#![forbid(unsafe_code)]
+
 pub mod chaos;
 pub mod fwd;
 pub mod memory;

@@ -11,7 +11,7 @@ use bench::chaos::{
     mbufs_in_use, message_seed, pattern_fill, pattern_mismatch, rss_bytes, ImpairedLink,
 };
 use dpdk::Eal;
-use nic::impair::Impairment;
+use impair::Impairment;
 use nic::verbs::{CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QueuePair};
 use rdma::transport::{Access, RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
 

@@ -122,6 +122,7 @@ fn text(o: &Output) -> String {
 
 #[test]
 fn roce_perf_between_two_namespaces_over_tap() {
+    dpdk::Eal::require_root("network namespaces and TAP ports");
     let _topo = Topology::up();
     let dir = std::env::temp_dir();
     for test in ["write_bw", "read_bw", "send_bw"] {

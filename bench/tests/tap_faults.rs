@@ -67,6 +67,7 @@ fn cfg(last: u8) -> DeviceConfig {
 
 #[test]
 fn tap_link_down_and_up_mid_transfer_recovers_or_errors_cleanly() {
+    Eal::require_root("TAP ports and a kernel bridge");
     let eal = Eal::for_tests();
     let pa = Port::open(eal, &format!("net_tap_rsnicrel_a,iface={TAP_A}")).unwrap();
     let pb = Port::open(eal, &format!("net_tap_rsnicrel_b,iface={TAP_B}")).unwrap();

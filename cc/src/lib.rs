@@ -37,12 +37,12 @@
 //! assert!(window > 0 && rate <= path.line_rate_bps);
 //! ```
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod dcqcn;
 pub mod hpcc;
 pub mod ldcp;
-pub mod model;
 pub mod none;
 pub mod rx_hpcc;
 pub mod types;

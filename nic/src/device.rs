@@ -11,14 +11,15 @@ use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crossbeam_channel::Sender;
 use dpdk::{Eal, Port};
 
-use crate::contract::{DeviceConfig, EngineShared, CAPTURE_SNAP, MAX_QPS, QPN_BASE};
+use crate::contract::{Command, DeviceConfig, EngineShared, CAPTURE_SNAP, MAX_QPS, QPN_BASE};
 use crate::counters::Counters;
 use crate::engine::{Engine, EngineParts, PacketIo};
+use crate::error::VerbsError;
 use crate::pcapng::{CaptureProducer, Interface, PcapngWriter};
 use crate::shard::{shard_base, Dispatcher, DispatcherParts};
-use crate::verbs::{Device, EngineHandle, VerbsError};
 
 /// Records in the ring between the engine and the capture writer.
 const CAPTURE_RING: usize = 8192;
@@ -28,6 +29,33 @@ const SHARD_RING: u32 = 4096;
 /// The thread that writes a device's capture file.
 pub(crate) type CaptureWriter =
     JoinHandle<std::io::Result<PcapngWriter<std::io::BufWriter<std::fs::File>>>>;
+
+/// One engine of a device: how the API reaches it.
+pub(crate) struct EngineHandle {
+    pub(crate) shared: Arc<EngineShared>,
+    pub(crate) cmd: Sender<Command>,
+}
+
+/// A RoCEv2 NIC on one DPDK port, with its engine running (or, sharded,
+/// its engines and their dispatcher: [`Device::open_sharded`]). Started
+/// and stopped in [`crate::device`].
+pub struct Device {
+    /// The engines: one, or one per shard (shard `k` owns the QPNs from
+    /// [`crate::shard::shard_base`]`(k)`).
+    pub(crate) engines: Vec<EngineHandle>,
+    /// A sharded device's dispatcher (its stop/done flags and counters).
+    pub(crate) dispatcher: Option<Arc<EngineShared>>,
+    pub(crate) threads: Vec<std::thread::JoinHandle<()>>,
+    /// The shard of the next completion queue (round robin).
+    pub(crate) next_cq: AtomicUsize,
+    pub(crate) capture: Option<CaptureWriter>,
+    pub(crate) mac: [u8; 6],
+    pub(crate) ip: [u8; 4],
+    /// The next protection domain number ([`Device::alloc_pd`]).
+    pub(crate) next_pd: AtomicU32,
+    /// The longest frame the port carries.
+    pub(crate) max_frame: usize,
+}
 
 impl Device {
     /// Starts a device on `port` (configured here with one RX and one TX

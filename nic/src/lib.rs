@@ -14,20 +14,24 @@ pub mod counters;
 pub mod device;
 mod doorbell;
 pub mod engine;
-pub mod exchange;
-pub mod impair;
+pub mod error;
 pub mod io;
 pub mod notify;
 pub mod pcapng;
-pub mod perftest_exchange;
 pub mod port_shaper;
 pub mod shard;
-mod staging;
 mod sync;
 #[allow(unsafe_code)]
 mod sys;
 pub mod verbs;
 
-/// The flow scheduler and the timing wheel live in the pure `sched` crate (shared with
+/// The flow scheduler and the timing wheel live in the pure `sched` crate, the loss
+/// backoff of a QP without CC in the per-QP core `qpcore` (both shared with
 /// `roce-sim`); re-exported under their old paths.
-pub use sched::{gbn_backoff, scheduler, timer_wheel};
+pub use qpcore::gbn_backoff;
+pub use sched::{scheduler, timer_wheel};
+
+/// Out-of-band connection set-up (the project's exchange and perftest's) lives in the
+/// crate `oob`: the slow path of tools, not the NIC's core; re-exported under its old
+/// paths.
+pub use oob::{exchange, perftest as perftest_exchange};

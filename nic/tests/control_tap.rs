@@ -20,12 +20,6 @@ use rdma::wire::{Icmpv4Packet, Icmpv4Repr, Ipv4Packet, Ipv4Repr};
 const KERNEL_IP: [u8; 4] = [10, 213, 77, 1];
 const NIC_IP: [u8; 4] = [10, 213, 77, 2];
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:\t0\t")))
-        .unwrap_or(false)
-}
-
 fn ip(args: &[&str]) -> String {
     let out = Command::new("ip").args(args).output().expect("ip runs");
     assert!(
@@ -148,10 +142,7 @@ fn mac_text(m: [u8; 6]) -> String {
 
 #[test]
 fn the_kernel_pings_the_nic_and_each_resolves_the_other_by_arp() {
-    if !is_root() {
-        eprintln!("skipped: TAP ports and raw sockets need root");
-        return;
-    }
+    Eal::require_root("TAP ports and raw sockets");
     let tap = std::env::var("RSNIC_CTL_TAP").unwrap_or_else(|_| "rsnic-ctl0".into());
     let eal = Eal::for_tests();
     let port = Port::open(eal, &format!("net_tap_ctl,iface={tap}")).expect("TAP port");

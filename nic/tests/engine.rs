@@ -214,7 +214,7 @@ per_cc!(write_and_read: write_and_read_cc_none, write_and_read_cc_dcqcn, write_a
 /// stay exact, the QP never stalls. Both engines share one poll thread
 /// (`Device::open_group`), so the stage and the NICs have a core each.
 fn lossy(cc: CcKind) {
-    use nic::impair::{run as impair, ImpairCounters, ImpairedPath, Impairment};
+    use impair::{run as impair, ImpairCounters, ImpairedPath, Impairment};
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use cc::CcKind;
 use dpdk::{Eal, Port};
-use nic::impair::{run_throttled, ImpairCounters, Throttle, ThrottledPath};
+use impair::{run_throttled, ImpairCounters, Throttle, ThrottledPath};
 use nic::verbs::{CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QueuePair};
 use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
 

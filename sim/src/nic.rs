@@ -1,32 +1,27 @@
-//! A simulated host NIC: the NIC engine's per-QP work (DESIGN.md §5) on the same pure
-//! parts the engine runs — `rdma::transport::Qp` for reliability, one `cc::AnyCc` per
-//! QP fed through the engine's own glue (`sched::qp_cc`: CC events from QP events with
-//! their telemetry and RTT sample, the receiver-side call on every request, the
-//! send-side call with fast start, the CC's actions applied, the window with the
-//! go-back-N backoff of a QP without CC), `sched::scheduler::Scheduler` for
+//! A simulated host NIC: the NIC engine's per-QP core (`qpcore::QpCore`, docs/design.md
+//! "The per-QP core") over the same pure parts the engine runs — `rdma::transport::Qp`
+//! for reliability, one `cc::AnyCc` per QP, `sched::scheduler::Scheduler` for
 //! control-first round robin with pacing credit, `sched::timer_wheel::TimerWheel` for
 //! the retransmit and CC timers — with simulated time passed in and frames handed to
 //! the fabric instead of a DPDK port.
 //!
-//! What this file adds is the engine's loop around that glue (`nic/src/engine`): a CNP
-//! owed goes out as a control packet, the rate goes into the scheduler, INT is inserted
-//! on data when the CC wants it and on probes, the wheel ticks at 1 us. The engine's
-//! DPDK parts (mbufs, rings, doorbells, CQ rings, slow path) have no counterpart: work
-//! is posted directly.
+//! What this file adds is the simulator's own: a table of QPs whose QPNs carry a
+//! generation (a late frame never reaches the QP that reuses a slot), flows that post
+//! WRITEs and complete, frames built headers-only into the fabric's buffers, the
+//! timer hint the fabric wakes the NIC for, and the counters of the report. The
+//! engine's DPDK parts (mbufs, rings, doorbells, CQ rings, slow path) have no
+//! counterpart: work is posted directly.
 
-use cc::{AnyCc, CcKind, CongestionControl, PathConfig};
+use cc::{CcKind, PathConfig};
+use qpcore::gbn_backoff::GoBackNBackoff;
+use qpcore::{qp_cc, Completions, FrameSink, QpCore};
 use rdma::transport::{
-    Access, MrTable, Payload, Qp, QpConfig, QpEvent, QpState, SendOp, SendWr, Sge, TxPacket,
-    WcStatus,
+    Access, MrTable, Qp, QpConfig, QpState, SendOp, SendWr, Sge, TxPacket, WcStatus, WorkCompletion,
 };
-use rdma::wire::frame::{IntInsert, NetHeaders, RoceRepr};
-use rdma::wire::{
-    parse_frame, BthRepr, Ecn, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, ParseOptions,
-};
-use sched::gbn_backoff::GoBackNBackoff;
-use sched::qp_cc::{self, CC_TIMERS};
+use rdma::wire::frame::{IntInsert, NetHeaders};
+use rdma::wire::{parse_frame, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, ParseOptions};
 use sched::scheduler::{Decision, Scheduler};
-use sched::timer_wheel::{TimerHandle, TimerKey, TimerKind as WheelKind, TimerWheel};
+use sched::timer_wheel::{TimerKey, TimerKind as WheelKind, TimerWheel};
 use switch::{wire_bytes, Shaper};
 
 use crate::frame::{FramePool, NullMemory, SimFrame};
@@ -40,13 +35,6 @@ const QPN_BASE: u32 = 0x11;
 const SLOT_BITS: u32 = 12;
 /// Most QPs (requester and responder) a simulated NIC holds at once.
 pub const MAX_QPS: u32 = 1 << SLOT_BITS;
-/// The engine's timer wheel: 1 us ticks, 4096 slots.
-const TIMER_TICK_NS: u64 = 1_000;
-const TIMER_SLOTS: usize = 4096;
-/// The engine's pacer depth (token bucket) in bytes.
-const PACING_BURST_BYTES: u32 = 64 << 10;
-/// DSCP of RoCEv2 traffic (the engine's).
-const ROCE_DSCP: u8 = 26;
 /// Base of the single registered region every NIC exposes to its peers.
 const MR_BASE: u64 = 0x1000;
 /// Length of that region: larger than any flow.
@@ -112,21 +100,9 @@ struct FlowWork {
     msg: u32,
 }
 
+/// One QP: the engine's per-QP core and the flow it writes, if it is a requester.
 struct QpSlot {
-    qp: Qp,
-    cc: AnyCc,
-    fb: FrameBuilder,
-    cc_ext: bool,
-    ctrl_queued: bool,
-    sched_rate: u64,
-    next_bytes: u32,
-    transport_timer: Option<(TimerHandle, u64)>,
-    cc_armed: [Option<(TimerHandle, u64)>; 4],
-    cc_timers: [u64; 4],
-    rtt_probe: qp_cc::RttProbe,
-    cnp_pending: bool,
-    /// CC `none` only: the engine's go-back-N backoff window.
-    backoff: Option<GoBackNBackoff>,
+    core: QpCore,
     work: Option<FlowWork>,
 }
 
@@ -167,45 +143,6 @@ pub struct Nic {
     pub mem: NullMemory,
 }
 
-impl QpSlot {
-    fn apply(&mut self, a: cc::Actions) {
-        qp_cc::apply(
-            a,
-            Some(&mut self.qp),
-            &mut self.cc_timers,
-            &mut self.cnp_pending,
-        );
-    }
-
-    fn update_window(&mut self) {
-        self.qp
-            .set_window(qp_cc::window(&self.cc, self.backoff.as_ref()));
-    }
-}
-
-/// Makes a timer fire no later than `want` (the engine's lazy re-arming: one armed
-/// earlier stays, the handler acts only on what is really due); lowers `hint` to
-/// what it armed.
-fn arm(
-    wheel: &mut TimerWheel<TimerKey>,
-    armed: &mut Option<(TimerHandle, u64)>,
-    want: Option<u64>,
-    key: TimerKey,
-    hint: &mut u64,
-) {
-    match (*armed, want) {
-        (Some((_, at)), Some(w)) if at <= w => {}
-        (_, None) => {}
-        (cur, Some(w)) => {
-            *armed = match cur {
-                Some((h, _)) if wheel.reschedule(h, w).is_ok() => Some((h, w)),
-                _ => wheel.schedule(w, key).ok().map(|h| (h, w)),
-            };
-            *hint = (*hint).min(w);
-        }
-    }
-}
-
 impl Nic {
     /// A NIC with address `ip`/`mac`; `seed` varies its initial PSNs.
     pub fn new(ip: [u8; 4], mac: [u8; 6], cfg: NicConfig, seed: u64) -> Self {
@@ -230,9 +167,13 @@ impl Nic {
             slots: (0..MAX_QPS).map(|_| None).collect(),
             gens: vec![0; MAX_QPS as usize],
             free: (0..MAX_QPS).rev().collect(),
-            sched: Scheduler::new(MAX_QPS, PACING_BURST_BYTES, MAX_QPS as usize)
+            sched: Scheduler::new(MAX_QPS, qpcore::PACING_BURST_BYTES, MAX_QPS as usize)
                 .with_quantum(cfg.sched_quantum),
-            wheel: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, 5 * MAX_QPS as usize),
+            wheel: TimerWheel::new(
+                qpcore::TIMER_TICK_NS,
+                qpcore::TIMER_SLOTS,
+                qpcore::TIMERS_PER_QP * MAX_QPS as usize,
+            ),
             timer_hint: u64::MAX,
             rkey: mr.rkey,
             lkey: mr.lkey,
@@ -277,7 +218,7 @@ impl Nic {
     fn slot_of(&self, qpn: u32) -> Option<usize> {
         let i = (qpn.checked_sub(QPN_BASE)? & (MAX_QPS - 1)) as usize;
         let s = self.slots.get(i)?.as_ref()?;
-        (s.qp.config().qpn == qpn).then_some(i)
+        (s.core.qp.as_ref()?.config().qpn == qpn).then_some(i)
     }
 
     /// Opens a QP: `(qpn, initial psn)`, or `None` when every slot is busy.
@@ -336,7 +277,7 @@ impl Nic {
                 src_ip: Ipv4Address(self.ip),
                 dst_ip: Ipv4Address(remote_ip),
                 udp_src_port: sport,
-                dscp: ROCE_DSCP,
+                dscp: qpcore::ROCE_DSCP,
                 ttl: 64,
             },
             int: cc.int_on_data().then_some(IntInsert {
@@ -344,23 +285,15 @@ impl Nic {
                 max_hops: INT_MAX_HOPS as u8,
             }),
         };
-        let mut s = Box::new(QpSlot {
-            qp,
-            cc,
-            fb,
-            cc_ext,
-            ctrl_queued: false,
-            sched_rate: u64::MAX,
-            next_bytes: self.cfg.mtu + 100,
-            transport_timer: None,
-            cc_armed: [None; 4],
-            cc_timers: [0; 4],
-            rtt_probe: None,
-            cnp_pending: false,
-            backoff: (self.cfg.cc == CcKind::None).then(|| GoBackNBackoff::new(self.cfg.mtu)),
-            work: None,
-        });
-        s.update_window();
+        let probe_int = IntInsert {
+            int_dscp: self.cfg.int_dscp,
+            max_hops: INT_MAX_HOPS as u8,
+        };
+        let mut core = QpCore::new(cc, fb, probe_int, cc_ext, self.cfg.mtu);
+        core.qp = Some(qp);
+        core.backoff = (self.cfg.cc == CcKind::None).then(|| GoBackNBackoff::new(self.cfg.mtu));
+        core.update_window();
+        let s = Box::new(QpSlot { core, work: None });
         self.slots[i] = Some(s);
         let _ = self.sched.reset_qp(i as u32, now);
         // As the NIC: only a QP without CC takes the quantum.
@@ -402,7 +335,8 @@ impl Nic {
             return;
         };
         let Some(w) = s.work.as_mut() else { return };
-        let depth = u32::from(s.qp.config().sq_depth);
+        let Some(qp) = s.core.qp.as_mut() else { return };
+        let depth = u32::from(qp.config().sq_depth);
         while w.to_post > 0 && w.outstanding < depth {
             let len = w.to_post.min(u64::from(w.msg)) as u32;
             let wr = SendWr {
@@ -419,7 +353,7 @@ impl Nic {
                 signaled: true,
                 solicited: false,
             };
-            if s.qp.post_send(wr, &self.mrs).is_err() {
+            if qp.post_send(wr, &self.mrs).is_err() {
                 break;
             }
             w.to_post -= u64::from(len);
@@ -442,7 +376,7 @@ impl Nic {
                 .checked_sub(QPN_BASE)
                 .and_then(|i| slots.get((i & (MAX_QPS - 1)) as usize))
                 .and_then(Option::as_ref)
-                .is_some_and(|s| s.cc_ext)
+                .is_some_and(|s| s.core.cc_ext)
         }) {
             Ok(f) => f,
             Err(_) => {
@@ -455,105 +389,43 @@ impl Nic {
             return;
         };
         let s = self.slots[i].as_mut().expect("slot_of checked it");
-        if f.bth.opcode.is_request() {
-            let a = qp_cc::on_rx_data(&mut s.cc, &f, now);
-            s.apply(a);
-        }
-        s.qp.on_rx(&f, now, &self.mrs, &mut self.mem);
+        s.core.receive(&f, now, &self.mrs, &mut self.mem);
         self.after_qp_work(i, now);
     }
 
-    /// QP events into its CC, completions into the flow, timers onto the wheel, the
-    /// QP back to the scheduler (the engine's `after_qp_work`).
+    /// QP events into its CC, completions into the flow, the QP back to the wheel and
+    /// the scheduler (the engine's `after_qp_work`, on the same core).
     fn after_qp_work(&mut self, i: usize, now: u64) {
         let Some(s) = self.slots[i].as_mut() else {
             return;
         };
-        let mut events = 0;
-        while let Some(ev) = s.qp.poll_event() {
-            events += 1;
-            // The engine's own part before the shared glue: the backoff of a QP
-            // without CC (nic::engine::cc_glue::on_event).
-            match ev {
-                QpEvent::Ack { newly_acked, .. } => {
-                    if let Some(b) = s.backoff.as_mut() {
-                        b.on_ack(newly_acked);
-                    }
-                }
-                QpEvent::Timeout { .. } => self.counters.timeouts += 1,
-                _ => {}
-            }
-            if qp_cc::is_go_back_n(&ev) {
-                let in_flight = s.qp.in_flight();
-                if let Some(b) = s.backoff.as_mut() {
-                    b.on_go_back_n(in_flight);
-                }
-            }
-            let a = qp_cc::on_event(&mut s.cc, &mut s.rtt_probe, &ev, now);
-            s.apply(a);
-        }
-        if events > 0 {
-            s.update_window();
-        }
-        let mut repost = false;
-        while let Some(wc) = s.qp.poll_cq() {
-            if wc.status != WcStatus::Success {
-                self.counters.completion_errors += 1;
-            }
-            if let Some(w) = s.work.as_mut() {
-                w.outstanding = w.outstanding.saturating_sub(1);
-                repost = true;
-                if w.to_post == 0 && w.outstanding == 0 {
-                    self.finished.push((w.flow, now));
-                }
-            }
-        }
-        if repost {
+        self.counters.timeouts += u64::from(s.core.feed_events(now).timeouts);
+        let mut flows = FlowCompletions {
+            work: s.work.as_mut(),
+            counters: &mut self.counters,
+            finished: &mut self.finished,
+            now,
+            repost: false,
+        };
+        s.core.move_completions(&mut flows);
+        if flows.repost {
             self.post(i);
         }
-        self.sync_timers(i);
-        let Some(s2) = self.slots[i].as_mut() else {
-            return;
-        };
-        let q = i as u32;
-        if (s2.cnp_pending || s2.qp.has_control()) && !s2.ctrl_queued {
-            s2.ctrl_queued = self.sched.push_control(q).is_ok();
-        }
-        let rate = s2.cc.rate_bps();
-        if rate != s2.sched_rate {
-            s2.sched_rate = rate;
-            let _ = self.sched.set_rate(q, rate, now);
-        }
-        let _ = self.sched.mark_ready(q, s2.next_bytes);
-    }
-
-    fn sync_timers(&mut self, i: usize) {
-        let gen = self.gens[i];
+        let key = self.timer_key(i);
         let Some(s) = self.slots[i].as_mut() else {
             return;
         };
-        let key = |kind| TimerKey {
+        let armed = s.core.requeue(&mut self.sched, &mut self.wheel, key, now);
+        self.timer_hint = self.timer_hint.min(armed);
+    }
+
+    /// The key of slot `i`'s timers, with its generation (a timer of a closed QP
+    /// never reaches the QP that reuses the slot).
+    fn timer_key(&self, i: usize) -> TimerKey {
+        TimerKey {
             qp: i as u32,
-            kind,
-            gen,
-        };
-        let want = s.qp.next_timer();
-        let hint = &mut self.timer_hint;
-        arm(
-            &mut self.wheel,
-            &mut s.transport_timer,
-            want,
-            key(WheelKind::Retransmit),
-            hint,
-        );
-        for ((armed, &d), &(_, kind)) in s.cc_armed.iter_mut().zip(&s.cc_timers).zip(&CC_TIMERS) {
-            arm(
-                &mut self.wheel,
-                armed,
-                (d != 0).then_some(d),
-                key(kind),
-                hint,
-            );
+            kind: WheelKind::Retransmit,
+            gen: self.gens[i],
         }
     }
 
@@ -572,21 +444,7 @@ impl Nic {
             let Some(s) = self.slots[i].as_mut() else {
                 continue;
             };
-            if key.kind == WheelKind::Retransmit {
-                s.transport_timer = None;
-                if s.qp.next_timer().is_some_and(|t| t <= now) {
-                    s.qp.on_timer(now);
-                }
-            } else if let Some(k) = CC_TIMERS.iter().position(|&(_, w)| w == key.kind) {
-                s.cc_armed[k] = None;
-                let d = s.cc_timers[k];
-                if d != 0 && d <= now {
-                    s.cc_timers[k] = 0;
-                    let a = s.cc.on_timer(now, CC_TIMERS[k].0);
-                    s.apply(a);
-                    s.update_window();
-                }
-            }
+            s.core.on_timer(key.kind, now);
             self.after_qp_work(i, now);
         }
         self.timer_hint = self.wheel.next_deadline().unwrap_or(u64::MAX);
@@ -624,86 +482,92 @@ impl Nic {
 
     fn send_control(&mut self, i: usize, now: u64, pool: &mut FramePool) -> Option<Tx> {
         let s = self.slots[i].as_mut()?;
-        s.ctrl_queued = false;
-        let mut fb = s.fb;
-        fb.int = None;
-        let pkt = if s.cnp_pending {
-            s.cnp_pending = false;
-            self.counters.tx_cnps += 1;
-            TxPacket {
-                repr: RoceRepr::new(BthRepr::new(Opcode::Cnp, s.qp.config().dest_qpn, 0)),
-                payload: Payload::None,
-                ecn: Ecn::NotEct,
-                priority: true,
-                lsn: 0,
-                lsn_len: 0,
-                retransmit: false,
-            }
-        } else {
-            s.qp.poll_tx_control(now)?
+        let mut out = SimFrames {
+            pool,
+            mem: &self.mem,
+            counters: &mut self.counters,
+            frame: None,
         };
-        if (s.cnp_pending || s.qp.has_control()) && !s.ctrl_queued {
-            s.ctrl_queued = self.sched.push_control(i as u32).is_ok();
-        }
-        self.emit(&fb, &pkt, pool)
+        s.core
+            .send_control(&mut self.sched, i as u32, now, &mut out);
+        out.frame.map(|(f, wire)| Tx::Frame(f, wire))
     }
 
     fn send_data(&mut self, i: usize, now: u64, pool: &mut FramePool) -> Option<Tx> {
-        let q = i as u32;
+        let key = self.timer_key(i);
         let Some(s) = self.slots[i].as_mut() else {
-            let _ = self.sched.mark_idle(q);
+            let _ = self.sched.mark_idle(i as u32);
             return None;
         };
-        let Some(mut pkt) = s.qp.poll_tx(now) else {
-            let _ = self.sched.mark_idle(q);
-            return None;
+        let mut out = SimFrames {
+            pool,
+            mem: &self.mem,
+            counters: &mut self.counters,
+            frame: None,
         };
-        let data = !pkt.priority && pkt.lsn_len > 0 && pkt.repr.bth.opcode != Opcode::Acknowledge;
-        let mut fb = s.fb;
-        if data {
-            let a = qp_cc::on_data_sent(&mut s.cc, &mut s.rtt_probe, &mut pkt, now);
-            s.apply(a);
-            if pkt.retransmit {
-                self.counters.retransmits += 1;
-            }
-        } else if pkt.repr.bth.opcode == Opcode::Probe {
-            fb.int = Some(IntInsert {
-                int_dscp: self.cfg.int_dscp,
-                max_hops: INT_MAX_HOPS as u8,
-            });
-        } else {
-            fb.int = None;
-        }
-        let out = self.emit(&fb, &pkt, pool);
-        let s = self.slots[i].as_mut()?;
-        if let Some(Tx::Frame(_, wire)) = &out {
-            let wire = *wire as u32;
-            let _ = self.sched.on_sent(q, wire, now);
-            if data {
-                s.next_bytes = wire;
-            }
-        }
-        let rate = s.cc.rate_bps();
-        if rate != s.sched_rate {
-            s.sched_rate = rate;
-            let _ = self.sched.set_rate(q, rate, now);
-        }
-        let _ = self.sched.mark_ready(q, s.next_bytes);
-        if (s.cnp_pending || s.qp.has_control()) && !s.ctrl_queued {
-            s.ctrl_queued = self.sched.push_control(q).is_ok();
-        }
-        self.sync_timers(i);
-        out
+        let armed = s
+            .core
+            .send_data(&mut self.sched, &mut self.wheel, key, now, &mut out);
+        let frame = out.frame.take();
+        self.timer_hint = self.timer_hint.min(armed);
+        frame.map(|(f, wire)| Tx::Frame(f, wire))
+    }
+}
+
+/// Where a simulated NIC's completions go: the flow of the QP (one WRITE fewer
+/// outstanding, the flow finished with its last one) and the error counter.
+struct FlowCompletions<'a> {
+    work: Option<&'a mut FlowWork>,
+    counters: &'a mut NicCounters,
+    finished: &'a mut Vec<(u32, u64)>,
+    now: u64,
+    /// A WRITE completed: the flow may post more.
+    repost: bool,
+}
+
+impl Completions for FlowCompletions<'_> {
+    fn has_room(&self) -> bool {
+        true
     }
 
-    /// Builds `pkt` into a buffer from `pool`. A packet with payload gets only its
+    fn complete(&mut self, wc: WorkCompletion) {
+        if wc.status != WcStatus::Success {
+            self.counters.completion_errors += 1;
+        }
+        if let Some(w) = self.work.as_deref_mut() {
+            w.outstanding = w.outstanding.saturating_sub(1);
+            self.repost = true;
+            if w.to_post == 0 && w.outstanding == 0 {
+                self.finished.push((w.flow, self.now));
+            }
+        }
+    }
+}
+
+/// Where a simulated NIC's frames go: one buffer from the fabric's pool, built
+/// headers-only for a packet with payload (see [`emit_headers_only`]), counted.
+struct SimFrames<'a> {
+    pool: &'a mut FramePool,
+    mem: &'a NullMemory,
+    counters: &'a mut NicCounters,
+    /// The frame built, with its wire size.
+    frame: Option<(SimFrame, u64)>,
+}
+
+impl FrameSink for SimFrames<'_> {
+    /// Builds `pkt` into a buffer from the pool. A packet with payload gets only its
     /// headers written (IPv4 and UDP lengths, BTH pad count for the whole frame): the
     /// payload is [`NullMemory`]'s zeros that no receiver reads, so its bytes and the
     /// ICRC are left unwritten (see [`SimFrame`]); header-only packets are built whole.
-    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket, pool: &mut FramePool) -> Option<Tx> {
-        let mut f = pool.get();
+    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u32> {
+        if pkt.repr.bth.opcode == Opcode::Cnp {
+            self.counters.tx_cnps += 1;
+        } else if pkt.retransmit && qpcore::is_data(pkt) {
+            self.counters.retransmits += 1;
+        }
+        let mut f = self.pool.get();
         let built = if pkt.payload.is_empty() {
-            pkt.build_frame(fb, &self.mem, f.build_area())
+            pkt.build_frame(fb, self.mem, f.build_area())
                 .map(|n| (n, n))
         } else {
             emit_headers_only(fb, pkt, f.build_area())
@@ -712,11 +576,13 @@ impl Nic {
             Ok((n, written)) => {
                 f.set_built(n, written);
                 self.counters.tx_frames += 1;
-                Some(Tx::Frame(f, wire_bytes(n, false)))
+                let wire = wire_bytes(n, false);
+                self.frame = Some((f, wire));
+                Some(wire as u32)
             }
             Err(_) => {
                 self.counters.tx_build_errors += 1;
-                pool.put(f);
+                self.pool.put(f);
                 None
             }
         }

@@ -11,7 +11,7 @@
 use rdma::wire::int;
 use rdma::wire::ROCEV2_UDP_PORT;
 
-use crate::switch::DropReason;
+use crate::drop_reason::DropReason;
 
 /// Ethernet header length (no VLAN tag: tagged frames are not IPv4 to this core).
 pub(crate) const L3_OFF: usize = 14;

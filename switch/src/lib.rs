@@ -20,6 +20,7 @@ pub mod config;
 pub mod counters;
 #[cfg(feature = "dataplane")]
 pub mod dataplane;
+pub mod drop_reason;
 pub mod fib;
 pub mod int_push;
 pub mod packet;

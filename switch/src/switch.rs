@@ -19,6 +19,7 @@ use rdma::wire::int::HopRecord;
 use crate::classify::{classify, Classified};
 use crate::config::{Config, ConfigError, PortSettings, SwitchSettings};
 use crate::counters::{PortCounters, StatsLine};
+pub use crate::drop_reason::DropReason;
 use crate::fib::{ecmp_hash, Fib, Group};
 use crate::int_push::{push_int, IntPush};
 use crate::packet::PacketBuf;
@@ -58,27 +59,6 @@ pub struct Enqueued {
     pub ce_marked: bool,
     /// It carries an INT container (a hop record is pushed at dequeue).
     pub int: bool,
-}
-
-/// Why a frame was dropped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DropReason {
-    /// `port_in` is not a configured port.
-    UnknownPort,
-    /// Truncated or inconsistent Ethernet/IPv4/UDP/INT/BTH, bad IPv4 checksum.
-    Malformed,
-    /// Not an IPv4 frame.
-    NotIpv4,
-    /// TTL 0 or 1 on arrival.
-    TtlExpired,
-    /// No route.
-    Unroutable,
-    /// Not-ECT at queue >= K (LDCP 004 section 2.3).
-    WredNotEct,
-    /// Data queue would exceed `buf_max`.
-    TailDrop,
-    /// Control queue would exceed `ctrl_buf_max`.
-    CtrlTailDrop,
 }
 
 /// A dropped frame, handed back so the shell can free it in bulk.

@@ -197,11 +197,7 @@ print("ok" if got == want else "bad %08x %08x" % (got, want))
 
 #[test]
 fn dpdk_tap_int_hop_pushed_between_linux_taps() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: TAP ports need root");
-        return;
-    }
+    Eal::require_root("TAP ports");
     let eal = Eal::for_tests();
     let pool = Mempool::new(eal, "tap_sw", 4095, 64, Mempool::DEFAULT_DATA_ROOM).expect("pool");
     let mut p0 = Port::open(eal, &format!("net_tap_rsw0,iface={IF0}")).expect("tap 0");

@@ -20,7 +20,7 @@ use bench::chaos::{
 use cc::CcKind;
 use clap::Parser;
 use dpdk::Eal;
-use nic::impair::Impairment;
+use impair::Impairment;
 use nic::verbs::{DeviceConfig, MemoryRegion, QpOptions, QueuePair};
 use rdma::transport::{Access, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 

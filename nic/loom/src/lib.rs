@@ -16,7 +16,7 @@ pub mod doorbell;
 pub mod notify;
 
 /// The eventfd `notify` writes, as the model sees it: a counter. Whether it
-/// was written is all the model asks; the real one is `nic/src/sys.rs`.
+/// was written is all the model asks; the real one is `nic/src/sys/`.
 pub mod sys {
     use std::os::fd::{AsRawFd, RawFd};
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -23,7 +23,7 @@ impl Engine {
         let Some(s) = self.qps[i].as_mut() else {
             return;
         };
-        let Some(qp) = s.qp.as_mut() else { return };
+        let Some(qp) = s.core.qp.as_mut() else { return };
         s.doorbell_blocked = false;
         while let Ok(d) = s.doorbell.peek() {
             let d = *d;
@@ -71,7 +71,7 @@ impl Engine {
             }
             let _ = s.doorbell.pop();
         }
-        let _ = self.sched.mark_ready(i as u32, s.next_bytes);
+        let _ = self.sched.mark_ready(i as u32, s.core.next_bytes);
     }
 
     /// Work posted to a QP in ERR completes at once with WR_FLUSH_ERR
@@ -80,7 +80,7 @@ impl Engine {
     fn after_flushed_posts(&mut self, i: usize) {
         let flushed = self.qps[i]
             .as_ref()
-            .and_then(|s| s.qp.as_ref())
+            .and_then(|s| s.core.qp.as_ref())
             .is_some_and(|qp| qp.state() == QpState::Err && qp.pending_completions() > 0);
         if flushed {
             let now = self.clock.now_ns();

@@ -185,7 +185,7 @@ impl Engine {
         let i = self.qp_index(qpn)?;
         self.detach(i);
         let s = self.qps[i].take().expect("qp_index checked it");
-        if s.ctrl_queued {
+        if s.core.ctrl_queued {
             self.life.ctrl_orphan[i] = true;
         }
         self.counters.qps_live = self.counters.qps_live.saturating_sub(1);
@@ -207,13 +207,7 @@ impl Engine {
             self.connected.swap_remove(k);
         }
         if let Some(s) = self.qps[i].as_deref_mut() {
-            if let Some((h, _)) = s.transport_timer.take() {
-                self.wheel.cancel(h);
-            }
-            for (h, _) in s.cc_armed.iter_mut().filter_map(Option::take) {
-                self.wheel.cancel(h);
-            }
-            s.cc_timers = [0; 4];
+            s.core.cancel_timers(&mut self.wheel);
             s.cq_waiting = false;
         }
         let _ = self.sched.reset_qp(i as u32, now);
@@ -225,7 +219,7 @@ impl Engine {
         let i = self.qp_index(qpn)?;
         let from = {
             let s = self.qps[i].as_deref().expect("qp_index checked it");
-            s.qp.as_ref().map_or(s.idle_state, Qp::state)
+            s.core.qp.as_ref().map_or(s.idle_state, Qp::state)
         };
         let transport = |source| EngineError::Transport { qpn, source };
         let illegal = |to| transport(QpError::IllegalTransition { from, to });
@@ -250,14 +244,14 @@ impl Engine {
             }
             QpTransition::Rts => {
                 let s = self.slot_mut(i).expect("checked");
-                let qp = s.qp.as_mut().ok_or_else(|| illegal(QpState::Rts))?;
+                let qp = s.core.qp.as_mut().ok_or_else(|| illegal(QpState::Rts))?;
                 qp.modify(QpState::Rts).map_err(transport)?;
                 self.shared.ring_doorbell(qpn);
             }
             QpTransition::Err => {
                 let s = self.slot_mut(i).expect("checked");
                 s.err_by_program = true;
-                if s.qp.is_none() {
+                if s.core.qp.is_none() {
                     // Never connected: a transport without a peer, only to
                     // flush what is posted and what will be.
                     let cfg = QpConfig {
@@ -268,9 +262,9 @@ impl Engine {
                         pd: s.pd,
                         ..QpConfig::default()
                     };
-                    s.qp = Some(Qp::new(cfg).map_err(transport)?);
+                    s.core.qp = Some(Qp::new(cfg).map_err(transport)?);
                 }
-                let qp = s.qp.as_mut().expect("set above");
+                let qp = s.core.qp.as_mut().expect("set above");
                 qp.modify(QpState::Err).map_err(transport)?;
                 let now = self.clock.now_ns();
                 self.after_qp_work(i, now);
@@ -296,18 +290,17 @@ impl Engine {
         let cc = s.opts.cc.build(path(s));
         let s = self.qps[i].as_deref_mut().expect("checked above");
         while s.doorbell.pop().is_ok() {}
-        s.qp = None;
+        s.core.qp = None;
         s.tpl = None;
-        s.fb.int = None;
-        s.int_on_data = cc.int_on_data();
-        s.cc = cc;
+        s.core.fb.int = None;
+        s.core.cc = cc;
         s.idle_state = QpState::Reset;
         s.err_by_program = false;
         s.fatal_pending = false;
         s.doorbell_blocked = false;
-        s.rtt_probe = None;
-        s.cnp_pending = false;
-        s.sched_rate = u64::MAX;
+        s.core.rtt_probe = None;
+        s.core.cnp_pending = false;
+        s.core.sched_rate = u64::MAX;
     }
 
     /// After a QP's events went to its CC: a QP that went to ERR on its own

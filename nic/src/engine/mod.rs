@@ -10,7 +10,8 @@
 //!    QP's responder or requester (`rx.rs`; ARP and ICMP echo go to the
 //!    port's control plane, `control.rs`), feed the CC (receiver side: CE
 //!    marks, telemetry; sender side: ACKs, NAKs, CNPs, timeouts) and move
-//!    completions to the completion queues (`cc_glue.rs`),
+//!    completions to the completion queues (`qp_work.rs`, on the per-QP core
+//!    `qpcore::QpCore` that roce-sim runs too),
 //! 3. fires due timers (transport retransmit/RNR, CC timers; `timers.rs`),
 //! 4. transmits a burst: ACK/NAK/CNP first, then round robin over QPs with
 //!    something to send, each paced at its CC rate and gated by its CC
@@ -24,13 +25,13 @@
 //! and how an engine is built from its parts ([`EngineParts`]); where its
 //! frames come from is `port.rs`.
 
-mod cc_glue;
 mod control;
 mod cq;
 mod doorbells;
 mod lifecycle;
 mod poll;
 mod port;
+mod qp_work;
 mod rx;
 mod slow_path;
 mod timers;
@@ -38,36 +39,29 @@ mod tx;
 
 use std::sync::Arc;
 
-use cc::AnyCc;
 use crossbeam_channel::Receiver;
 use dpdk::{Burst, Eal, ExtBuf, Mempool, Port, TscClock};
-use rdma::transport::{MrTable, Qp, QpState};
-use rdma::wire::frame::FrameBuilder;
+use qpcore::{QpCore, PACING_BURST_BYTES, ROCE_DSCP};
+use rdma::transport::{MrTable, QpState};
 use rdma::wire::{HeaderTemplate, ParseOptions};
 
 use crate::counters::Counters;
+use crate::error::VerbsError;
 use crate::io::{TxPools, MAX_FRAME};
 use crate::pcapng::CaptureProducer;
 use crate::scheduler::Scheduler;
 use crate::sys::RawMemory;
-use crate::timer_wheel::{TimerHandle, TimerKey, TimerWheel};
-use crate::verbs::VerbsError;
+use crate::timer_wheel::{TimerKey, TimerWheel};
 
 pub use crate::contract::{
     Command, Doorbell, EngineShared, CAPTURE_SNAP, MAX_HOPS, MAX_QPS, QPN_BASE,
 };
 use crate::contract::{DeviceConfig, QpOptions, Reply};
 use crate::control::ControlPlane;
-use crate::gbn_backoff::GoBackNBackoff;
 use crate::port_shaper::PortShaper;
 pub use poll::run_group;
 pub(crate) use port::PacketIo;
 
-/// Token-bucket depth of the pacer: a QP paced below line rate may send at
-/// most this many bytes back to back after being idle. Deep enough that a
-/// poll turn of ~5 us does not cap a QP paced at 100 Gbit/s (with 16 KiB,
-/// DCQCN at line rate got 17 Gbit/s on a ring pair, 23 with 64 KiB).
-const PACING_BURST_BYTES: u32 = 64 << 10;
 /// Time at line rate the port's shaper lets go back to back: longer than a
 /// poll turn, so that a turn's TX burst is not cut at a fast line rate.
 const SHAPER_BURST_NS: u64 = 20_000;
@@ -81,9 +75,6 @@ fn shaper_depth(line_rate_bps: u64) -> u32 {
         .max(PACING_BURST_BYTES)
 }
 
-/// DSCP of RoCEv2 data and control traffic.
-const ROCE_DSCP: u8 = 26;
-
 /// One QP's engine-side state.
 struct QpSlot {
     opts: QpOptions,
@@ -93,39 +84,18 @@ struct QpSlot {
     recv_cq: u32,
     doorbell: rtrb::Consumer<Doorbell>,
     psn: u32,
-    qp: Option<Qp>,
-    cc: AnyCc,
-    fb: FrameBuilder,
+    /// The transport, CC, scheduling and timers, shared with roce-sim
+    /// (`qpcore::QpCore`); its `qp` is None until connected.
+    core: QpCore,
     /// The QP's header template (DESIGN.md §3, §9): built at connect time
-    /// from `fb` and the peer's QPN; data packets (and ACKs, CNPs on the
+    /// from `core.fb` and the peer's QPN; data packets (and ACKs, CNPs on the
     /// same headers) are built through it. None until connected.
     tpl: Option<HeaderTemplate>,
-    int_on_data: bool,
-    cc_ext: bool,
     /// Doorbells wait because the send queue was full.
     doorbell_blocked: bool,
-    /// The QP index is in the scheduler's control ring.
-    ctrl_queued: bool,
-    /// The rate the scheduler paces the QP at (the CC's last rate).
-    sched_rate: u64,
-    /// Wire bytes of the QP's next data packet, as the pacer charges it
-    /// (the last data packet's size).
-    next_bytes: u32,
-    /// The transport timer on the wheel and the deadline it is armed for.
-    transport_timer: Option<(TimerHandle, u64)>,
-    /// The CC timers on the wheel, by `sched::qp_cc::timer_index`.
-    cc_armed: [Option<(TimerHandle, u64)>; 4],
-    /// One RTT measurement at a time: (LSN end of the timed packet, sent at).
-    rtt_probe: Option<(u32, u64)>,
-    /// Deadlines of the CC timers, by `sched::qp_cc::timer_index` (0 = not armed).
-    cc_timers: [u64; 4],
-    /// A CNP is owed to the peer (DCQCN notification point).
-    cnp_pending: bool,
     /// The QP holds completions its full CQ could not take; it is in the
     /// engine's `cq_waiting` list.
     cq_waiting: bool,
-    /// CC `none` only: the window cut by go-back-N rounds (crate::gbn_backoff).
-    backoff: Option<GoBackNBackoff>,
     /// The state of a QP without a transport (`qp` None): RESET or INIT.
     idle_state: QpState,
     /// `connect` stops at RTR (`modify_qp` to RTR; RTS comes on its own).

@@ -137,10 +137,10 @@ impl QpSums {
     /// One QP's counters (zero without a transport).
     pub(super) fn of(s: &QpSlot) -> QpSums {
         let mut v = QpSums {
-            gbn_backoffs: s.backoff.map_or(0, |b| b.rounds()),
+            gbn_backoffs: s.core.backoff.map_or(0, |b| b.rounds()),
             ..QpSums::default()
         };
-        if let Some(q) = s.qp.as_ref().map(|qp| qp.counters()) {
+        if let Some(q) = s.core.qp.as_ref().map(|qp| qp.counters()) {
             v.retransmits = q.tx_retransmits;
             v.timeouts = q.timeouts;
             v.rx_duplicates = q.rx_duplicates;

@@ -8,8 +8,8 @@ use dpdk::{Burst, Eal, Mempool, Port, RingConsumer, RingProducer, RxQueue, TxQue
 
 use super::Engine;
 use crate::contract::DeviceConfig;
+use crate::error::VerbsError;
 use crate::io::MAX_FRAME;
-use crate::verbs::VerbsError;
 
 /// The IP MTU the engine asks of its port: jumbo, room for a 4 KiB RoCE MTU
 /// with INT and extension headers.

@@ -6,7 +6,7 @@
 use rdma::wire::transport_hdrs::AethSyndrome;
 use rdma::wire::{Ecn, Opcode, ParseOptions, RoceFrame, WireError};
 
-use super::{cc_glue, Engine, RawMemory, MAX_QPS};
+use super::{Engine, RawMemory, MAX_QPS};
 use crate::control::is_rocev2;
 use crate::io::parse_rx;
 
@@ -105,7 +105,7 @@ impl Engine {
                 .checked_sub(self.qpn_base)
                 .and_then(|i| qps.get(i as usize))
                 .and_then(Option::as_ref)
-                .is_some_and(|s| s.cc_ext)
+                .is_some_and(|s| s.core.cc_ext)
         })
     }
 
@@ -189,7 +189,7 @@ impl Engine {
             self.counters.rx_drop_unknown_qp += 1;
             return;
         };
-        if s.qp.is_none() {
+        if s.core.qp.is_none() {
             self.counters.rx_drop_qp_state += 1;
             return;
         }
@@ -208,13 +208,9 @@ impl Engine {
                 }
             }
         }
-        // Receiver side of the CC (DCQCN notification point, Rx-HPCC NewINT).
-        if op.is_request() {
-            cc_glue::on_rx_data(s, f, now);
-        }
-        if let Some(qp) = s.qp.as_mut() {
-            qp.on_rx(f, now, &self.mrs, &mut RawMemory);
-        }
+        // Receiver side of the CC (DCQCN notification point, Rx-HPCC
+        // NewINT), then the transport.
+        s.core.receive(f, now, &self.mrs, &mut RawMemory);
         self.after_qp_work(i, now);
     }
 }

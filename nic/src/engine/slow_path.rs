@@ -7,6 +7,8 @@ use rdma::transport::{Qp, QpConfig, QpState};
 use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders};
 use rdma::wire::{bth, EthernetAddress, HeaderTemplate, Ipv4Address};
 
+use qpcore::QpCore;
+
 use super::{Engine, QpSlot, MAX_HOPS, ROCE_DSCP};
 use crate::contract::{Command, Doorbell, EngineError, QpOptions, RemoteQp};
 use crate::gbn_backoff::GoBackNBackoff;
@@ -59,7 +61,7 @@ impl Engine {
                 Command::ResolveMac { ip, reply } => self.resolve_mac(ip, reply, now),
                 Command::QueryQp { qpn, reply } => {
                     let r = match self.slot(qpn) {
-                        Some(s) => Ok(s.qp.as_ref().map_or(s.idle_state, |q| q.state())),
+                        Some(s) => Ok(s.core.qp.as_ref().map_or(s.idle_state, |q| q.state())),
                         None => Err(EngineError::NoSuchQp(qpn)),
                     };
                     let _ = reply.send(r);
@@ -125,18 +127,18 @@ impl Engine {
              cnp_pending {} doorbell_blocked {} transport_timer {} cc_timers [",
             self.sched.state(i),
             self.sched.credit_bytes(i).unwrap_or(0),
-            s.sched_rate,
-            s.next_bytes,
-            s.ctrl_queued,
-            s.cnp_pending,
+            s.core.sched_rate,
+            s.core.next_bytes,
+            s.core.ctrl_queued,
+            s.core.cnp_pending,
             s.doorbell_blocked,
-            timer(s.transport_timer),
+            timer(s.core.transport_timer),
         );
-        for (k, t) in s.cc_armed.iter().enumerate() {
-            out += &format!(" {}:{}", s.cc_timers[k], timer(*t));
+        for (k, t) in s.core.cc_armed.iter().enumerate() {
+            out += &format!(" {}:{}", s.core.cc_timers[k], timer(*t));
         }
         out += " ]";
-        if let Some(qp) = s.qp.as_ref() {
+        if let Some(qp) = s.core.qp.as_ref() {
             out += &format!(
                 " | {:?} next_timer {:?} has_control {} next_lsn {} acked_lsn {} next_psn {} \
                  una_psn {} expected_psn {} sq_outstanding {} in_flight {} cc_window {:?} {:?}",
@@ -150,7 +152,7 @@ impl Engine {
                 qp.expected_psn(),
                 qp.sq_outstanding(),
                 qp.in_flight(),
-                s.cc.window_bytes(),
+                s.core.cc.window_bytes(),
                 qp.counters(),
             );
         }
@@ -223,6 +225,10 @@ impl Engine {
             },
             int: None,
         };
+        let probe_int = IntInsert {
+            int_dscp: self.int_dscp,
+            max_hops: MAX_HOPS as u8,
+        };
         self.qps[i] = Some(Box::new(QpSlot {
             opts,
             pd,
@@ -230,23 +236,10 @@ impl Engine {
             recv_cq,
             doorbell: ring,
             psn,
-            qp: None,
-            int_on_data: cc.int_on_data(),
-            cc_ext: opts.cc.uses_extensions(),
-            cc,
-            fb,
+            core: QpCore::new(cc, fb, probe_int, opts.cc.uses_extensions(), opts.mtu),
             tpl: None,
             doorbell_blocked: false,
-            ctrl_queued: false,
             cq_waiting: false,
-            sched_rate: u64::MAX,
-            next_bytes: opts.mtu + 100,
-            transport_timer: None,
-            cc_armed: [None; 4],
-            rtt_probe: None,
-            cc_timers: [0; 4],
-            cnp_pending: false,
-            backoff: None,
             idle_state: QpState::Init,
             stop_at_rtr: false,
             err_by_program: false,
@@ -255,7 +248,11 @@ impl Engine {
         }));
         if self.life.take_ctrl_orphan(i) {
             // The control-ring entry a destroyed QP left in this slot is ours.
-            self.qps[i].as_deref_mut().expect("set above").ctrl_queued = true;
+            self.qps[i]
+                .as_deref_mut()
+                .expect("set above")
+                .core
+                .ctrl_queued = true;
         }
         self.counters.qps_live += 1;
         let now = self.clock.now_ns();
@@ -273,7 +270,7 @@ impl Engine {
             .get_mut(i)
             .and_then(Option::as_mut)
             .ok_or(EngineError::NoSuchQp(qpn))?;
-        if s.qp.is_some() {
+        if s.core.qp.is_some() {
             return Err(EngineError::AlreadyConnected(qpn));
         }
         let cfg = QpConfig {
@@ -289,7 +286,7 @@ impl Engine {
             min_rnr_timer: 1,
             sq_psn: s.psn,
             rq_psn: remote.psn,
-            cc_ext: s.cc_ext,
+            cc_ext: s.core.cc_ext,
             ack_read_responses: s.opts.cc == CcKind::Ldcp,
             pd: s.pd,
         };
@@ -303,22 +300,22 @@ impl Engine {
         let Some(mac) = remote.mac else {
             return Err(EngineError::NoPeerMac(qpn));
         };
-        s.fb.net.dst_mac = EthernetAddress(mac);
-        s.fb.net.dst_ip = Ipv4Address(remote.ip);
-        if s.int_on_data {
-            s.fb.int = Some(IntInsert {
+        s.core.fb.net.dst_mac = EthernetAddress(mac);
+        s.core.fb.net.dst_ip = Ipv4Address(remote.ip);
+        if s.core.cc.int_on_data() {
+            s.core.fb.int = Some(IntInsert {
                 int_dscp,
                 max_hops: MAX_HOPS as u8,
             });
         }
         // A template that cannot be built (never expected: the QPN was checked by
         // the QP above) leaves the QP on the general build_frame path.
-        s.tpl = HeaderTemplate::new(s.fb, remote.qpn, bth::DEFAULT_PKEY).ok();
+        s.tpl = HeaderTemplate::new(s.core.fb, remote.qpn, bth::DEFAULT_PKEY).ok();
         if s.opts.cc == CcKind::None {
-            s.backoff = Some(GoBackNBackoff::new(cfg.pmtu));
+            s.core.backoff = Some(GoBackNBackoff::new(cfg.pmtu));
         }
-        s.qp = Some(qp);
-        s.update_window();
+        s.core.qp = Some(qp);
+        s.core.update_window();
         // Only what its new transport counts from now on is added.
         s.synced = super::poll::QpSums::of(s);
         self.connected.push(i);

@@ -4,14 +4,21 @@
 //! bytes), and the frame is built into an mbuf (through the QP's header
 //! template) and sent in bursts.
 
+use std::sync::Arc;
+
+use dpdk::{Burst, ExtBuf};
+use qpcore::FrameSink;
 use rdma::transport::qp::Payload as QpPayload;
 use rdma::transport::TxPacket;
-use rdma::wire::frame::{FrameBuilder, IntInsert, RoceRepr};
+use rdma::wire::frame::FrameBuilder;
 use rdma::wire::transport_hdrs::AethSyndrome;
-use rdma::wire::{BthRepr, Ecn, Opcode};
+use rdma::wire::{HeaderTemplate, Opcode};
 
-use super::{cc_glue, Engine, CAPTURE_SNAP, MAX_HOPS};
-use crate::io::{build_frame, build_frame_tpl, Payload};
+use super::qp_work::timer_key;
+use super::{Engine, CAPTURE_SNAP};
+use crate::counters::Counters;
+use crate::io::{build_frame, build_frame_tpl, Payload, TxPools};
+use crate::port_shaper::PortShaper;
 use crate::scheduler::Decision;
 
 /// Ethernet preamble, inter-frame gap and FCS: what the wire adds to a frame.
@@ -55,92 +62,71 @@ impl Engine {
         }
     }
 
-    /// One control packet of QP `i`: a CNP it owes, else its transport's
-    /// next ACK/NAK or probe response. Not charged to the QP's credit.
+    /// One control packet of QP `i` (`QpCore::send_control`): a CNP it
+    /// owes, else its transport's next ACK/NAK or probe response. Not charged
+    /// to the QP's credit.
     fn send_control(&mut self, i: usize, now: u64) {
         let Some(s) = self.qps[i].as_deref_mut() else {
             self.life.clear_ctrl_orphan(i);
             return;
         };
-        s.ctrl_queued = false;
-        let Some(qp) = s.qp.as_mut() else { return };
-        // Control packets carry no INT container (probe responses echo
-        // telemetry in their CC extension header, HPCC++ 000 §6.2).
-        let mut fb = s.fb;
-        fb.int = None;
-        let pkt = if s.cnp_pending {
-            s.cnp_pending = false;
-            self.counters.tx_cnps += 1;
-            TxPacket {
-                repr: RoceRepr::new(BthRepr::new(Opcode::Cnp, qp.config().dest_qpn, 0)),
-                payload: QpPayload::None,
-                ecn: Ecn::NotEct,
-                priority: true,
-                lsn: 0,
-                lsn_len: 0,
-                retransmit: false,
-            }
-        } else if let Some(p) = qp.poll_tx_control(now) {
-            p
-        } else {
-            return;
+        let mut out = MbufSink {
+            tpl: s.tpl.as_ref(),
+            mr_mem: &self.mr_mem,
+            pools: &self.pools,
+            txb: &mut self.txb,
+            shaper: &mut self.shaper,
+            counters: &mut self.counters,
         };
-        if s.cnp_pending || qp.has_control() {
-            s.ctrl_queued = self.sched.push_control(i as u32).is_ok();
-        }
-        self.emit(i, &fb, &pkt);
+        s.core
+            .send_control(&mut self.sched, i as u32, now, &mut out);
     }
 
-    /// The next packet of QP `i`'s transport (data, a READ request, a probe,
-    /// or an ACK that was due), with the CC told of data sent; a QP with
-    /// nothing sendable leaves the round robin.
+    /// The next packet of QP `i`'s transport (`QpCore::send_data`: data, a
+    /// READ request, a probe, or an ACK that was due), with the CC told of
+    /// data sent; a QP with nothing sendable leaves the round robin.
     fn send_data(&mut self, i: usize, now: u64) {
-        let q = i as u32;
         let Some(s) = self.qps[i].as_deref_mut() else {
-            let _ = self.sched.mark_idle(q);
+            let _ = self.sched.mark_idle(i as u32);
             return;
         };
-        let Some(qp) = s.qp.as_mut() else {
-            let _ = self.sched.mark_idle(q);
-            return;
+        let mut out = MbufSink {
+            tpl: s.tpl.as_ref(),
+            mr_mem: &self.mr_mem,
+            pools: &self.pools,
+            txb: &mut self.txb,
+            shaper: &mut self.shaper,
+            counters: &mut self.counters,
         };
-        let Some(mut pkt) = qp.poll_tx(now) else {
-            let _ = self.sched.mark_idle(q);
-            return;
-        };
-        let data = !pkt.priority && pkt.lsn_len > 0 && pkt.repr.bth.opcode != Opcode::Acknowledge;
-        let mut fb = s.fb;
-        if data {
-            cc_glue::on_data_sent(s, &mut pkt, now);
-        } else if pkt.repr.bth.opcode == Opcode::Probe {
-            // Probes always collect telemetry (HPCC++ 000 §6.2).
-            fb.int = Some(IntInsert {
-                int_dscp: self.int_dscp,
-                max_hops: MAX_HOPS as u8,
-            });
-        } else {
-            fb.int = None;
-        }
-        let built = self.emit(i, &fb, &pkt);
-        let Some(s) = self.qps[i].as_deref_mut() else {
-            return;
-        };
-        // Even when the frame could not be built (counted in `emit`), the
-        // transport has taken the packet as sent: its retransmit timer must
-        // still go on the wheel below, or a lost tail would never be resent.
-        if let Some(bytes) = built {
-            let wire = (bytes + WIRE_OVERHEAD) as u32;
-            let _ = self.sched.on_sent(q, wire, now);
-            if data {
-                s.next_bytes = wire;
-            }
-        }
-        self.requeue(i, now);
+        s.core.send_data(
+            &mut self.sched,
+            &mut self.wheel,
+            timer_key(i),
+            now,
+            &mut out,
+        );
     }
+}
 
-    /// Builds `pkt` of QP `i` into an mbuf, counts it and puts it in the TX
-    /// burst: its frame length, or `None` if it could not be built (counted).
-    fn emit(&mut self, i: usize, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u64> {
+/// Where the engine's frames go: an mbuf (through the QP's header template
+/// when the packet uses the QP's own headers) in the TX burst, charged to the
+/// port's shaper and counted.
+struct MbufSink<'a> {
+    tpl: Option<&'a HeaderTemplate>,
+    mr_mem: &'a [Option<Arc<ExtBuf>>],
+    pools: &'a TxPools,
+    txb: &'a mut Burst,
+    shaper: &'a mut PortShaper,
+    counters: &'a mut Counters,
+}
+
+impl FrameSink for MbufSink<'_> {
+    /// Builds `pkt` into an mbuf, counts it and puts it in the TX burst: its
+    /// wire bytes, or `None` if it could not be built (counted).
+    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u32> {
+        if pkt.repr.bth.opcode == Opcode::Cnp {
+            self.counters.tx_cnps += 1;
+        }
         let payload = match pkt.payload {
             QpPayload::None => Payload::None,
             QpPayload::Local { lkey: key, va, len } | QpPayload::Remote { rkey: key, va, len } => {
@@ -166,12 +152,11 @@ impl Engine {
         // The QP's template when the packet uses the QP's own headers (a probe
         // adds INT, a CNP or ACK may drop it: those take the general path);
         // same bytes either way.
-        let tpl = self.qps[i].as_deref().and_then(|s| s.tpl.as_ref());
-        let built = match tpl {
+        let built = match self.tpl {
             Some(t) if t.frame_builder() == fb => {
-                build_frame_tpl(t, &pkt.repr, pkt.ecn, payload, &self.pools)
+                build_frame_tpl(t, &pkt.repr, pkt.ecn, payload, self.pools)
             }
-            _ => build_frame(fb, &pkt.repr, pkt.ecn, payload, &self.pools),
+            _ => build_frame(fb, &pkt.repr, pkt.ecn, payload, self.pools),
         };
         match built {
             Ok(m) => {
@@ -188,7 +173,7 @@ impl Engine {
                     _ => self.counters.tx_data_packets += 1,
                 }
                 let _ = self.txb.push(m);
-                Some(bytes)
+                Some((bytes + WIRE_OVERHEAD) as u32)
             }
             Err(_) => {
                 self.counters.tx_drop_no_mbuf += 1;

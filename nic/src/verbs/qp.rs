@@ -6,9 +6,9 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 use rdma::transport::{QpState, RecvWr, SendOp, SendWr, Sge};
 
+use super::staging::{Part, Staging};
 use super::{request, QpOptions, QpTransition, RemoteQp, SgRef, VerbsError};
 use crate::contract::{Command, Doorbell, EngineShared, Reply};
-use crate::staging::{Part, Staging};
 
 /// An RC queue pair handle: posts work requests to the engine.
 pub struct QueuePair {

@@ -11,8 +11,8 @@
 //!
 //! With `cc_ext` off nothing here reaches the wire: the QP stays plain RoCEv2.
 
+use super::config::{QpConfig, LSN_HEADER_ONLY_CHARGE};
 use super::output::{Outputs, QpEvent, TxPacket};
-use super::qp::{QpConfig, LSN_HEADER_ONLY_CHARGE};
 use crate::wire::bth::{BthRepr, Opcode};
 use crate::wire::ccext::{CcExtFlags, CcExtRepr, MAX_ECHO_HOPS};
 use crate::wire::frame::RoceFrame;

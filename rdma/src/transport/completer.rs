@@ -6,9 +6,9 @@
 //! waits its timer (9.7.5.2.8), an error NAK fails the WQE, and the retransmit timer
 //! counts retries down to RETRY_EXC_ERR.
 
+use super::config::{QpConfig, RNR_RETRY_INFINITE};
 use super::mr::MemorySpace;
 use super::output::{Outputs, QpEvent};
-use super::qp::{QpConfig, RNR_RETRY_INFINITE};
 use super::requester::Requester;
 use super::wc::{SendOp, WcStatus, WorkCompletion};
 use crate::wire::bth::Opcode;

@@ -5,6 +5,7 @@
 
 mod cc_ext;
 mod completer;
+pub mod config;
 pub mod mr;
 mod output;
 pub mod qp;

@@ -11,7 +11,8 @@
 
 use super::cc_ext::CcExtState;
 use super::completer::{Completer, Heard};
-use super::mr::{AccessError, MemorySpace, MrTable};
+pub use super::config::{QpConfig, QpError, QpState, LSN_HEADER_ONLY_CHARGE, RNR_RETRY_INFINITE};
+use super::mr::{MemorySpace, MrTable};
 use super::output::Outputs;
 pub use super::output::{Payload, QpCounters, QpEvent, TxPacket};
 use super::requester::Requester;
@@ -23,119 +24,6 @@ use crate::wire::frame::RoceFrame;
 use crate::wire::int::HopRecord;
 use crate::wire::ipv4::Ipv4Address;
 use crate::wire::psn;
-
-/// LSN charge of a packet without payload (READ request, ATOMIC, zero-length message):
-/// the minimum Ethernet frame, so that the window gates header-only packets too.
-pub const LSN_HEADER_ONLY_CHARGE: u32 = 64;
-/// `rnr_retry` value meaning "retry forever" (IBA 9.7.5.2.8).
-pub const RNR_RETRY_INFINITE: u8 = 7;
-
-/// QP states (IBA 10.3.1; `ibv_qp_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpState {
-    /// Created, nothing works.
-    Reset,
-    /// Initialised: receives may be posted.
-    Init,
-    /// Ready to receive: the responder works.
-    Rtr,
-    /// Ready to send: both work.
-    Rts,
-    /// Send queue drain: no new WQEs start, outstanding ones finish.
-    Sqd,
-    /// Send queue error (not used by RC; accepted for completeness).
-    Sqe,
-    /// Error: everything flushed.
-    Err,
-}
-
-/// Why a call was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum QpError {
-    /// Transition not allowed by IBA 10.3.1.
-    #[error("illegal QP transition {from:?} -> {to:?}")]
-    IllegalTransition {
-        /// Current state.
-        from: QpState,
-        /// Requested state.
-        to: QpState,
-    },
-    /// Posting in a state that does not accept it.
-    #[error("QP in state {0:?} does not accept this work request")]
-    BadState(QpState),
-    /// The queue is full (its depth was fixed at creation).
-    #[error("queue full")]
-    QueueFull,
-    /// The local SGE fails the MR check (would complete with LOC_PROT_ERR).
-    #[error("local protection error: {0}")]
-    LocalProtection(AccessError),
-    /// The local SGE has the wrong length (ATOMIC needs 8 bytes).
-    #[error("local length error")]
-    LocalLength,
-    /// Invalid configuration.
-    #[error("invalid QP configuration: {0}")]
-    Config(&'static str),
-}
-
-/// Per-QP attributes (the `ibv_modify_qp` attributes this transport uses, plus the
-/// negotiated extensions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpConfig {
-    /// Local QP number (24 bits).
-    pub qpn: u32,
-    /// Remote QP number.
-    pub dest_qpn: u32,
-    /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (IBA 9.2.1 / `ibv_mtu`).
-    pub pmtu: u32,
-    /// Send queue depth.
-    pub sq_depth: u16,
-    /// Receive queue depth.
-    pub rq_depth: u16,
-    /// Outstanding READ/ATOMIC as requester and replay depth as responder.
-    pub max_rd_atomic: u8,
-    /// Local ACK timeout in ns (IBA: 4.096 us * 2^timeout).
-    pub timeout_ns: u64,
-    /// Transport retries on timeout (0..=7).
-    pub retry_cnt: u8,
-    /// RNR retries (0..=7, 7 = infinite).
-    pub rnr_retry: u8,
-    /// RNR timer code this responder advertises in RNR NAKs (IBA table 45).
-    pub min_rnr_timer: u8,
-    /// First PSN the requester sends.
-    pub sq_psn: u32,
-    /// First PSN the responder expects.
-    pub rq_psn: u32,
-    /// The CC extension header was negotiated (both ends).
-    pub cc_ext: bool,
-    /// The requester acknowledges READ responses (LDCP section 3.1; needs `cc_ext`).
-    pub ack_read_responses: bool,
-    /// The QP's protection domain: it may only use keys of regions in the same PD
-    /// (IBA 10.2.3), locally (lkeys of its work requests) and remotely (rkeys it is
-    /// sent).
-    pub pd: u32,
-}
-
-impl Default for QpConfig {
-    fn default() -> Self {
-        Self {
-            qpn: 1,
-            dest_qpn: 1,
-            pmtu: 1024,
-            sq_depth: 128,
-            rq_depth: 128,
-            max_rd_atomic: 16,
-            timeout_ns: 1_000_000,
-            retry_cnt: 7,
-            rnr_retry: RNR_RETRY_INFINITE,
-            min_rnr_timer: 1,
-            sq_psn: 0,
-            rq_psn: 0,
-            cc_ext: false,
-            ack_read_responses: false,
-            pd: 0,
-        }
-    }
-}
 
 /// An RC queue pair: its configuration and state, and the four roles.
 #[derive(Debug)]

@@ -5,9 +5,9 @@
 //! outstanding-READ limit and the RNR wait. What comes back (ACKs, NAKs, responses) is
 //! the [`super::completer`]'s; it moves this cursor back for go-back-N.
 
+use super::config::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
 use super::mr::{Access, MrTable};
 use super::output::{Payload, TxPacket};
-use super::qp::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
 use super::wc::{SendOp, SendWr, WcStatus, WorkCompletion};
 use crate::wire::bth::{BthFlags, BthRepr, Opcode};
 use crate::wire::ccext::{CcExtFlags, CcExtRepr};

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use bench::perftest::{self, BwRow};
-use nic::perftest_exchange::BwReport;
+use oob::perftest::BwReport;
 use rdma::transport::{RecvWr, SendOp, SendWr, Sge};
 
 use crate::cli::Test;

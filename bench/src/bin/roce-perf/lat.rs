@@ -17,7 +17,7 @@
 use std::time::{Duration, Instant};
 
 use bench::perftest::{self, LatStats};
-use nic::perftest_exchange::Protocol;
+use oob::perftest::Protocol;
 use rdma::transport::{RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus};
 
 use crate::cli::Test;

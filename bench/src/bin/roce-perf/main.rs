@@ -9,7 +9,7 @@
 //!
 //! The out-of-band exchange (QPN, PSN, IP, MAC, rkey, VA, MTU, CC) runs over
 //! TCP to `<server>:<port>`: ours (docs/connection.md) or perftest's
-//! (`nic::perftest_exchange`), so that the real `ib_write_bw` and friends
+//! (`oob::perftest`), so that the real `ib_write_bw` and friends
 //! are peers in either role: a server tells them apart by the client's
 //! first byte, a client speaks perftest's with `--exchange perftest`. The
 //! RDMA traffic runs over the DPDK port.

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use bench::perftest::{self, AddressLine};
 use dpdk::{Eal, Port};
-use nic::exchange::{check_compatible, ConnInfo};
-use nic::perftest_exchange::{self as pt, BwReport, KeyMsg, PerftestConn, Protocol, Role};
 use nic::verbs::{
     CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QueuePair, RemoteQp,
 };
+use oob::exchange::{check_compatible, ConnInfo};
+use oob::perftest::{self as pt, BwReport, KeyMsg, PerftestConn, Protocol, Role};
 use rdma::transport::{Access, WcStatus, WorkCompletion};
 
 use crate::cli::{ExchangeArg, Opts, Test};

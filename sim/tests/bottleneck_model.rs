@@ -3,8 +3,8 @@
 //!
 //! Tolerances are stated per assertion. Windows of observation skip the start-up.
 
-use cc::model::{run, ModelConfig, ModelResult};
 use cc::{CcConfig, CcKind, TelemetryMode};
+use sim::bottleneck::{run, ModelConfig, ModelResult};
 
 const MS: u64 = 1_000_000;
 const US: u64 = 1_000;

@@ -1,7 +1,7 @@
 //! Runs the one-bottleneck model and prints a summary; optionally writes the CSV time
 //! series.
 //!
-//! `cargo run -p cc --release --example bottleneck -- --cc hpcc --flows 8 --ms 5 --csv out.csv`
+//! `cargo run -p sim --release --example bottleneck -- --cc hpcc --flows 8 --ms 5 --csv out.csv`
 //!
 //! Options: `--cc none|dcqcn|hpcc|rx-hpcc|ldcp`, `--flows N`, `--ms DURATION`,
 //! `--gbps B`, `--stagger-us S` (flow i starts at i*S), `--probe` (HPCC++ probe mode),
@@ -10,8 +10,8 @@
 
 use std::str::FromStr;
 
-use cc::model::{run, ModelConfig};
 use cc::{CcConfig, CcKind, TelemetryMode};
+use sim::bottleneck::{run, ModelConfig};
 
 fn main() {
     let mut kind = CcKind::Hpcc;

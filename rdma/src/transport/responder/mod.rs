@@ -10,9 +10,9 @@
 //! `find_resource`).
 
 use super::cc_ext::CcExtState;
+use super::config::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
 use super::mr::{Access, MemorySpace, MrTable};
 use super::output::{Outputs, Payload, TxPacket};
-use super::qp::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
 use super::wc::{RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::bth::{BthRepr, Opcode};
 use crate::wire::ccext::{CcExtFlags, CcExtRepr};
@@ -23,6 +23,8 @@ use crate::wire::transport_hdrs::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, NakCode, RethRepr,
 };
 use std::collections::VecDeque;
+
+mod execute;
 
 /// The message being received, between its FIRST and LAST packets.
 #[derive(Debug, Clone, Copy)]
@@ -518,142 +520,6 @@ impl Responder {
                 out.counters.resp_queue_full += 1;
                 Verdict::Continue
             }
-        }
-    }
-
-    // ------------------------------------------------------------ execution
-
-    /// Executes a request that passed every check (rxe `execute`).
-    fn execute<M: MemorySpace + ?Sized>(
-        &mut self,
-        f: &RoceFrame<'_>,
-        t: Target,
-        cfg: &QpConfig,
-        mem: &mut M,
-        out: &mut Outputs,
-    ) {
-        let op = f.bth.opcode;
-        let p = f.bth.psn;
-        let len = f.payload.len() as u32;
-        let end = op.is_last() || op.is_only();
-        let imm = f.immdt.map(|i| i.0);
-        match t {
-            Target::Recv { wqe, offset } => {
-                if len > 0 {
-                    mem.copy_in(wqe.sge.addr + u64::from(offset), f.payload);
-                }
-                if end {
-                    self.rq.pop_front();
-                    self.cur = None;
-                    self.msn = psn::add(self.msn, 1);
-                    let wc = recv_wc(
-                        wqe.wr_id,
-                        WcStatus::Success,
-                        WcOpcode::Recv,
-                        offset + len,
-                        imm,
-                        cfg.qpn,
-                    );
-                    out.push_wc(wc);
-                } else {
-                    self.cur = Some(InMsg::Send {
-                        offset: offset + len,
-                    });
-                }
-            }
-            Target::Write {
-                va,
-                rkey,
-                remaining,
-                total,
-            } => {
-                if len > 0 {
-                    mem.copy_in(va, f.payload);
-                }
-                if end {
-                    self.cur = None;
-                    self.msn = psn::add(self.msn, 1);
-                    if imm.is_some() {
-                        if let Some(wqe) = self.rq.pop_front() {
-                            let wc = recv_wc(
-                                wqe.wr_id,
-                                WcStatus::Success,
-                                WcOpcode::RecvRdmaWithImm,
-                                total,
-                                imm,
-                                cfg.qpn,
-                            );
-                            out.push_wc(wc);
-                        }
-                    }
-                } else {
-                    self.cur = Some(InMsg::Write {
-                        va: va + u64::from(len),
-                        rkey,
-                        remaining: remaining - len,
-                        total,
-                    });
-                }
-            }
-            Target::Read(r) => {
-                // Responses carry PSNs after the delayed ACK's: acknowledge first.
-                self.flush_ack(out);
-                self.msn = psn::add(self.msn, 1);
-                let job = ReadJob {
-                    psn: p,
-                    va: r.va,
-                    rkey: r.rkey,
-                    remaining: r.dma_len,
-                    first: true,
-                    msn: self.msn,
-                };
-                self.push_out(RespItem::Read(job), out);
-                let npkts = r.dma_len.div_ceil(cfg.pmtu).max(1);
-                if self.read_cache.len() >= self.read_cache.capacity() {
-                    self.read_cache.pop_front();
-                }
-                self.read_cache.push_back(ReadResource {
-                    first_psn: p,
-                    npkts,
-                    va: r.va,
-                    len: r.dma_len,
-                    rkey: r.rkey,
-                    msn: self.msn,
-                });
-                self.epsn = psn::add(self.epsn, npkts);
-                self.nak_sent = false;
-                return;
-            }
-            Target::Atomic(a) => {
-                self.flush_ack(out);
-                let orig = mem.read_u64(a.va);
-                let new = if op == Opcode::CompareSwap {
-                    if orig == a.compare {
-                        a.swap_add
-                    } else {
-                        orig
-                    }
-                } else {
-                    orig.wrapping_add(a.swap_add)
-                };
-                mem.write_u64(a.va, new);
-                self.msn = psn::add(self.msn, 1);
-                let msn = self.msn;
-                self.push_out(RespItem::AtomicAck { psn: p, msn, orig }, out);
-                if self.atomic_cache.len() >= self.atomic_cache.capacity() {
-                    self.atomic_cache.pop_front();
-                }
-                self.atomic_cache.push_back((p, orig));
-                self.epsn = psn::add(self.epsn, 1);
-                self.nak_sent = false;
-                return;
-            }
-        }
-        self.epsn = psn::add(self.epsn, 1);
-        self.nak_sent = false;
-        self.unacked += 1;
-        if self.unacked >= self.ack_coalesce || f.bth.ack_req {
-            self.flush_ack(out);
         }
     }
 

@@ -89,6 +89,18 @@ impl Eal {
         }
     }
 
+    /// The one policy for tests that need root (TAP ports, raw sockets, network
+    /// namespaces; docs/design.md "Tests"): they run, and fail with this message
+    /// when the process is not root, never pass silently. CI runs as root.
+    pub fn require_root(what: &str) {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        assert!(
+            euid == 0,
+            "this test needs root ({what}): run it as root, or leave it out with `--skip`"
+        );
+    }
+
     /// The shared EAL for tests and benchmarks ([`TEST_EAL_ARGS`]).
     ///
     /// Panics if it cannot start: a test cannot do anything useful without it.

@@ -12,8 +12,9 @@
 
 use rdma::transport::{Access, Sge};
 
+use super::mr::MemoryRegion;
 use crate::contract::QpOptions;
-use crate::verbs::{MemoryRegion, VerbsError};
+use crate::error::VerbsError;
 
 /// The staging memory of one QP.
 pub(crate) struct Staging {

@@ -1,6 +1,6 @@
 //! The per-QP glue between the RC transport (`rdma::transport::Qp`) and its congestion
-//! control (`cc`), DESIGN.md §5 and §7: what the NIC engine (`nic::engine::cc_glue`)
-//! and roce-sim's NIC (`sim::nic`) both do, in one place, so that the simulator feeds
+//! control (`cc`), docs/design.md "The per-QP core": what the per-QP core
+//! ([`crate::QpCore`]) of the NIC engine and of roce-sim's NIC does, in one place, so that the simulator feeds
 //! the CC exactly as the NIC does.
 //!
 //! - transport events become CC calls ([`on_event`]): an ACK with its echoed INT
@@ -30,7 +30,7 @@ use rdma::wire::transport_hdrs::{AethSyndrome, NakCode};
 use rdma::wire::{Ecn, RoceFrame};
 
 use crate::gbn_backoff::GoBackNBackoff;
-use crate::timer_wheel::TimerKind as WheelKind;
+use sched::timer_wheel::TimerKind as WheelKind;
 
 /// INT hop records handed to a CC at most (the NIC's INT container holds 8).
 pub const MAX_HOPS: usize = 8;

@@ -420,6 +420,7 @@ impl Drop for PacketSocket {
 
 #[test]
 fn tap_port_exchanges_frames_with_linux() {
+    Eal::require_root("a TAP port");
     let eal = Eal::for_tests();
     let pool = pool("t_tap", 2048);
     let start = pool.in_use();

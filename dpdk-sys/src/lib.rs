@@ -5,7 +5,7 @@
 //! `shim_*` functions that forward to DPDK's `static inline` functions
 //! (burst I/O, mbuf alloc/free/append/prepend/adj/trim, external buffers,
 //! ring burst enqueue/dequeue, lcore id, `rte_errno`), which bindgen cannot
-//! call. The safe layer is the `dpdk` crate (`nic/dpdk`).
+//! call. The safe layer is the `dpdk` crate (`dpdk/`, beside it).
 //!
 //! See README.md for why this crate exists instead of the crates.io ones.
 

@@ -1,5 +1,5 @@
-//! A one-bottleneck packet-level model in virtual time, to prove the algorithms in
-//! isolation (no DPDK, no clock): N senders -> one switch egress queue of rate B with
+//! A one-bottleneck packet-level model in virtual time, to prove the congestion-control
+//! algorithms of the `cc` crate in isolation (no DPDK, no clock): N senders -> one switch egress queue of rate B with
 //! WRED/ECN (004 §2.1, eq. 3 for Not-ECT) and INT (qlen, txBytes, ts, B at dequeue) ->
 //! receiver (per-packet ACK echoing CE and telemetry, NAK on a gap, go-back-N) -> ACK
 //! back to the sender after the return propagation delay.
@@ -13,10 +13,15 @@
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
-use std::io::{self, Write};
 
-use crate::types::{AckEvent, Actions, IntHop, NakEvent, PathConfig, RxDataEvent, SendEvent};
-use crate::{AnyCc, CcConfig, CcKind, CongestionControl, TimerKind};
+mod result;
+
+pub use result::{jain, ModelResult, Sample};
+
+use cc::{
+    AckEvent, Actions, AnyCc, CcConfig, CcKind, CongestionControl, IntHop, NakEvent, PathConfig,
+    RxDataEvent, SendEvent, TimerKind,
+};
 
 /// Model parameters.
 #[derive(Clone, Debug)]
@@ -139,165 +144,6 @@ impl ModelConfig {
 
 fn ser_ns(bytes: u32, bps: u64) -> u64 {
     (bytes as u64 * 8_000_000_000).div_ceil(bps.max(1))
-}
-
-/// One row of the time series.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Sample {
-    /// Time (ns).
-    pub t_ns: u64,
-    /// Bottleneck queue (bytes).
-    pub qlen_bytes: u64,
-    /// Cumulative bytes delivered in order to each receiver.
-    pub delivered: Vec<u64>,
-    /// Each sender's window (bytes, `u64::MAX` = unlimited).
-    pub window: Vec<u64>,
-    /// Each sender's pacing rate (bit/s).
-    pub rate_bps: Vec<u64>,
-}
-
-/// Outcome of a run.
-#[derive(Clone, Debug, Default)]
-pub struct ModelResult {
-    /// Time series, one row per `sample_ns`.
-    pub samples: Vec<Sample>,
-    /// Packets dropped at the switch (Not-ECT above K, or buffer full).
-    pub drops: u64,
-    /// Packets marked CE.
-    pub marks: u64,
-    /// Largest queue seen at any enqueue (bytes).
-    pub max_qlen_bytes: u64,
-    /// ACKs sent by the receivers.
-    pub acks: u64,
-    /// Bottleneck capacity (bit/s).
-    pub link_bps: u64,
-}
-
-impl ModelResult {
-    fn window(&self, from_ns: u64, to_ns: u64) -> (&Sample, &Sample) {
-        let first = self
-            .samples
-            .iter()
-            .find(|s| s.t_ns >= from_ns)
-            .or(self.samples.last())
-            .expect("samples");
-        let last = self
-            .samples
-            .iter()
-            .rev()
-            .find(|s| s.t_ns <= to_ns)
-            .unwrap_or(first);
-        (first, last)
-    }
-
-    /// Per-flow goodput (bit/s) over `[from, to]`.
-    pub fn flow_throughput_bps(&self, from_ns: u64, to_ns: u64) -> Vec<f64> {
-        if self.samples.is_empty() {
-            return Vec::new();
-        }
-        let (a, b) = self.window(from_ns, to_ns);
-        let dt = b.t_ns.saturating_sub(a.t_ns).max(1) as f64;
-        a.delivered
-            .iter()
-            .zip(&b.delivered)
-            .map(|(x, y)| (y - x) as f64 * 8e9 / dt)
-            .collect()
-    }
-
-    /// Total goodput (bit/s) over `[from, to]`.
-    pub fn throughput_bps(&self, from_ns: u64, to_ns: u64) -> f64 {
-        self.flow_throughput_bps(from_ns, to_ns).iter().sum()
-    }
-
-    /// Utilisation of the bottleneck over `[from, to]`.
-    pub fn utilization(&self, from_ns: u64, to_ns: u64) -> f64 {
-        self.throughput_bps(from_ns, to_ns) / self.link_bps as f64
-    }
-
-    /// Jain's fairness index of the per-flow goodput over `[from, to]`.
-    pub fn jain(&self, from_ns: u64, to_ns: u64) -> f64 {
-        jain(&self.flow_throughput_bps(from_ns, to_ns))
-    }
-
-    fn queue_in(&self, from_ns: u64, to_ns: u64) -> impl Iterator<Item = u64> + '_ {
-        self.samples
-            .iter()
-            .filter(move |s| s.t_ns >= from_ns && s.t_ns <= to_ns)
-            .map(|s| s.qlen_bytes)
-    }
-
-    /// Mean sampled queue (bytes) over `[from, to]`.
-    pub fn mean_queue(&self, from_ns: u64, to_ns: u64) -> f64 {
-        let (n, s) = self
-            .queue_in(from_ns, to_ns)
-            .fold((0u64, 0u64), |(n, s), q| (n + 1, s + q));
-        s as f64 / n.max(1) as f64
-    }
-
-    /// Largest sampled queue (bytes) over `[from, to]`.
-    pub fn max_queue(&self, from_ns: u64, to_ns: u64) -> u64 {
-        self.queue_in(from_ns, to_ns).max().unwrap_or(0)
-    }
-
-    /// Fraction of samples in `[from, to]` whose queue lies in `[lo, hi]`.
-    pub fn fraction_queue_within(&self, from_ns: u64, to_ns: u64, lo: u64, hi: u64) -> f64 {
-        let (n, k) = self
-            .queue_in(from_ns, to_ns)
-            .fold((0u64, 0u64), |(n, k), q| {
-                (n + 1, k + (lo <= q && q <= hi) as u64)
-            });
-        k as f64 / n.max(1) as f64
-    }
-
-    /// Writes the time series as CSV: `t_us,qlen_bytes,total_gbps` then, per flow,
-    /// `fN_gbps,fN_window,fN_rate_gbps` (goodput over the preceding sample period).
-    pub fn write_csv<W: Write>(&self, mut w: W) -> io::Result<()> {
-        let n = self.samples.first().map_or(0, |s| s.delivered.len());
-        write!(w, "t_us,qlen_bytes,total_gbps")?;
-        for i in 0..n {
-            write!(w, ",f{i}_gbps,f{i}_window,f{i}_rate_gbps")?;
-        }
-        writeln!(w)?;
-        let mut prev: Option<&Sample> = None;
-        for s in &self.samples {
-            let dt = prev.map_or(1, |p| s.t_ns.saturating_sub(p.t_ns).max(1)) as f64;
-            let g: Vec<f64> = (0..n)
-                .map(|i| {
-                    let before = prev.map_or(0, |p| p.delivered[i]);
-                    (s.delivered[i] - before) as f64 * 8.0 / dt
-                })
-                .collect();
-            write!(
-                w,
-                "{:.3},{},{:.3}",
-                s.t_ns as f64 / 1e3,
-                s.qlen_bytes,
-                g.iter().sum::<f64>()
-            )?;
-            for (i, gi) in g.iter().enumerate() {
-                let win = if s.window[i] == u64::MAX {
-                    -1i128
-                } else {
-                    s.window[i] as i128
-                };
-                write!(w, ",{:.3},{},{:.3}", gi, win, s.rate_bps[i] as f64 / 1e9)?;
-            }
-            writeln!(w)?;
-            prev = Some(s);
-        }
-        Ok(())
-    }
-}
-
-/// Jain's fairness index (1 = perfectly fair); 0 for an empty or all-zero input.
-pub fn jain(x: &[f64]) -> f64 {
-    let s: f64 = x.iter().sum();
-    let s2: f64 = x.iter().map(|v| v * v).sum();
-    if x.is_empty() || s2 <= 0.0 {
-        0.0
-    } else {
-        s * s / (x.len() as f64 * s2)
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -516,7 +362,7 @@ impl Sim<'_> {
 
     fn schedule_wake(&mut self, flow: u32, t: u64) {
         let s = &mut self.tx[flow as usize];
-        if s.wake_at.is_none_or(|w| t < w) {
+        if s.wake_at.map_or(true, |w| t < w) {
             s.wake_at = Some(t);
             self.push(t, Ev::Wake(flow));
         }
@@ -608,149 +454,15 @@ impl Sim<'_> {
         }
     }
 
+    /// Handles one event at `self.now`.
     fn handle(&mut self, ev: Ev) {
         let cfg = self.cfg;
         let now = self.now;
         match ev {
-            Ev::Wake(f) => {
-                let s = &mut self.tx[f as usize];
-                if s.wake_at != Some(now) {
-                    return; // superseded
-                }
-                s.wake_at = None;
-                if !s.started {
-                    s.started = true;
-                    s.last_progress_ns = now;
-                }
-                self.try_send(f);
-            }
-            Ev::ArriveSwitch(mut p) => {
-                let q = self.queue_bytes;
-                if q + p.bytes as u64 > cfg.buf_bytes || (!p.ect && q >= cfg.k_drop_bytes) {
-                    self.res.drops += 1;
-                    return;
-                }
-                if p.ect && !p.probe {
-                    let prob = if q < cfg.k_min_bytes {
-                        0.0
-                    } else if q < cfg.k_max_bytes {
-                        (q - cfg.k_min_bytes) as f64 / (cfg.k_max_bytes - cfg.k_min_bytes) as f64
-                            * cfg.p_max
-                    } else {
-                        1.0
-                    };
-                    if prob > 0.0 && self.rand() < prob {
-                        p.ce = true;
-                        self.res.marks += 1;
-                    }
-                }
-                self.queue_bytes += p.bytes as u64;
-                self.res.max_qlen_bytes = self.res.max_qlen_bytes.max(self.queue_bytes);
-                self.queue.push_back(p);
-                if !self.busy {
-                    self.start_service();
-                }
-            }
-            Ev::Departure => {
-                let Some(mut p) = self.queue.pop_front() else {
-                    self.busy = false;
-                    return;
-                };
-                self.queue_bytes -= p.bytes as u64;
-                self.tx_bytes += p.bytes as u64;
-                if cfg.int_enabled || p.probe {
-                    p.hop = IntHop {
-                        switch_id: 1,
-                        port_id: 1,
-                        ts_ns: (now as u32).wrapping_add(u32::MAX - cfg.int_wrap_offsets.0),
-                        tx_bytes: self.tx_bytes as u32,
-                        qlen_bytes: self.queue_bytes.min(u32::MAX as u64) as u32,
-                        link_bps: cfg.link_bps,
-                    };
-                }
-                self.push(now + cfg.prop_down_ns, Ev::ArriveReceiver(p));
-                self.start_service();
-            }
-            Ev::ArriveReceiver(p) => {
-                let back = now + cfg.prop_ack_ns;
-                if p.probe {
-                    self.push(
-                        back,
-                        Ev::ProbeResponse {
-                            flow: p.flow,
-                            hop: p.hop,
-                        },
-                    );
-                    return;
-                }
-                let r = &mut self.rx[p.flow as usize];
-                let tel = [p.hop];
-                let a = r.cc.on_rx_data(&RxDataEvent {
-                    now_ns: now,
-                    lsn: p.lsn,
-                    bytes: p.bytes,
-                    ce: p.ce,
-                    telemetry: if cfg.int_enabled { &tel } else { &[] },
-                });
-                if a.feedback_window.is_some() {
-                    r.pending_fb = a.feedback_window;
-                }
-                if a.send_cnp {
-                    self.push(back, Ev::Cnp(p.flow));
-                }
-                let r = &mut self.rx[p.flow as usize];
-                let fresh = p.lsn == r.expected;
-                if fresh {
-                    r.expected += p.bytes as u64;
-                    r.nak_outstanding = false;
-                } else if p.lsn > r.expected {
-                    if !r.nak_outstanding {
-                        r.nak_outstanding = true;
-                        let expected = r.expected;
-                        self.push(
-                            back,
-                            Ev::Nak {
-                                flow: p.flow,
-                                expected,
-                            },
-                        );
-                    }
-                    return;
-                }
-                if cfg.ack_every <= 1 || !fresh {
-                    // per-packet ACK, or a duplicate: acknowledge at once
-                    self.send_ack(p.flow, 1, p.ce, p.sent_ns, p.hop);
-                    return;
-                }
-                let r = &mut self.rx[p.flow as usize];
-                if p.ce {
-                    // ECE at once (004 §2.2); unmarked packets before it get their own ACK
-                    if r.unacked > 0 {
-                        let (n, sent, hop) = (r.unacked, r.last_sent_ns, r.last_hop);
-                        let before = r.expected - p.bytes as u64;
-                        self.send_ack_at(p.flow, n, false, sent, hop, before);
-                    }
-                    self.send_ack(p.flow, 1, true, p.sent_ns, p.hop);
-                    return;
-                }
-                r.unacked += 1;
-                r.last_sent_ns = p.sent_ns;
-                r.last_hop = p.hop;
-                if r.unacked >= cfg.ack_every {
-                    let n = r.unacked;
-                    self.send_ack(p.flow, n, false, p.sent_ns, p.hop);
-                } else if r.unacked == 1 {
-                    r.ack_generation += 1;
-                    let generation = r.ack_generation;
-                    self.push(
-                        now + cfg.ack_delay_ns,
-                        Ev::AckFlush {
-                            flow: p.flow,
-                            generation,
-                        },
-                    );
-                }
-            }
+            Ev::Wake(f) => self.on_wake(f),
+            Ev::ArriveSwitch(p) => self.on_arrive_switch(p),
+            Ev::Departure => self.on_departure(),
+            Ev::ArriveReceiver(p) => self.on_arrive_receiver(p),
             Ev::AckFlush { flow, generation } => {
                 let r = &self.rx[flow as usize];
                 if r.ack_generation == generation && r.unacked > 0 {
@@ -817,20 +529,7 @@ impl Sim<'_> {
                 self.apply(flow, &a);
                 self.try_send(flow);
             }
-            Ev::RtoCheck => {
-                for f in 0..self.tx.len() {
-                    let s = &mut self.tx[f];
-                    if s.snd_nxt > s.snd_una && now - s.last_progress_ns >= cfg.rto_ns {
-                        s.snd_nxt = s.snd_una; // go-back-N from the oldest unacked byte
-                        s.last_progress_ns = now;
-                        self.rx[f].nak_outstanding = false;
-                        let a = s.cc.on_rto(now);
-                        self.apply(f as u32, &a);
-                        self.try_send(f as u32);
-                    }
-                }
-                self.push(now + cfg.rto_ns.max(1) / 2, Ev::RtoCheck);
-            }
+            Ev::RtoCheck => self.on_rto_check(),
             Ev::Sample => {
                 let s = Sample {
                     t_ns: now,
@@ -843,5 +542,179 @@ impl Sim<'_> {
                 self.push(now + cfg.sample_ns.max(1), Ev::Sample);
             }
         }
+    }
+
+    /// A sender's wake-up (its start, or its pacing): it sends what it may.
+    fn on_wake(&mut self, f: u32) {
+        let now = self.now;
+        let s = &mut self.tx[f as usize];
+        if s.wake_at != Some(now) {
+            return; // superseded
+        }
+        s.wake_at = None;
+        if !s.started {
+            s.started = true;
+            s.last_progress_ns = now;
+        }
+        self.try_send(f);
+    }
+
+    /// A packet reaches the switch: tail drop (or Not-ECT drop at K), WRED/ECN marking,
+    /// then the egress queue.
+    fn on_arrive_switch(&mut self, mut p: Pkt) {
+        let cfg = self.cfg;
+        let q = self.queue_bytes;
+        if q + p.bytes as u64 > cfg.buf_bytes || (!p.ect && q >= cfg.k_drop_bytes) {
+            self.res.drops += 1;
+            return;
+        }
+        if p.ect && !p.probe {
+            let prob = if q < cfg.k_min_bytes {
+                0.0
+            } else if q < cfg.k_max_bytes {
+                (q - cfg.k_min_bytes) as f64 / (cfg.k_max_bytes - cfg.k_min_bytes) as f64
+                    * cfg.p_max
+            } else {
+                1.0
+            };
+            if prob > 0.0 && self.rand() < prob {
+                p.ce = true;
+                self.res.marks += 1;
+            }
+        }
+        self.queue_bytes += p.bytes as u64;
+        self.res.max_qlen_bytes = self.res.max_qlen_bytes.max(self.queue_bytes);
+        self.queue.push_back(p);
+        if !self.busy {
+            self.start_service();
+        }
+    }
+
+    /// The head of the egress queue leaves at the bottleneck rate, with its INT hop
+    /// record.
+    fn on_departure(&mut self) {
+        let cfg = self.cfg;
+        let now = self.now;
+        let Some(mut p) = self.queue.pop_front() else {
+            self.busy = false;
+            return;
+        };
+        self.queue_bytes -= p.bytes as u64;
+        self.tx_bytes += p.bytes as u64;
+        if cfg.int_enabled || p.probe {
+            p.hop = IntHop {
+                switch_id: 1,
+                port_id: 1,
+                ts_ns: (now as u32).wrapping_add(u32::MAX - cfg.int_wrap_offsets.0),
+                tx_bytes: self.tx_bytes as u32,
+                qlen_bytes: self.queue_bytes.min(u32::MAX as u64) as u32,
+                link_bps: cfg.link_bps,
+            };
+        }
+        self.push(now + cfg.prop_down_ns, Ev::ArriveReceiver(p));
+        self.start_service();
+    }
+
+    /// A packet reaches the receiver: its CC's receiver side, then an ACK (per packet,
+    /// coalesced, or at once with ECE), a NAK on a gap, or a probe response.
+    fn on_arrive_receiver(&mut self, p: Pkt) {
+        let cfg = self.cfg;
+        let now = self.now;
+        let back = now + cfg.prop_ack_ns;
+        if p.probe {
+            self.push(
+                back,
+                Ev::ProbeResponse {
+                    flow: p.flow,
+                    hop: p.hop,
+                },
+            );
+            return;
+        }
+        let r = &mut self.rx[p.flow as usize];
+        let tel = [p.hop];
+        let a = r.cc.on_rx_data(&RxDataEvent {
+            now_ns: now,
+            lsn: p.lsn,
+            bytes: p.bytes,
+            ce: p.ce,
+            telemetry: if cfg.int_enabled { &tel } else { &[] },
+        });
+        if a.feedback_window.is_some() {
+            r.pending_fb = a.feedback_window;
+        }
+        if a.send_cnp {
+            self.push(back, Ev::Cnp(p.flow));
+        }
+        let r = &mut self.rx[p.flow as usize];
+        let fresh = p.lsn == r.expected;
+        if fresh {
+            r.expected += p.bytes as u64;
+            r.nak_outstanding = false;
+        } else if p.lsn > r.expected {
+            if !r.nak_outstanding {
+                r.nak_outstanding = true;
+                let expected = r.expected;
+                self.push(
+                    back,
+                    Ev::Nak {
+                        flow: p.flow,
+                        expected,
+                    },
+                );
+            }
+            return;
+        }
+        if cfg.ack_every <= 1 || !fresh {
+            // per-packet ACK, or a duplicate: acknowledge at once
+            self.send_ack(p.flow, 1, p.ce, p.sent_ns, p.hop);
+            return;
+        }
+        let r = &mut self.rx[p.flow as usize];
+        if p.ce {
+            // ECE at once (004 §2.2); unmarked packets before it get their own ACK
+            if r.unacked > 0 {
+                let (n, sent, hop) = (r.unacked, r.last_sent_ns, r.last_hop);
+                let before = r.expected - p.bytes as u64;
+                self.send_ack_at(p.flow, n, false, sent, hop, before);
+            }
+            self.send_ack(p.flow, 1, true, p.sent_ns, p.hop);
+            return;
+        }
+        r.unacked += 1;
+        r.last_sent_ns = p.sent_ns;
+        r.last_hop = p.hop;
+        if r.unacked >= cfg.ack_every {
+            let n = r.unacked;
+            self.send_ack(p.flow, n, false, p.sent_ns, p.hop);
+        } else if r.unacked == 1 {
+            r.ack_generation += 1;
+            let generation = r.ack_generation;
+            self.push(
+                now + cfg.ack_delay_ns,
+                Ev::AckFlush {
+                    flow: p.flow,
+                    generation,
+                },
+            );
+        }
+    }
+
+    /// The retransmit check: a sender without progress for an RTO goes back N.
+    fn on_rto_check(&mut self) {
+        let cfg = self.cfg;
+        let now = self.now;
+        for f in 0..self.tx.len() {
+            let s = &mut self.tx[f];
+            if s.snd_nxt > s.snd_una && now - s.last_progress_ns >= cfg.rto_ns {
+                s.snd_nxt = s.snd_una; // go-back-N from the oldest unacked byte
+                s.last_progress_ns = now;
+                self.rx[f].nak_outstanding = false;
+                let a = s.cc.on_rto(now);
+                self.apply(f as u32, &a);
+                self.try_send(f as u32);
+            }
+        }
+        self.push(now + cfg.rto_ns.max(1) / 2, Ev::RtoCheck);
     }
 }

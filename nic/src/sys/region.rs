@@ -1,0 +1,96 @@
+//! The program's side of registered memory (see [`super`]): copies into, out of and
+//! between [`MemoryRegion`]s, and registering the caller's own memory.
+
+use dpdk::ExtBuf;
+use rdma::transport::Access;
+
+use crate::device::Device;
+use crate::error::VerbsError;
+use crate::verbs::MemoryRegion;
+
+/// Whether `offset..offset + len` lies inside a region of `size` bytes.
+fn inside(offset: usize, len: usize, size: usize) -> bool {
+    offset.checked_add(len).is_some_and(|end| end <= size)
+}
+
+impl MemoryRegion {
+    /// Copies `data` into the region at `offset`. Panics if out of range.
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        assert!(
+            inside(offset, data.len(), self.len()),
+            "write outside the region"
+        );
+        // SAFETY: in range of memory the handle keeps alive; a raw copy, so
+        // no reference is formed over bytes the engine may be placing.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base_ptr().add(offset), data.len())
+        }
+    }
+
+    /// Copies bytes at `offset` out of the region. Panics if out of range.
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(
+            inside(offset, out.len(), self.len()),
+            "read outside the region"
+        );
+        // SAFETY: as in `write`; `out` is the caller's and not region memory
+        // it could alias (it is a `&mut`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base_ptr().add(offset), out.as_mut_ptr(), out.len())
+        }
+    }
+
+    /// Copies `len` bytes at `src_offset` of `src` into this region at
+    /// `offset` (regions may be the same; ranges are checked).
+    pub(crate) fn copy_from(
+        &self,
+        offset: usize,
+        src: &MemoryRegion,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<(), VerbsError> {
+        if !inside(offset, len, self.len()) || !inside(src_offset, len, src.len()) {
+            return Err(VerbsError::OutsideRegion);
+        }
+        // SAFETY: both ranges are inside memory the handles keep alive;
+        // `copy` allows them to overlap.
+        unsafe {
+            std::ptr::copy(
+                src.base_ptr().add(src_offset),
+                self.base_ptr().add(offset),
+                len,
+            )
+        }
+        Ok(())
+    }
+}
+
+impl Device {
+    /// Registers the caller's memory, `len` bytes at `addr`, with `access`
+    /// in the default PD (`ibv_reg_mr` over a buffer the program owns): the
+    /// engine sends from it without copying and places received data into
+    /// it, so its virtual address is `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be valid for reads and writes from now until
+    /// the region is deregistered: [`Device::dereg_mr`] or the drop of its
+    /// last handle, which return only once the engine no longer uses the
+    /// memory and no frame in flight refers to it (they wait for such
+    /// frames to be freed). While registered, the engine (another thread)
+    /// reads and writes these bytes, as a NIC's DMA does: the program must
+    /// not hold Rust references over bytes an operation in flight uses.
+    pub unsafe fn reg_user_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
+        if addr.is_null() || len == 0 {
+            return Err(VerbsError::EmptyRegion);
+        }
+        // SAFETY: the caller's contract above is `from_raw`'s: valid until
+        // deregistration, which waits until no mbuf refers to it.
+        let mem = unsafe { ExtBuf::from_raw(addr, len) };
+        self.reg_mr_in(0, mem, len, access, true)
+    }
+}

@@ -1,0 +1,658 @@
+//! The per-QP core (docs/design.md "The per-QP core"): one QP's transport, its
+//! congestion control, its place in the flow scheduler and its timers on the wheel,
+//! and every step between them, driven with the time as an argument.
+//!
+//! The NIC engine (`nic/src/engine`) and roce-sim's NIC (`sim/src/nic.rs`) hold one
+//! [`QpCore`] per QP and call the same steps:
+//!
+//! - a received frame: [`QpCore::receive`] (the receiver side of the CC on a
+//!   request, then the transport);
+//! - after anything touched the QP: [`QpCore::feed_events`] (transport events into
+//!   the CC and the CC's answers back), [`QpCore::move_completions`] (into a
+//!   [`Completions`], the driver's CQs or flows), then [`QpCore::requeue`] (timers
+//!   onto the wheel, control packets into the scheduler's control ring, the CC's rate
+//!   into the pacer, the QP back on the round robin);
+//! - a timer off the wheel: [`QpCore::on_timer`];
+//! - the scheduler's decision: [`QpCore::send_control`] (a CNP owed, an ACK/NAK, a
+//!   probe response) or [`QpCore::send_data`] (the transport's next packet with the
+//!   CC told of data sent), each handing the packet to a [`FrameSink`], the driver's
+//!   mbufs or simulated frames.
+//!
+//! What stays in each driver is its own: the engine's doorbells, CQ rings, slow path,
+//! fatal-error reports and DPDK frames; the simulator's flows and counters. Pure and
+//! allocation-free: the engine's hot path calls it for every packet.
+
+use cc::{AnyCc, CongestionControl};
+use rdma::transport::{MemorySpace, MrTable, Payload, Qp, QpEvent, TxPacket, WorkCompletion};
+use rdma::wire::frame::{IntInsert, RoceRepr};
+use rdma::wire::{BthRepr, Ecn, FrameBuilder, Opcode, RoceFrame};
+use sched::scheduler::Scheduler;
+use sched::timer_wheel::{TimerHandle, TimerKey, TimerKind as WheelKind, TimerWheel};
+
+use crate::gbn_backoff::GoBackNBackoff;
+use crate::qp_cc::{self, RttProbe, CC_TIMERS};
+
+/// Where a QP's packets go: the driver builds each into a frame and queues it for
+/// its link (the engine into an mbuf of its TX burst, the simulator into a frame
+/// buffer for its link).
+pub trait FrameSink {
+    /// Builds `pkt` on the headers of `fb` and queues the frame: its wire bytes
+    /// (frame, FCS, preamble and inter-frame gap), as the pacer charges them, or
+    /// `None` when it could not be built (the driver counts that; the transport has
+    /// taken the packet as sent and will resend it if it is lost).
+    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u32>;
+}
+
+/// Where a QP's completions go: the engine's CQ rings, the simulator's flows.
+pub trait Completions {
+    /// Whether one more completion fits (a full CQ leaves them in the QP).
+    fn has_room(&self) -> bool;
+    /// Takes one completion.
+    fn complete(&mut self, wc: WorkCompletion);
+}
+
+/// What [`QpCore::feed_events`] saw besides what it handed the CC.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fed {
+    /// Retransmit timeouts among the events.
+    pub timeouts: u32,
+    /// The transport entered ERR (the engine reports it as `IBV_EVENT_QP_FATAL`).
+    pub fatal: bool,
+}
+
+/// One QP as the engine and the simulator drive it.
+#[derive(Debug)]
+pub struct QpCore {
+    /// The RC transport; `None` while the QP is not connected (RESET, INIT).
+    pub qp: Option<Qp>,
+    /// Its congestion control.
+    pub cc: AnyCc,
+    /// Its headers (with an INT insert when the CC wants telemetry on data).
+    pub fb: FrameBuilder,
+    /// The INT insert a probe always carries (HPCC++ 000 §6.2).
+    pub probe_int: IntInsert,
+    /// The CC extension header was negotiated (the parser needs to know).
+    pub cc_ext: bool,
+    /// The QP index is in the scheduler's control ring.
+    pub ctrl_queued: bool,
+    /// The rate the scheduler paces the QP at (the CC's last rate).
+    pub sched_rate: u64,
+    /// Wire bytes of the QP's next data packet, as the pacer charges it (the last
+    /// data packet's size).
+    pub next_bytes: u32,
+    /// The transport timer on the wheel and the deadline it is armed for.
+    pub transport_timer: Option<(TimerHandle, u64)>,
+    /// The CC timers on the wheel, by [`qp_cc::timer_index`].
+    pub cc_armed: [Option<(TimerHandle, u64)>; 4],
+    /// Deadlines of the CC timers, by [`qp_cc::timer_index`] (0 = not armed).
+    pub cc_timers: [u64; 4],
+    /// One RTT measurement at a time.
+    pub rtt_probe: RttProbe,
+    /// A CNP is owed to the peer (DCQCN notification point).
+    pub cnp_pending: bool,
+    /// CC `none` only: the window cut by go-back-N rounds ([`crate::gbn_backoff`]).
+    pub backoff: Option<GoBackNBackoff>,
+}
+
+/// Whether a packet the transport gives is data for the CC and the pacer (not an
+/// ACK, not a control packet, not header-only).
+#[inline]
+pub fn is_data(pkt: &TxPacket) -> bool {
+    !pkt.priority && pkt.lsn_len > 0 && pkt.repr.bth.opcode != Opcode::Acknowledge
+}
+
+impl QpCore {
+    /// A QP without a transport yet, with its CC, headers and path MTU.
+    pub fn new(cc: AnyCc, fb: FrameBuilder, probe_int: IntInsert, cc_ext: bool, mtu: u32) -> Self {
+        Self {
+            qp: None,
+            cc,
+            fb,
+            probe_int,
+            cc_ext,
+            ctrl_queued: false,
+            sched_rate: u64::MAX,
+            next_bytes: mtu + 100,
+            transport_timer: None,
+            cc_armed: [None; 4],
+            cc_timers: [0; 4],
+            rtt_probe: None,
+            cnp_pending: false,
+            backoff: None,
+        }
+    }
+
+    /// Applies the CC's answer: timers to arm, a CNP to send, the window to feed
+    /// back (Rx-HPCC), a probe to send (HPCC++ probe mode).
+    #[inline]
+    pub fn apply(&mut self, a: cc::Actions) {
+        qp_cc::apply(
+            a,
+            self.qp.as_mut(),
+            &mut self.cc_timers,
+            &mut self.cnp_pending,
+        );
+    }
+
+    /// The transport's send window: the CC's, or for CC `none` the go-back-N
+    /// backoff's.
+    #[inline]
+    pub fn update_window(&mut self) {
+        let w = qp_cc::window(&self.cc, self.backoff.as_ref());
+        if let Some(qp) = self.qp.as_mut() {
+            qp.set_window(w);
+        }
+    }
+
+    /// A received frame for this QP: the receiver side of the CC for a request
+    /// (DCQCN notification point, Rx-HPCC NewINT), then the transport.
+    #[inline]
+    pub fn receive<M: MemorySpace + ?Sized>(
+        &mut self,
+        f: &RoceFrame<'_>,
+        now: u64,
+        mrs: &MrTable,
+        mem: &mut M,
+    ) {
+        if f.bth.opcode.is_request() {
+            let a = qp_cc::on_rx_data(&mut self.cc, f, now);
+            self.apply(a);
+        }
+        if let Some(qp) = self.qp.as_mut() {
+            qp.on_rx(f, now, mrs, mem);
+        }
+    }
+
+    /// Feeds every event the transport raised into the CC and the CC's answers back
+    /// (`qp_cc::on_event`), after the core's own part: a QP without CC backs off on
+    /// go-back-N rounds and grows back on ACKs. The transport's window follows.
+    pub fn feed_events(&mut self, now: u64) -> Fed {
+        let mut fed = Fed::default();
+        let mut events = 0;
+        while let Some(ev) = self.qp.as_mut().and_then(Qp::poll_event) {
+            events += 1;
+            match ev {
+                QpEvent::Ack { newly_acked, .. } => {
+                    if let Some(b) = self.backoff.as_mut() {
+                        b.on_ack(newly_acked);
+                    }
+                }
+                QpEvent::Error => fed.fatal = true,
+                QpEvent::Timeout { .. } => fed.timeouts += 1,
+                _ => {}
+            }
+            if qp_cc::is_go_back_n(&ev) {
+                let in_flight = self.qp.as_ref().map_or(0, Qp::in_flight);
+                if let Some(b) = self.backoff.as_mut() {
+                    b.on_go_back_n(in_flight);
+                }
+            }
+            let a = qp_cc::on_event(&mut self.cc, &mut self.rtt_probe, &ev, now);
+            self.apply(a);
+        }
+        if events > 0 {
+            self.update_window();
+        }
+        fed
+    }
+
+    /// Moves the transport's completions into `out` while it has room; whether none
+    /// is left in the QP.
+    pub fn move_completions<C: Completions>(&mut self, out: &mut C) -> bool {
+        let Some(qp) = self.qp.as_mut() else {
+            return true;
+        };
+        loop {
+            if !out.has_room() {
+                return qp.pending_completions() == 0;
+            }
+            let Some(wc) = qp.poll_cq() else { return true };
+            out.complete(wc);
+        }
+    }
+
+    /// Puts the connected QP where it belongs after its state changed: its timers on
+    /// the wheel ([`Self::sync_timers`]), its control packets in the scheduler's
+    /// control ring, its pacing rate the CC's, and back on the round robin (new work
+    /// may have become sendable: a window opened, an RNR wait ended, a READ to
+    /// answer; the QP leaves it again when the transport has nothing). `q` is its
+    /// index in the scheduler, `key` its timers' key (the kind is set here). The
+    /// earliest deadline it armed on the wheel, `u64::MAX` if none.
+    pub fn requeue(
+        &mut self,
+        sched: &mut Scheduler<u32>,
+        wheel: &mut TimerWheel<TimerKey>,
+        key: TimerKey,
+        now: u64,
+    ) -> u64 {
+        let Some(qp) = self.qp.as_ref() else {
+            return u64::MAX;
+        };
+        let control = self.cnp_pending || qp.has_control();
+        let armed = self.sync_timers(wheel, key);
+        let q = key.qp;
+        if control && !self.ctrl_queued {
+            // One entry per QP at most, in a ring of as many entries as QPs: never full.
+            self.ctrl_queued = sched.push_control(q).is_ok();
+        }
+        let rate = self.cc.rate_bps();
+        if rate != self.sched_rate {
+            // First requeue after a (re)start, or the CC's rate changed. A QP
+            // without CC takes the scheduler's quantum (NIC_QUANTUM_BYTES): runs
+            // of its packets let the receiver coalesce ACKs.
+            self.sched_rate = rate;
+            let _ = sched.set_rate(q, rate, now);
+            let _ = sched.set_uses_quantum(q, self.cc.kind() == cc::CcKind::None);
+        }
+        let _ = sched.mark_ready(q, self.next_bytes);
+        armed
+    }
+
+    /// Puts the QP's timers on the wheel where their deadlines changed: the
+    /// transport's next timer (retransmit or RNR) and each armed CC timer. The
+    /// earliest deadline it armed, `u64::MAX` if none.
+    #[inline]
+    pub fn sync_timers(&mut self, wheel: &mut TimerWheel<TimerKey>, key: TimerKey) -> u64 {
+        let with = |kind| TimerKey { kind, ..key };
+        let want = self.qp.as_ref().and_then(Qp::next_timer);
+        let mut armed = arm(
+            wheel,
+            &mut self.transport_timer,
+            want,
+            with(WheelKind::Retransmit),
+        );
+        for ((slot, &d), &(_, kind)) in self
+            .cc_armed
+            .iter_mut()
+            .zip(&self.cc_timers)
+            .zip(&CC_TIMERS)
+        {
+            armed = armed.min(arm(wheel, slot, (d != 0).then_some(d), with(kind)));
+        }
+        armed
+    }
+
+    /// A timer of kind `kind` came off the wheel at `now`: the transport's
+    /// (retransmit or RNR) or a CC timer, each acted on only if really due (timers
+    /// are re-armed lazily, [`Self::sync_timers`]). False when the QP has no
+    /// transport (nothing to do, nothing to requeue).
+    pub fn on_timer(&mut self, kind: WheelKind, now: u64) -> bool {
+        let Some(qp) = self.qp.as_mut() else {
+            return false;
+        };
+        if kind == WheelKind::Retransmit {
+            self.transport_timer = None;
+            if qp.next_timer().is_some_and(|t| t <= now) {
+                qp.on_timer(now);
+            }
+        } else if let Some(k) = CC_TIMERS.iter().position(|&(_, w)| w == kind) {
+            self.cc_armed[k] = None;
+            let d = self.cc_timers[k];
+            if d != 0 && d <= now {
+                self.cc_timers[k] = 0;
+                let a = self.cc.on_timer(now, CC_TIMERS[k].0);
+                self.apply(a);
+                self.update_window();
+            }
+        }
+        true
+    }
+
+    /// One control packet, the scheduler's control ring having chosen the QP (index
+    /// `q`): a CNP it owes, else its transport's next ACK/NAK or probe response, into
+    /// `out` without an INT container (probe responses echo telemetry in their CC
+    /// extension header, HPCC++ 000 §6.2). Not charged to the QP's credit.
+    pub fn send_control<F: FrameSink>(
+        &mut self,
+        sched: &mut Scheduler<u32>,
+        q: u32,
+        now: u64,
+        out: &mut F,
+    ) {
+        self.ctrl_queued = false;
+        let Some(qp) = self.qp.as_mut() else { return };
+        let mut fb = self.fb;
+        fb.int = None;
+        let pkt = if self.cnp_pending {
+            self.cnp_pending = false;
+            TxPacket {
+                repr: RoceRepr::new(BthRepr::new(Opcode::Cnp, qp.config().dest_qpn, 0)),
+                payload: Payload::None,
+                ecn: Ecn::NotEct,
+                priority: true,
+                lsn: 0,
+                lsn_len: 0,
+                retransmit: false,
+            }
+        } else if let Some(p) = qp.poll_tx_control(now) {
+            p
+        } else {
+            return;
+        };
+        if self.cnp_pending || qp.has_control() {
+            self.ctrl_queued = sched.push_control(q).is_ok();
+        }
+        let _ = out.emit(&fb, &pkt);
+    }
+
+    /// The transport's next packet (data, a READ request, a probe, or an ACK that was
+    /// due), the round robin having chosen the QP: the CC is told of data sent, a
+    /// probe carries an INT container, the frame goes to `out`, the pacer is
+    /// charged and the QP requeued. A QP with nothing sendable leaves the round
+    /// robin. The earliest timer deadline it armed, `u64::MAX` if none.
+    pub fn send_data<F: FrameSink>(
+        &mut self,
+        sched: &mut Scheduler<u32>,
+        wheel: &mut TimerWheel<TimerKey>,
+        key: TimerKey,
+        now: u64,
+        out: &mut F,
+    ) -> u64 {
+        let q = key.qp;
+        let Some(mut pkt) = self.qp.as_mut().and_then(|qp| qp.poll_tx(now)) else {
+            let _ = sched.mark_idle(q);
+            return u64::MAX;
+        };
+        let data = is_data(&pkt);
+        let mut fb = self.fb;
+        if data {
+            let a = qp_cc::on_data_sent(&mut self.cc, &mut self.rtt_probe, &mut pkt, now);
+            self.apply(a);
+        } else if pkt.repr.bth.opcode == Opcode::Probe {
+            // Probes always collect telemetry (HPCC++ 000 §6.2).
+            fb.int = Some(self.probe_int);
+        } else {
+            fb.int = None;
+        }
+        let wire = out.emit(&fb, &pkt);
+        // Even when the frame could not be built (the sink counts it), the
+        // transport has taken the packet as sent: its retransmit timer must still
+        // go on the wheel below, or a lost tail would never be resent.
+        if let Some(w) = wire {
+            let _ = sched.on_sent(q, w, now);
+            if data {
+                self.next_bytes = w;
+            }
+        }
+        self.requeue(sched, wheel, key, now)
+    }
+
+    /// Takes the QP's timers off the wheel (the QP is destroyed or reset).
+    pub fn cancel_timers(&mut self, wheel: &mut TimerWheel<TimerKey>) {
+        if let Some((h, _)) = self.transport_timer.take() {
+            wheel.cancel(h);
+        }
+        for (h, _) in self.cc_armed.iter_mut().filter_map(Option::take) {
+            wheel.cancel(h);
+        }
+        self.cc_timers = [0; 4];
+    }
+}
+
+/// Makes sure one timer fires no later than `want`; O(1). Lazily: a timer armed
+/// earlier than wanted is left alone (the retransmit deadline moves later on every
+/// ACK), and one no longer wanted is left to fire; the handler
+/// ([`QpCore::on_timer`]) acts only on what is really due and re-arms for the real
+/// deadline. So the wheel is touched about once per timeout, not once per packet.
+/// The deadline it armed, `u64::MAX` if none.
+#[inline]
+fn arm(
+    wheel: &mut TimerWheel<TimerKey>,
+    armed: &mut Option<(TimerHandle, u64)>,
+    want: Option<u64>,
+    key: TimerKey,
+) -> u64 {
+    // `armed` is Some exactly while its entry is on the wheel: the handler clears
+    // it when the entry fires, and only `cancel_timers` cancels one (so no wheel
+    // lookup, a likely cache miss, on this per-packet path).
+    match (*armed, want) {
+        (Some((_, at)), Some(w)) if at <= w => u64::MAX,
+        (_, None) => u64::MAX,
+        (cur, Some(w)) => {
+            rearm(wheel, armed, cur, w, key);
+            w
+        }
+    }
+}
+
+/// The rare half of [`arm`]: a deadline earlier than the armed one, or none armed.
+#[cold]
+fn rearm(
+    wheel: &mut TimerWheel<TimerKey>,
+    armed: &mut Option<(TimerHandle, u64)>,
+    cur: Option<(TimerHandle, u64)>,
+    want: u64,
+    key: TimerKey,
+) {
+    *armed = match cur {
+        Some((h, _)) if wheel.reschedule(h, want).is_ok() => Some((h, want)),
+        _ => wheel.schedule(want, key).ok().map(|h| (h, want)),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cc::{CcKind, PathConfig};
+    use rdma::transport::{Access, QpConfig, QpState, SendOp, SendWr, Sge, VecMemory, WcStatus};
+    use rdma::wire::frame::NetHeaders;
+    use rdma::wire::{parse_frame, EthernetAddress, Ipv4Address, ParseOptions};
+    use sched::scheduler::Decision;
+
+    const BASE: u64 = 0x1000;
+    const LEN: usize = 64 << 10;
+
+    /// Frames into byte vectors (as a driver's link would take them).
+    struct Frames<'a> {
+        mem: &'a VecMemory,
+        out: Vec<Vec<u8>>,
+    }
+
+    impl FrameSink for Frames<'_> {
+        fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u32> {
+            let mut buf = vec![0; 2048];
+            let n = pkt.build_frame(fb, self.mem, &mut buf).ok()?;
+            buf.truncate(n);
+            self.out.push(buf);
+            Some(n as u32 + 24)
+        }
+    }
+
+    /// Completions into a vector with room for `room` of them.
+    struct Cq {
+        wcs: Vec<WorkCompletion>,
+        room: usize,
+    }
+
+    impl Completions for Cq {
+        fn has_room(&self) -> bool {
+            self.wcs.len() < self.room
+        }
+        fn complete(&mut self, wc: WorkCompletion) {
+            self.wcs.push(wc);
+        }
+    }
+
+    /// One end: its core, scheduler, wheel, memory and MR table.
+    struct End {
+        core: QpCore,
+        sched: Scheduler<u32>,
+        wheel: TimerWheel<TimerKey>,
+        mrs: MrTable,
+        mem: VecMemory,
+        key: TimerKey,
+        /// The region's (lkey, rkey).
+        keys: (u32, u32),
+    }
+
+    fn end(kind: CcKind, qpn: u32, dest: u32, ip: u8, peer: u8) -> End {
+        let cc = kind.build(PathConfig {
+            line_rate_bps: 100_000_000_000,
+            base_rtt_ns: 10_000,
+            mtu_bytes: 1024,
+        });
+        let fb = FrameBuilder {
+            net: NetHeaders {
+                src_mac: EthernetAddress([2, 0, 0, 0, 0, ip]),
+                dst_mac: EthernetAddress([2, 0, 0, 0, 0, peer]),
+                src_ip: Ipv4Address([10, 0, 0, ip]),
+                dst_ip: Ipv4Address([10, 0, 0, peer]),
+                udp_src_port: 0xC000,
+                dscp: crate::ROCE_DSCP,
+                ttl: 64,
+            },
+            int: None,
+        };
+        let probe_int = IntInsert {
+            int_dscp: 0x18,
+            max_hops: qp_cc::MAX_HOPS as u8,
+        };
+        let mut core = QpCore::new(cc, fb, probe_int, kind.uses_extensions(), 1024);
+        let mut qp = Qp::new(QpConfig {
+            qpn,
+            dest_qpn: dest,
+            cc_ext: kind.uses_extensions(),
+            ..QpConfig::default()
+        })
+        .unwrap();
+        for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            qp.modify(st).unwrap();
+        }
+        core.qp = Some(qp);
+        core.update_window();
+        let mut mrs = MrTable::new();
+        let mr = mrs
+            .register(BASE, LEN as u64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        End {
+            core,
+            sched: Scheduler::new(4, crate::PACING_BURST_BYTES, 4),
+            wheel: TimerWheel::new(crate::TIMER_TICK_NS, crate::TIMER_SLOTS, 16),
+            mrs,
+            mem: VecMemory::new(BASE, LEN),
+            key: TimerKey {
+                qp: 0,
+                kind: WheelKind::Retransmit,
+                gen: 0,
+            },
+            keys: (mr.lkey, mr.rkey),
+        }
+    }
+
+    /// Runs `e`'s scheduler once: the frames of one decision.
+    fn transmit(e: &mut End, now: u64) -> Vec<Vec<u8>> {
+        let mut out = Frames {
+            mem: &e.mem,
+            out: Vec::new(),
+        };
+        match e.sched.next(now) {
+            Decision::Idle { .. } => {}
+            Decision::Control(q) => e.core.send_control(&mut e.sched, q, now, &mut out),
+            Decision::Qp { .. } => {
+                e.core
+                    .send_data(&mut e.sched, &mut e.wheel, e.key, now, &mut out);
+            }
+        }
+        out.out
+    }
+
+    /// Hands `frames` to `e` and runs what a driver runs after: events,
+    /// completions into `cq`, requeue.
+    fn deliver(e: &mut End, frames: &[Vec<u8>], cq: &mut Cq, now: u64) {
+        let opts = ParseOptions {
+            int_dscp: Some(0x18),
+            verify_icrc: true,
+        };
+        let cc_ext = e.core.cc_ext;
+        for b in frames {
+            let f = parse_frame(b, &opts, |_| cc_ext).unwrap();
+            e.core.receive(&f, now, &e.mrs, &mut e.mem);
+        }
+        e.core.feed_events(now);
+        e.core.move_completions(cq);
+        e.core.requeue(&mut e.sched, &mut e.wheel, e.key, now);
+    }
+
+    #[test]
+    fn a_write_goes_out_is_acknowledged_and_completes() {
+        let mut a = end(CcKind::Hpcc, 0x11, 0x12, 1, 2);
+        let mut b = end(CcKind::Hpcc, 0x12, 0x11, 2, 1);
+        a.mem.write(BASE, b"per-QP core");
+        let wr = SendWr {
+            wr_id: 7,
+            op: SendOp::Write {
+                remote_va: BASE + 100,
+                rkey: b.keys.1,
+            },
+            sge: Sge {
+                addr: BASE,
+                len: 11,
+                lkey: a.keys.0,
+            },
+            signaled: true,
+            solicited: false,
+        };
+        a.core.qp.as_mut().unwrap().post_send(wr, &a.mrs).unwrap();
+        let armed = a.core.requeue(&mut a.sched, &mut a.wheel, a.key, 0);
+        assert_eq!(armed, u64::MAX, "nothing sent, no timer yet");
+        let data = transmit(&mut a, 0);
+        assert_eq!(data.len(), 1, "one WRITE packet");
+        // The retransmit timer of what is in flight is on the wheel.
+        assert!(a.core.transport_timer.is_some());
+        let mut b_cq = Cq {
+            wcs: Vec::new(),
+            room: 8,
+        };
+        deliver(&mut b, &data, &mut b_cq, 1_000);
+        assert_eq!(b.mem.read(BASE + 100, 11), b"per-QP core");
+        let ack = transmit(&mut b, 1_000);
+        assert_eq!(ack.len(), 1, "the responder's ACK goes out as control");
+        // A full CQ holds the completion in the QP ...
+        let mut a_cq = Cq {
+            wcs: Vec::new(),
+            room: 0,
+        };
+        deliver(&mut a, &ack, &mut a_cq, 2_000);
+        assert!(a_cq.wcs.is_empty());
+        // ... until it has room.
+        a_cq.room = 1;
+        assert!(a.core.move_completions(&mut a_cq));
+        assert_eq!(a_cq.wcs.len(), 1);
+        assert_eq!(a_cq.wcs[0].wr_id, 7);
+        assert_eq!(a_cq.wcs[0].status, WcStatus::Success);
+    }
+
+    #[test]
+    fn a_cnp_owed_goes_out_first_as_control() {
+        let mut a = end(CcKind::Dcqcn, 0x11, 0x12, 1, 2);
+        a.core.cnp_pending = true;
+        a.core.requeue(&mut a.sched, &mut a.wheel, a.key, 0);
+        let out = transmit(&mut a, 0);
+        assert_eq!(out.len(), 1);
+        let f = parse_frame(&out[0], &ParseOptions::default(), |_| false).unwrap();
+        assert_eq!(f.bth.opcode, Opcode::Cnp);
+        assert_eq!(f.bth.dest_qp, 0x12);
+        assert!(!a.core.cnp_pending);
+        assert!(transmit(&mut a, 0).is_empty(), "one CNP, then nothing");
+    }
+
+    #[test]
+    fn a_qp_without_transport_sends_nothing_and_takes_no_timer() {
+        let mut a = end(CcKind::Hpcc, 0x11, 0x12, 1, 2);
+        a.core.qp = None;
+        a.core.cnp_pending = true;
+        assert_eq!(
+            a.core.requeue(&mut a.sched, &mut a.wheel, a.key, 0),
+            u64::MAX
+        );
+        assert_eq!(a.sched.control_len(), 0);
+        assert!(!a.core.on_timer(WheelKind::Retransmit, 5));
+        let mut out = Frames {
+            mem: &a.mem,
+            out: Vec::new(),
+        };
+        a.core.send_control(&mut a.sched, 0, 0, &mut out);
+        assert!(out.out.is_empty());
+        assert!(a.wheel.is_empty());
+    }
+}
