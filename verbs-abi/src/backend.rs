@@ -33,6 +33,8 @@ pub struct Backend {
     pub link: LinkWatch,
     /// What the environment asked for.
     pub cfg: Config,
+    /// The port's lock file, held while the process lives.
+    _port_lock: std::fs::File,
 }
 
 static BACKEND: OnceLock<Result<Backend, String>> = OnceLock::new();
@@ -64,6 +66,7 @@ impl Backend {
     }
 
     fn start(cfg: Config) -> Result<Backend, String> {
+        let port_lock = lock_port(&cfg.dev)?;
         let pci = cfg.dev.contains(':') && !cfg.dev.contains(',');
         let mut args = dpdk::tool_args("rsnic-verbs", &[] as &[&str], pci);
         args.extend(cfg.eal.iter().cloned());
@@ -80,7 +83,12 @@ impl Backend {
             let dev = Device::open(eal, port, dc).map_err(|e| format!("{}: {e}", cfg.dev))?;
             if link.wait_up(Duration::from_secs(2)) {
                 tracing::info!(dev = %cfg.dev, ip = %cfg.ip, "rsnic0 up");
-                return Ok(Backend { dev, link, cfg });
+                return Ok(Backend {
+                    dev,
+                    link,
+                    cfg,
+                    _port_lock: port_lock,
+                });
             }
             drop(link);
             dev.close();
@@ -100,4 +108,40 @@ impl Backend {
     pub fn speed_mbps(&self) -> u32 {
         self.link.link().map_or(0, |l| l.speed_mbps)
     }
+}
+
+/// Takes the port's lock: one program per port (in one network namespace).
+/// A second program on the same port would attach to the same TAP or NIC
+/// queues and take half of the first one's frames; it is refused with a
+/// message instead (its `ibv_open_device` fails with ENODEV). The lock is
+/// an `flock` on a file named after the devargs and the namespace, released
+/// by the kernel when the process ends, however it ends.
+fn lock_port(devargs: &str) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    let ns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let name: String = format!("{devargs}-{ns}")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let path = std::env::temp_dir().join(format!("rsnic-port-{name}.lock"));
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor we own; no pointers.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let holder = std::fs::read_to_string(&path).unwrap_or_default();
+        return Err(format!(
+            "port {devargs} is in use by another rsnic program (pid {}; lock {})",
+            holder.trim(),
+            path.display()
+        ));
+    }
+    let _ = f.set_len(0);
+    let _ = std::io::Write::write_all(&mut &f, std::process::id().to_string().as_bytes());
+    Ok(f)
 }

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Unmodified ibverbs programs on rsnic through librsnic_verbs.so (issue 22):
+# Debian's own binaries (perftest 4.5, ibv_rc_pingpong, ibv_devices,
+# ibv_devinfo), nothing rebuilt, run under target/release/rsnic-exec in two
+# network namespaces (scripts/netns.sh: TAPs bridged over a veth for the
+# data, a kernel veth for perftest's TCP exchange), rsnic on both ends.
+#
+# Every test must exit 0 on both ends and print its result row; the script
+# prints a matrix and exits non-zero on any failure. Logs: target/verbs-abi/.
+#
+# usage: scripts/verbs-abi.sh [quick|all]   (quick: devinfo, one bw, one lat, pingpong)
+# Holds /tmp/rsnic-host.lock while it uses namespaces and DPDK.
+# RSNIC_VERBS_NETNS=PREFIX names the namespaces PREFIX-a / PREFIX-b (default vb).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+NS=${RSNIC_VERBS_NETNS:-vb}
+A=$NS-a
+B=$NS-b
+EXEC=$PWD/target/release/rsnic-exec
+LOG=$PWD/target/verbs-abi
+ITERS=${VERBS_ITERS:-200}
+mkdir -p "$LOG"
+if [ ! -x "$EXEC" ] || [ ! -f target/release/librsnic_verbs.so ]; then
+  cargo build --release -p verbs-abi -p rsnic-exec
+fi
+if [ -z "${RSNIC_VERBS_LOCKED:-}" ]; then
+  exec env RSNIC_VERBS_LOCKED=1 flock /tmp/rsnic-host.lock "$0" "$@"
+fi
+
+cleanup() { RSNIC_NETNS=$NS scripts/netns.sh down; }
+trap cleanup EXIT
+RSNIC_NETNS=$NS scripts/netns.sh up >/dev/null
+
+on_a() { ip netns exec "$A" timeout "${T:-120}" "$EXEC" --dev net_tap0,iface=rt-a --ip 10.0.0.1 ${CC:+--cc $CC} -- "$@"; }
+on_b() { ip netns exec "$B" timeout "${T:-120}" "$EXEC" --dev net_tap0,iface=rt-b --ip 10.0.0.2 ${CC:+--cc $CC} -- "$@"; }
+
+fails=0
+rows=()
+record() { # name ok detail
+  rows+=("$(printf '%-34s %-4s %s' "$1" "$2" "$3")")
+  [ "$2" = ok ] || fails=$((fails + 1))
+}
+
+# A perftest result row: size, iterations, then figures.
+ROW='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
+
+# pair NAME PATTERN PORT SERVER-ARGS... -- CLIENT-ARGS...
+pair() {
+  local name=$1 pat=$2 port=$3
+  shift 3
+  local srv=() cli=()
+  while [ "$1" != -- ]; do srv+=("$1"); shift; done
+  shift
+  cli=("$@")
+  local f=$LOG/${name//[^A-Za-z0-9_.-]/_}
+  on_b "${srv[@]}" >"$f.server" 2>&1 &
+  local spid=$!
+  # The server listens once its EAL and engine are up.
+  for _ in $(seq 100); do
+    ip netns exec "$B" ss -ltn 2>/dev/null | grep -q ":$port " && break
+    kill -0 $spid 2>/dev/null || break
+    sleep 0.2
+  done
+  on_a "${cli[@]}" >"$f.client" 2>&1
+  local crc=$?
+  wait $spid
+  local src=$?
+  local row
+  row=$(grep -E "$pat" "$f.client" | tail -1 | tr -s ' ')
+  if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ -n "$row" ] && grep -qE "$pat" "$f.server"; then
+    record "$name" ok "$row"
+  else
+    record "$name" FAIL "server rc $src, client rc $crc (logs $f.*): $(tail -2 "$f.client" | tr '\n' ' ')"
+  fi
+}
+
+# -- 1. ibv_devices, ibv_devinfo -v (one process, in namespace A)
+f=$LOG/devices
+on_a ibv_devices >"$f" 2>&1
+if grep -q rsnic0 "$f"; then record ibv_devices ok "$(grep rsnic0 "$f" | tr -s ' \t' ' ')"; else record ibv_devices FAIL "$(tail -2 "$f" | tr '\n' ' ')"; fi
+f=$LOG/devinfo
+on_a ibv_devinfo -v >"$f" 2>&1
+rc=$?
+miss=""
+for want in 'hca_id:[[:space:]]*rsnic0' 'state:[[:space:]]*PORT_ACTIVE' 'link_layer:[[:space:]]*Ethernet' 'GID\[ *0\]:.*(::ffff:10\.0\.0\.1|0000:0000:0000:0000:0000:ffff:0a00:0001)' 'RoCE v2'; do
+  grep -qE "$want" "$f" || miss="$miss '$want'"
+done
+if [ $rc -eq 0 ] && [ -z "$miss" ]; then
+  record "ibv_devinfo -v" ok "$(grep -E 'state:|link_layer|GID' "$f" | tr -s ' \t' ' ' | tr '\n' ';')"
+else
+  record "ibv_devinfo -v" FAIL "rc $rc, missing:$miss"
+fi
+
+# -- 2. perftest, both ends on rsnic (client in A, server in B over ctl 10.99.0.2)
+P="-d rsnic0 -i 1 -x 0 -F"
+bw() { pair "$1 $2" "$ROW" 18515 "$1" $P $2 -- "$1" $P $2 10.99.0.2; }
+if [ "$what" = quick ]; then
+  bw ib_write_bw "-s 65536 -n $ITERS"
+  pair "ib_write_lat -s 2" "$ROW" 18515 ib_write_lat $P -s 2 -n $ITERS -- ib_write_lat $P -s 2 -n $ITERS 10.99.0.2
+else
+  for t in ib_write_bw ib_read_bw ib_send_bw; do
+    bw $t "-a -n $ITERS"
+    bw $t "-q 4 -s 65536 -n $ITERS"
+  done
+  for t in ib_write_lat ib_read_lat ib_send_lat; do
+    for s in 2 65536; do
+      pair "$t -s $s" "$ROW" 18515 $t $P -s $s -n $ITERS -- $t $P -s $s -n $ITERS 10.99.0.2
+    done
+  done
+  bw ib_atomic_bw "-n $ITERS"
+fi
+
+# -- 3. ibv_rc_pingpong: -c checks the data, -e sleeps on completion events
+PP='bytes in [0-9.]+ seconds'
+pair "ibv_rc_pingpong -g 0 -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 10.99.0.2
+pair "ibv_rc_pingpong -g 0 -e" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 10.99.0.2
+
+echo "== verbs-abi: unmodified ibverbs programs on rsnic (rsnic on both ends; logs in $LOG)"
+printf '%s\n' "${rows[@]}"
+if [ $fails -ne 0 ]; then
+  echo "verbs-abi: $fails FAILED"
+  exit 1
+fi
+echo "verbs-abi: all ${#rows[@]} passed"
