@@ -8,7 +8,13 @@
 # Every test must exit 0 on both ends and print its result row; the script
 # prints a matrix and exits non-zero on any failure. Logs: target/verbs-abi/.
 #
-# usage: scripts/verbs-abi.sh [quick|all]   (quick: devinfo, one bw, one lat, pingpong)
+# usage: scripts/verbs-abi.sh [all|quick|abi|pairs]
+#   abi:   the C check program verbs-abi/tests/c/verbs_check.c (gcc against the
+#          system's verbs.h, -libverbs, run preloaded on a looped-back net_ring0):
+#          bad input, error completions, events, VERBS_CYCLES create/destroy
+#          cycles of every object with RSS flat (default 100000)
+#   pairs: devinfo, perftest and ibv_rc_pingpong in two namespaces
+#   quick: devinfo, one bw, one lat, pingpong;  all: abi + pairs
 # Holds /tmp/rsnic-host.lock while it uses namespaces and DPDK.
 # RSNIC_VERBS_NETNS=PREFIX names the namespaces PREFIX-a / PREFIX-b (default vb).
 set -uo pipefail
@@ -28,19 +34,43 @@ if [ -z "${RSNIC_VERBS_LOCKED:-}" ]; then
   exec env RSNIC_VERBS_LOCKED=1 flock /tmp/rsnic-host.lock "$0" "$@"
 fi
 
-cleanup() { RSNIC_NETNS=$NS scripts/netns.sh down; }
-trap cleanup EXIT
-RSNIC_NETNS=$NS scripts/netns.sh up >/dev/null
-
-on_a() { ip netns exec "$A" timeout "${T:-120}" "$EXEC" --dev net_tap0,iface=rt-a --ip 10.0.0.1 ${CC:+--cc $CC} -- "$@"; }
-on_b() { ip netns exec "$B" timeout "${T:-120}" "$EXEC" --dev net_tap0,iface=rt-b --ip 10.0.0.2 ${CC:+--cc $CC} -- "$@"; }
-
 fails=0
 rows=()
 record() { # name ok detail
   rows+=("$(printf '%-34s %-4s %s' "$1" "$2" "$3")")
   [ "$2" = ok ] || fails=$((fails + 1))
 }
+finish() {
+  echo "== verbs-abi: unmodified ibverbs programs on rsnic (logs in $LOG)"
+  printf '%s\n' "${rows[@]}"
+  if [ $fails -ne 0 ]; then
+    echo "verbs-abi: $fails FAILED"
+    exit 1
+  fi
+  echo "verbs-abi: all ${#rows[@]} passed"
+  exit 0
+}
+
+if [ "$what" = all ] || [ "$what" = abi ]; then
+  gcc -O2 -Wall -o "$LOG/verbs_check" verbs-abi/tests/c/verbs_check.c -libverbs
+  start=$(date +%s)
+  timeout 900 "$EXEC" --dev net_ring0 --ip 10.0.0.9 -- "$LOG/verbs_check" "${VERBS_CYCLES:-100000}" >"$LOG/verbs_check.log" 2>&1
+  rc=$?
+  grep -E '^(ok|FAIL) ' "$LOG/verbs_check.log" | sed 's/^/  /'
+  if [ $rc -eq 0 ]; then
+    record "C ABI check (verbs_check.c)" ok "$(grep -c '^ok ' "$LOG/verbs_check.log") checks in $(( $(date +%s) - start )) s"
+  else
+    record "C ABI check (verbs_check.c)" FAIL "rc $rc: $(grep -E '^FAIL|panic|rsnic:' "$LOG/verbs_check.log" | head -3 | tr '\n' ' ')"
+  fi
+  [ "$what" = abi ] && finish
+fi
+
+cleanup() { RSNIC_NETNS=$NS scripts/netns.sh down; }
+trap cleanup EXIT
+RSNIC_NETNS=$NS scripts/netns.sh up >/dev/null
+
+on_a() { ip netns exec "$A" timeout "${T:-120}" "$EXEC" --dev net_tap0,iface=rt-a --ip 10.0.0.1 ${CC:+--cc $CC} -- "$@"; }
+on_b() { ip netns exec "$B" timeout "${T:-120}" "$EXEC" --dev net_tap0,iface=rt-b --ip 10.0.0.2 ${CC:+--cc $CC} -- "$@"; }
 
 # A perftest result row: size, iterations, then figures.
 ROW='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
@@ -116,10 +146,4 @@ PP='bytes in [0-9.]+ seconds'
 pair "ibv_rc_pingpong -g 0 -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 10.99.0.2
 pair "ibv_rc_pingpong -g 0 -e" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 10.99.0.2
 
-echo "== verbs-abi: unmodified ibverbs programs on rsnic (rsnic on both ends; logs in $LOG)"
-printf '%s\n' "${rows[@]}"
-if [ $fails -ne 0 ]; then
-  echo "verbs-abi: $fails FAILED"
-  exit 1
-fi
-echo "verbs-abi: all ${#rows[@]} passed"
+finish

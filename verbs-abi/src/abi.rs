@@ -202,7 +202,11 @@ extern "C" fn rsnic_ibv_open_device(d: *mut ibv_device) -> *mut ibv_context {
         // SAFETY: eventfd takes no pointers; a non-negative result is ours.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {
-            return null_with(std::io::Error::last_os_error().raw_os_error().unwrap_or(ENOMEM));
+            return null_with(
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(ENOMEM),
+            );
         }
         // SAFETY: a fresh descriptor nobody else owns.
         let async_fd = unsafe { OwnedFd::from_raw_fd(efd) };
@@ -345,14 +349,19 @@ fn port_attr(b: &Backend) -> ibv_port_attr {
 }
 
 #[no_mangle]
-extern "C" fn rsnic_ibv_query_port(c: *mut ibv_context, port: u8, out: *mut _compat_ibv_port_attr) -> c_int {
+extern "C" fn rsnic_ibv_query_port(
+    c: *mut ibv_context,
+    port: u8,
+    out: *mut _compat_ibv_port_attr,
+) -> c_int {
     guard(libc::EIO, || {
         let Some(ctx) = ctx(c) else { return EINVAL };
         if out.is_null() || port != 1 {
             return EINVAL;
         }
         let a = port_attr(ctx.backend);
-        let n = std::mem::size_of::<_compat_ibv_port_attr>().min(std::mem::size_of::<ibv_port_attr>());
+        let n =
+            std::mem::size_of::<_compat_ibv_port_attr>().min(std::mem::size_of::<ibv_port_attr>());
         // SAFETY: the caller's (older, shorter) port attribute struct: the
         // new struct only appended fields, so its first `n` bytes are it.
         unsafe { std::ptr::copy_nonoverlapping((&raw const a).cast::<u8>(), out.cast::<u8>(), n) };
@@ -361,7 +370,12 @@ extern "C" fn rsnic_ibv_query_port(c: *mut ibv_context, port: u8, out: *mut _com
 }
 
 /// `verbs_context.query_port` (the `ibv_query_port` macro's path).
-extern "C" fn ctx_query_port(c: *mut ibv_context, port: u8, out: *mut ibv_port_attr, size: usize) -> c_int {
+extern "C" fn ctx_query_port(
+    c: *mut ibv_context,
+    port: u8,
+    out: *mut ibv_port_attr,
+    size: usize,
+) -> c_int {
     guard(libc::EIO, || {
         let Some(ctx) = ctx(c) else { return EINVAL };
         if out.is_null() || port != 1 {
@@ -380,9 +394,16 @@ fn our_gid(ctx: &Context) -> [u8; 16] {
 }
 
 #[no_mangle]
-extern "C" fn rsnic_ibv_query_gid(c: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int {
+extern "C" fn rsnic_ibv_query_gid(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
     guard(-1, || {
-        let Some(ctx) = ctx(c) else { return minus_one(EINVAL) };
+        let Some(ctx) = ctx(c) else {
+            return minus_one(EINVAL);
+        };
         if gid.is_null() || port != 1 || index != 0 {
             return minus_one(EINVAL);
         }
@@ -413,7 +434,8 @@ extern "C" fn rsnic__ibv_query_gid_ex(
 ) -> c_int {
     guard(libc::EIO, || {
         let Some(ctx) = ctx(c) else { return EINVAL };
-        if entry.is_null() || flags != 0 || port != 1 || size < std::mem::size_of::<ibv_gid_entry>() {
+        if entry.is_null() || flags != 0 || port != 1 || size < std::mem::size_of::<ibv_gid_entry>()
+        {
             return EINVAL;
         }
         if index != 0 {
@@ -435,7 +457,9 @@ extern "C" fn rsnic__ibv_query_gid_table(
     size: usize,
 ) -> isize {
     guard(-(libc::EIO as isize), || {
-        let Some(ctx) = ctx(c) else { return -(EINVAL as isize) };
+        let Some(ctx) = ctx(c) else {
+            return -(EINVAL as isize);
+        };
         if entries.is_null() || flags != 0 || size < std::mem::size_of::<ibv_gid_entry>() {
             return -(EINVAL as isize);
         }
@@ -451,7 +475,12 @@ extern "C" fn rsnic__ibv_query_gid_table(
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34; `ibv_devinfo` calls it):
 /// `enum ibv_gid_type_sysfs`, where RoCE v2 is 1.
 #[no_mangle]
-extern "C" fn rsnic_ibv_query_gid_type(c: *mut ibv_context, port: u8, index: c_uint, ty: *mut c_uint) -> c_int {
+extern "C" fn rsnic_ibv_query_gid_type(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_uint,
+    ty: *mut c_uint,
+) -> c_int {
     guard(-1, || {
         if ctx(c).is_none() || ty.is_null() || port != 1 || index != 0 {
             return minus_one(EINVAL);
@@ -463,7 +492,12 @@ extern "C" fn rsnic_ibv_query_gid_type(c: *mut ibv_context, port: u8, index: c_u
 }
 
 #[no_mangle]
-extern "C" fn rsnic_ibv_query_pkey(c: *mut ibv_context, port: u8, index: c_int, pkey: *mut u16) -> c_int {
+extern "C" fn rsnic_ibv_query_pkey(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
     guard(-1, || {
         if ctx(c).is_none() || pkey.is_null() || port != 1 || index != 0 {
             return minus_one(EINVAL);
@@ -489,7 +523,9 @@ extern "C" fn rsnic_ibv_get_pkey_index(c: *mut ibv_context, port: u8, pkey: u16)
 #[no_mangle]
 extern "C" fn rsnic_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
     guard(null_mut(), || {
-        let Some(ctx) = ctx(c) else { return null_with(EINVAL) };
+        let Some(ctx) = ctx(c) else {
+            return null_with(EINVAL);
+        };
         let pd = ctx.backend.dev.alloc_pd();
         let b = Box::new(Pd {
             ibv: ibv_pd {
@@ -527,12 +563,23 @@ extern "C" fn rsnic_ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
 }
 
 #[no_mangle]
-extern "C" fn rsnic_ibv_reg_mr(p: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> *mut ibv_mr {
+extern "C" fn rsnic_ibv_reg_mr(
+    p: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr {
     rsnic_ibv_reg_mr_iova2(p, addr, len, addr as u64, access as c_uint)
 }
 
 #[no_mangle]
-extern "C" fn rsnic_ibv_reg_mr_iova(p: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_int) -> *mut ibv_mr {
+extern "C" fn rsnic_ibv_reg_mr_iova(
+    p: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
     rsnic_ibv_reg_mr_iova2(p, addr, len, iova, access as c_uint)
 }
 
@@ -540,7 +587,13 @@ extern "C" fn rsnic_ibv_reg_mr_iova(p: *mut ibv_pd, addr: *mut c_void, len: usiz
 /// pointer (DESIGN.md §5), so an `iova` other than `addr` is refused with
 /// EINVAL (perftest and ibv_rc_pingpong pass iova == addr).
 #[no_mangle]
-extern "C" fn rsnic_ibv_reg_mr_iova2(p: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint) -> *mut ibv_mr {
+extern "C" fn rsnic_ibv_reg_mr_iova2(
+    p: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
     guard(null_mut(), || {
         if !is_live(p.cast(), Kind::Pd) {
             return null_with(EINVAL);
@@ -554,7 +607,9 @@ extern "C" fn rsnic_ibv_reg_mr_iova2(p: *mut ibv_pd, addr: *mut c_void, len: usi
         };
         // SAFETY: a live PD of ours (checked).
         let pd = unsafe { &*p.cast::<Pd>() };
-        let Some(h) = pd.pd.as_ref() else { return null_with(EINVAL) };
+        let Some(h) = pd.pd.as_ref() else {
+            return null_with(EINVAL);
+        };
         // SAFETY: ibv_reg_mr(3)'s contract: the buffer stays valid until
         // ibv_dereg_mr, which returns only once the engine let go of it.
         let mr = match unsafe { h.reg_user_mr(addr.cast(), len, acc) } {
@@ -597,7 +652,14 @@ extern "C" fn rsnic_ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
 }
 
 #[no_mangle]
-extern "C" fn rsnic_ibv_rereg_mr(_m: *mut ibv_mr, _flags: c_int, _pd: *mut ibv_pd, _a: *mut c_void, _l: usize, _acc: c_int) -> c_int {
+extern "C" fn rsnic_ibv_rereg_mr(
+    _m: *mut ibv_mr,
+    _flags: c_int,
+    _pd: *mut ibv_pd,
+    _a: *mut c_void,
+    _l: usize,
+    _acc: c_int,
+) -> c_int {
     EOPNOTSUPP
 }
 
@@ -612,7 +674,11 @@ extern "C" fn rsnic_ibv_create_comp_channel(c: *mut ibv_context) -> *mut ibv_com
         // SAFETY: epoll_create1 takes no pointers.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
-            return null_with(std::io::Error::last_os_error().raw_os_error().unwrap_or(ENOMEM));
+            return null_with(
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(ENOMEM),
+            );
         }
         // SAFETY: a fresh descriptor nobody else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -638,7 +704,11 @@ extern "C" fn rsnic_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int
             return minus_one(EINVAL);
         }
         // SAFETY: a live channel (checked).
-        if unsafe { &*ch.cast::<Channel>() }.cqs.load(Ordering::Acquire) != 0 {
+        if unsafe { &*ch.cast::<Channel>() }
+            .cqs
+            .load(Ordering::Acquire)
+            != 0
+        {
             return minus_one(EBUSY);
         }
         unregister(ch.cast(), Kind::Channel);
@@ -649,10 +719,18 @@ extern "C" fn rsnic_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int
 }
 
 #[no_mangle]
-extern "C" fn rsnic_ibv_create_cq(c: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, ch: *mut ibv_comp_channel, _vector: c_int) -> *mut ibv_cq {
+extern "C" fn rsnic_ibv_create_cq(
+    c: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    ch: *mut ibv_comp_channel,
+    _vector: c_int,
+) -> *mut ibv_cq {
     guard(null_mut(), || {
-        let Some(ctx) = ctx(c) else { return null_with(EINVAL) };
-        if cqe < 1 || cqe > MAX_CQE {
+        let Some(ctx) = ctx(c) else {
+            return null_with(EINVAL);
+        };
+        if !(1..=MAX_CQE).contains(&cqe) {
             return null_with(EINVAL);
         }
         if !ch.is_null() && !is_live(ch.cast(), Kind::Channel) {
@@ -660,7 +738,11 @@ extern "C" fn rsnic_ibv_create_cq(c: *mut ibv_context, cqe: c_int, cq_context: *
         }
         let dev = &ctx.backend.dev;
         let depth = cqe as usize;
-        let made = if ch.is_null() { dev.create_cq(depth) } else { dev.create_cq_with_channel(depth) };
+        let made = if ch.is_null() {
+            dev.create_cq(depth)
+        } else {
+            dev.create_cq_with_channel(depth)
+        };
         let cq = match made {
             Ok(q) => q,
             Err(e) => return null_with(errno_of(&e)),
@@ -690,9 +772,13 @@ extern "C" fn rsnic_ibv_create_cq(c: *mut ibv_context, cqe: c_int, cq_context: *
                 u64: p as u64,
             };
             // SAFETY: both descriptors are live; `ev` is a valid event.
-            let rc = unsafe { libc::epoll_ctl(chan.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, efd, &mut ev) };
+            let rc = unsafe {
+                libc::epoll_ctl(chan.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, efd, &mut ev)
+            };
             if rc != 0 {
-                let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(ENOMEM);
+                let e = std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(ENOMEM);
                 // SAFETY: just allocated, never shared.
                 drop(unsafe { Box::from_raw(p) });
                 return null_with(e);
@@ -700,7 +786,10 @@ extern "C" fn rsnic_ibv_create_cq(c: *mut ibv_context, cqe: c_int, cq_context: *
             chan.cqs.fetch_add(1, Ordering::AcqRel);
         }
         register(p.cast(), Kind::Cq);
-        live().get_or_insert_with(Default::default).cqs.insert(id, p as usize);
+        live()
+            .get_or_insert_with(Default::default)
+            .cqs
+            .insert(id, p as usize);
         p.cast()
     })
 }
@@ -729,7 +818,9 @@ extern "C" fn rsnic_ibv_destroy_cq(q: *mut ibv_cq) -> c_int {
             // SAFETY: a CQ's channel cannot be destroyed while the CQ lives.
             let chan = unsafe { &*cq.channel };
             // SAFETY: live descriptors; a DEL takes no event.
-            unsafe { libc::epoll_ctl(chan.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, efd, null_mut()) };
+            unsafe {
+                libc::epoll_ctl(chan.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, efd, null_mut())
+            };
             chan.cqs.fetch_sub(1, Ordering::AcqRel);
         }
         unregister(q.cast(), Kind::Cq);
@@ -758,7 +849,9 @@ extern "C" fn op_poll_cq(q: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
         let cq = unsafe { &*q.cast::<Cq>() };
         let _g = cq.lock.lock();
         // SAFETY: under the CQ's lock.
-        let Some(h) = (unsafe { &mut *cq.cq.get() }).as_mut() else { return -1 };
+        let Some(h) = (unsafe { &mut *cq.cq.get() }).as_mut() else {
+            return -1;
+        };
         let mut got = 0;
         while got < n {
             let Some(c) = h.poll_one() else { break };
@@ -789,7 +882,11 @@ extern "C" fn op_req_notify_cq(q: *mut ibv_cq, _solicited_only: c_int) -> c_int 
 }
 
 #[no_mangle]
-extern "C" fn rsnic_ibv_get_cq_event(ch: *mut ibv_comp_channel, cq_out: *mut *mut ibv_cq, ctx_out: *mut *mut c_void) -> c_int {
+extern "C" fn rsnic_ibv_get_cq_event(
+    ch: *mut ibv_comp_channel,
+    cq_out: *mut *mut ibv_cq,
+    ctx_out: *mut *mut c_void,
+) -> c_int {
     guard(-1, || {
         if !is_live(ch.cast(), Kind::Channel) || cq_out.is_null() || ctx_out.is_null() {
             return minus_one(EINVAL);
@@ -806,7 +903,11 @@ extern "C" fn rsnic_ibv_get_cq_event(ch: *mut ibv_comp_channel, cq_out: *mut *mu
             // SAFETY: one event slot, live for the call.
             let n = unsafe { libc::epoll_wait(epfd, &mut ev, 1, if nonblock { 0 } else { -1 }) };
             if n < 0 {
-                return minus_one(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+                return minus_one(
+                    std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EIO),
+                );
             }
             if n == 0 {
                 return minus_one(EAGAIN);
@@ -817,7 +918,9 @@ extern "C" fn rsnic_ibv_get_cq_event(ch: *mut ibv_comp_channel, cq_out: *mut *mu
             let efd = {
                 let _g = cq.lock.lock();
                 // SAFETY: under the CQ's lock.
-                (unsafe { &*cq.cq.get() }).as_ref().and_then(|h| h.channel_fd())
+                (unsafe { &*cq.cq.get() })
+                    .as_ref()
+                    .and_then(|h| h.channel_fd())
             };
             let Some(efd) = efd else { continue };
             let mut count = 0u64;
@@ -879,10 +982,18 @@ extern "C" fn rsnic_ibv_create_qp(p: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -
             return null_with(EINVAL);
         }
         // SAFETY: a live PD and live CQs of ours (checked).
-        let (pd, scq, rcq) = unsafe { (&*p.cast::<Pd>(), &*a.send_cq.cast::<Cq>(), &*a.recv_cq.cast::<Cq>()) };
+        let (pd, scq, rcq) = unsafe {
+            (
+                &*p.cast::<Pd>(),
+                &*a.send_cq.cast::<Cq>(),
+                &*a.recv_cq.cast::<Cq>(),
+            )
+        };
         // SAFETY: the PD's context outlives it.
         let backend = unsafe { Context::from_ibv(pd.ibv.context) }.backend;
-        let Some(h) = pd.pd.as_ref() else { return null_with(EINVAL) };
+        let Some(h) = pd.pd.as_ref() else {
+            return null_with(EINVAL);
+        };
         let opts = QpOptions {
             sq_depth: cap.max_send_wr.max(1) as u16,
             rq_depth: cap.max_recv_wr.max(1) as u16,
@@ -944,7 +1055,10 @@ extern "C" fn rsnic_ibv_create_qp(p: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -
         });
         let q = Box::into_raw(b);
         register(q.cast(), Kind::Qp);
-        live().get_or_insert_with(Default::default).qps.insert(qpn, q as usize);
+        live()
+            .get_or_insert_with(Default::default)
+            .qps
+            .insert(qpn, q as usize);
         q.cast()
     })
 }
@@ -973,7 +1087,12 @@ extern "C" fn rsnic_ibv_destroy_qp(q: *mut ibv_qp) -> c_int {
 }
 
 /// Applies a checked `ibv_modify_qp` to the engine's QP.
-fn modify(inner: &mut QpInner, attr: &ibv_qp_attr, mask: u32, backend: &Backend) -> Result<(), i32> {
+fn modify(
+    inner: &mut QpInner,
+    attr: &ibv_qp_attr,
+    mask: u32,
+    backend: &Backend,
+) -> Result<(), i32> {
     let cur = inner.state;
     let to = check_modify(cur, attr.qp_state, mask)?;
     if mask & IBV_QP_CUR_STATE != 0 && attr.cur_qp_state != cur {
@@ -986,7 +1105,12 @@ fn modify(inner: &mut QpInner, attr: &ibv_qp_attr, mask: u32, backend: &Backend)
         return Err(EINVAL);
     }
     if mask & IBV_QP_ACCESS_FLAGS != 0
-        && attr.qp_access_flags & !(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC) != 0
+        && attr.qp_access_flags
+            & !(IBV_ACCESS_LOCAL_WRITE
+                | IBV_ACCESS_REMOTE_WRITE
+                | IBV_ACCESS_REMOTE_READ
+                | IBV_ACCESS_REMOTE_ATOMIC)
+            != 0
     {
         return Err(EINVAL);
     }
@@ -1010,7 +1134,8 @@ fn modify(inner: &mut QpInner, attr: &ibv_qp_attr, mask: u32, backend: &Backend)
             let mtu = mtu_bytes(attr.path_mtu).ok_or(EINVAL)?;
             let ah = &attr.ah_attr;
             // RoCE needs the GRH: the peer is its GID (IBA annex A17.4.5).
-            if ah.is_global == 0 || ah.grh.sgid_index != 0 || (ah.port_num != 0 && ah.port_num != 1) {
+            if ah.is_global == 0 || ah.grh.sgid_index != 0 || (ah.port_num != 0 && ah.port_num != 1)
+            {
                 return Err(EINVAL);
             }
             // SAFETY: a GID is 16 plain bytes either way it is read.
@@ -1086,7 +1211,12 @@ extern "C" fn rsnic_ibv_modify_qp(q: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: 
 }
 
 #[no_mangle]
-extern "C" fn rsnic_ibv_query_qp(q: *mut ibv_qp, attr: *mut ibv_qp_attr, _mask: c_int, init: *mut ibv_qp_init_attr) -> c_int {
+extern "C" fn rsnic_ibv_query_qp(
+    q: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
     guard(libc::EIO, || {
         if !is_live(q.cast(), Kind::Qp) || attr.is_null() {
             return EINVAL;
@@ -1121,7 +1251,12 @@ extern "C" fn rsnic_ibv_query_qp(q: *mut ibv_qp, attr: *mut ibv_qp_attr, _mask: 
 
 /// One send work request to the engine.
 #[inline]
-fn post_one(h: &mut nic::verbs::QueuePair, inner_sig_all: bool, max_inline: u32, w: &ibv_send_wr) -> Result<(), i32> {
+fn post_one(
+    h: &mut nic::verbs::QueuePair,
+    inner_sig_all: bool,
+    max_inline: u32,
+    w: &ibv_send_wr,
+) -> Result<(), i32> {
     let op = send_op(w)?;
     let signaled = inner_sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
     let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
@@ -1130,8 +1265,17 @@ fn post_one(h: &mut nic::verbs::QueuePair, inner_sig_all: bool, max_inline: u32,
         return Err(EINVAL);
     }
     // SAFETY: ibv_post_send(3): `sg_list` holds `num_sge` entries.
-    let sges = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(w.sg_list, n) } };
-    if w.send_flags & IBV_SEND_INLINE != 0 && matches!(op, SendOp::Send | SendOp::SendImm(_) | SendOp::Write { .. } | SendOp::WriteImm { .. }) {
+    let sges = if n == 0 {
+        &[][..]
+    } else {
+        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
+    };
+    if w.send_flags & IBV_SEND_INLINE != 0
+        && matches!(
+            op,
+            SendOp::Send | SendOp::SendImm(_) | SendOp::Write { .. } | SendOp::WriteImm { .. }
+        )
+    {
         let mut buf = [0u8; MAX_INLINE as usize];
         let mut len = 0usize;
         for s in sges {
@@ -1142,11 +1286,15 @@ fn post_one(h: &mut nic::verbs::QueuePair, inner_sig_all: bool, max_inline: u32,
             if l > 0 {
                 // SAFETY: an inline SGE is the program's memory, readable for
                 // `length` bytes during the call (no lkey needed).
-                unsafe { std::ptr::copy_nonoverlapping(s.addr as *const u8, buf[len..].as_mut_ptr(), l) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(s.addr as *const u8, buf[len..].as_mut_ptr(), l)
+                };
             }
             len += l;
         }
-        return h.post_send_inline(w.wr_id, op, &buf[..len], signaled).map_err(|e| errno_of(&e));
+        return h
+            .post_send_inline(w.wr_id, op, &buf[..len], signaled)
+            .map_err(|e| errno_of(&e));
     }
     let sge = match sges {
         [] => Sge::default(),
@@ -1171,7 +1319,11 @@ fn post_one(h: &mut nic::verbs::QueuePair, inner_sig_all: bool, max_inline: u32,
 /// each to the engine's doorbell ring; on the first failure `*bad` is set
 /// to it and its errno returned (ibv_post_send(3)). No allocation, no
 /// system call.
-extern "C" fn op_post_send(q: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
+extern "C" fn op_post_send(
+    q: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: `ops.post_send` is only reached through a QP of ours.
         let qp = unsafe { &*q.cast::<Qp>() };
@@ -1189,7 +1341,9 @@ extern "C" fn op_post_send(q: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut 
             return fail(wr, EINVAL);
         }
         let (sig_all, max_inline) = (inner.sq_sig_all, inner.cap.max_inline_data);
-        let Some(h) = inner.qp.as_mut() else { return fail(wr, EINVAL) };
+        let Some(h) = inner.qp.as_mut() else {
+            return fail(wr, EINVAL);
+        };
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
@@ -1204,7 +1358,11 @@ extern "C" fn op_post_send(q: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut 
 }
 
 /// `ibv_post_recv` (through `ops.post_recv`), as [`op_post_send`].
-extern "C" fn op_post_recv(q: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> c_int {
+extern "C" fn op_post_recv(
+    q: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: reached only through a QP of ours.
         let qp = unsafe { &*q.cast::<Qp>() };
@@ -1221,7 +1379,9 @@ extern "C" fn op_post_recv(q: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut 
         if inner.state == IBV_QPS_RESET {
             return fail(wr, EINVAL);
         }
-        let Some(h) = inner.qp.as_mut() else { return fail(wr, EINVAL) };
+        let Some(h) = inner.qp.as_mut() else {
+            return fail(wr, EINVAL);
+        };
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
@@ -1239,7 +1399,10 @@ extern "C" fn op_post_recv(q: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut 
                 }
                 _ => return fail(cur, EINVAL),
             };
-            if let Err(e) = h.post_recv(RecvWr { wr_id: w.wr_id, sge }) {
+            if let Err(e) = h.post_recv(RecvWr {
+                wr_id: w.wr_id,
+                sge,
+            }) {
                 return fail(cur, errno_of(&e));
             }
             cur = w.next;
@@ -1260,26 +1423,46 @@ extern "C" fn rsnic_ibv_qp_to_qp_ex(_q: *mut ibv_qp) -> *mut ibv_qp_ex {
 #[no_mangle]
 extern "C" fn rsnic_ibv_get_async_event(c: *mut ibv_context, ev: *mut ibv_async_event) -> c_int {
     guard(-1, || {
-        let Some(ctx) = ctx(c) else { return minus_one(EINVAL) };
+        let Some(ctx) = ctx(c) else {
+            return minus_one(EINVAL);
+        };
         if ev.is_null() {
             return minus_one(EINVAL);
         }
         let events = ctx.backend.dev.events();
         loop {
-            let Some(e) = events.next_timeout(std::time::Duration::from_secs(1)) else { continue };
+            let Some(e) = events.next_timeout(std::time::Duration::from_secs(1)) else {
+                continue;
+            };
             let l = live();
             let l = l.as_ref();
             let (ty, elem) = match e {
                 AsyncEvent::QpFatal { qpn } => match l.and_then(|l| l.qps.get(&qpn)) {
-                    Some(&p) => (IBV_EVENT_QP_FATAL, ibv_async_event__bindgen_ty_1 { qp: p as *mut ibv_qp }),
+                    Some(&p) => (
+                        IBV_EVENT_QP_FATAL,
+                        ibv_async_event__bindgen_ty_1 {
+                            qp: p as *mut ibv_qp,
+                        },
+                    ),
                     None => continue,
                 },
                 AsyncEvent::CqOverrun { cq, .. } => match l.and_then(|l| l.cqs.get(&cq)) {
-                    Some(&p) => (IBV_EVENT_CQ_ERR, ibv_async_event__bindgen_ty_1 { cq: p as *mut ibv_cq }),
+                    Some(&p) => (
+                        IBV_EVENT_CQ_ERR,
+                        ibv_async_event__bindgen_ty_1 {
+                            cq: p as *mut ibv_cq,
+                        },
+                    ),
                     None => continue,
                 },
-                AsyncEvent::PortActive => (IBV_EVENT_PORT_ACTIVE, ibv_async_event__bindgen_ty_1 { port_num: 1 }),
-                AsyncEvent::PortDown => (IBV_EVENT_PORT_ERR, ibv_async_event__bindgen_ty_1 { port_num: 1 }),
+                AsyncEvent::PortActive => (
+                    IBV_EVENT_PORT_ACTIVE,
+                    ibv_async_event__bindgen_ty_1 { port_num: 1 },
+                ),
+                AsyncEvent::PortDown => (
+                    IBV_EVENT_PORT_ERR,
+                    ibv_async_event__bindgen_ty_1 { port_num: 1 },
+                ),
             };
             // SAFETY: the caller's event to fill.
             unsafe {
@@ -1321,11 +1504,22 @@ extern "C" fn rsnic_ibv_create_ah(_p: *mut ibv_pd, _a: *mut ibv_ah_attr) -> *mut
     null_with(EOPNOTSUPP)
 }
 #[no_mangle]
-extern "C" fn rsnic_ibv_create_ah_from_wc(_p: *mut ibv_pd, _w: *mut ibv_wc, _g: *mut c_void, _port: u8) -> *mut c_void {
+extern "C" fn rsnic_ibv_create_ah_from_wc(
+    _p: *mut ibv_pd,
+    _w: *mut ibv_wc,
+    _g: *mut c_void,
+    _port: u8,
+) -> *mut c_void {
     null_with(EOPNOTSUPP)
 }
 #[no_mangle]
-extern "C" fn rsnic_ibv_init_ah_from_wc(_c: *mut ibv_context, _port: u8, _w: *mut ibv_wc, _g: *mut c_void, _a: *mut ibv_ah_attr) -> c_int {
+extern "C" fn rsnic_ibv_init_ah_from_wc(
+    _c: *mut ibv_context,
+    _port: u8,
+    _w: *mut ibv_wc,
+    _g: *mut c_void,
+    _a: *mut ibv_ah_attr,
+) -> c_int {
     minus_one(EOPNOTSUPP)
 }
 #[no_mangle]
@@ -1388,7 +1582,12 @@ extern "C" fn rsnic_ibv_dofork_range(_b: *mut c_void, _s: usize) -> c_int {
 }
 /// There is no sysfs entry for rsnic0: -1 (ENOENT), as for a missing file.
 #[no_mangle]
-extern "C" fn rsnic_ibv_read_sysfs_file(_dir: *const c_char, _file: *const c_char, _buf: *mut c_char, _size: usize) -> c_int {
+extern "C" fn rsnic_ibv_read_sysfs_file(
+    _dir: *const c_char,
+    _file: *const c_char,
+    _buf: *mut c_char,
+    _size: usize,
+) -> c_int {
     minus_one(libc::ENOENT)
 }
 #[no_mangle]
@@ -1399,15 +1598,24 @@ extern "C" fn rsnic_ibv_get_sysfs_path() -> *const c_char {
 /// `ibv_resolve_eth_l2_from_gid`: the peer's MAC by the NIC's own ARP
 /// (the GID's IPv4 address); no VLAN (0xffff... is not used: `vid` 0).
 #[no_mangle]
-extern "C" fn rsnic_ibv_resolve_eth_l2_from_gid(c: *mut ibv_context, a: *mut ibv_ah_attr, mac: *mut u8, vid: *mut u16) -> c_int {
+extern "C" fn rsnic_ibv_resolve_eth_l2_from_gid(
+    c: *mut ibv_context,
+    a: *mut ibv_ah_attr,
+    mac: *mut u8,
+    vid: *mut u16,
+) -> c_int {
     guard(-1, || {
-        let Some(ctx) = ctx(c) else { return minus_one(EINVAL) };
+        let Some(ctx) = ctx(c) else {
+            return minus_one(EINVAL);
+        };
         if a.is_null() || mac.is_null() {
             return minus_one(EINVAL);
         }
         // SAFETY: the caller's address vector; a GID is 16 plain bytes.
         let dgid = unsafe { (*a).grh.dgid.raw };
-        let Some(ip) = ipv4_of_gid(&dgid) else { return minus_one(EINVAL) };
+        let Some(ip) = ipv4_of_gid(&dgid) else {
+            return minus_one(EINVAL);
+        };
         match ctx.backend.dev.resolve_mac(ip) {
             Ok(m) => {
                 // SAFETY: the caller's 6-byte MAC buffer and optional VLAN id.
@@ -1512,7 +1720,10 @@ extern "C" fn rsnic_ibv_rate_to_mult(r: c_uint) -> c_int {
 }
 #[no_mangle]
 extern "C" fn rsnic_mult_to_ibv_rate(m: c_int) -> c_uint {
-    RATES.iter().find(|x| x.1 == m).map_or(IBV_RATE_MAX, |x| x.0)
+    RATES
+        .iter()
+        .find(|x| x.1 == m)
+        .map_or(IBV_RATE_MAX, |x| x.0)
 }
 #[no_mangle]
 extern "C" fn rsnic_ibv_rate_to_mbps(r: c_uint) -> c_int {
@@ -1520,5 +1731,8 @@ extern "C" fn rsnic_ibv_rate_to_mbps(r: c_uint) -> c_int {
 }
 #[no_mangle]
 extern "C" fn rsnic_mbps_to_ibv_rate(m: c_int) -> c_uint {
-    RATES.iter().find(|x| x.2 == m).map_or(IBV_RATE_MAX, |x| x.0)
+    RATES
+        .iter()
+        .find(|x| x.2 == m)
+        .map_or(IBV_RATE_MAX, |x| x.0)
 }

@@ -93,7 +93,10 @@ impl Backend {
             drop(link);
             dev.close();
             if attempt < 3 {
-                eprintln!("rsnic: the link of {} is down after start; opening it again", cfg.dev);
+                eprintln!(
+                    "rsnic: the link of {} is down after start; opening it again",
+                    cfg.dev
+                );
             }
         }
         Err(format!("the link of {} did not come up", cfg.dev))

@@ -75,7 +75,11 @@ impl Config {
         let mac = match get("RSNIC_MAC") {
             None => None,
             Some(m) => Some(parse_mac(&m).ok_or_else(|| {
-                bad("RSNIC_MAC", &m, "expected six hex bytes, aa:bb:cc:dd:ee:ff".into())
+                bad(
+                    "RSNIC_MAC",
+                    &m,
+                    "expected six hex bytes, aa:bb:cc:dd:ee:ff".into(),
+                )
             })?),
         };
         let core = match get("RSNIC_CORE") {
@@ -138,7 +142,11 @@ mod tests {
     use super::*;
 
     fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     #[test]
@@ -164,14 +172,26 @@ mod tests {
             ("RSNIC_IP", "10.0.0.300"),
         ]))
         .unwrap_err();
-        assert!(matches!(e, ConfigError::Bad { var: "RSNIC_IP", .. }));
+        assert!(matches!(
+            e,
+            ConfigError::Bad {
+                var: "RSNIC_IP",
+                ..
+            }
+        ));
         let e = Config::from_lookup(env(&[
             ("RSNIC_DEV", "net_null0"),
             ("RSNIC_IP", "10.0.0.3"),
             ("RSNIC_CC", "fastest"),
         ]))
         .unwrap_err();
-        assert!(matches!(e, ConfigError::Bad { var: "RSNIC_CC", .. }));
+        assert!(matches!(
+            e,
+            ConfigError::Bad {
+                var: "RSNIC_CC",
+                ..
+            }
+        ));
         let c = Config::from_lookup(env(&[
             ("RSNIC_DEV", "net_null0"),
             ("RSNIC_IP", "10.0.0.3"),

@@ -3,7 +3,7 @@
 //! errno of every failure. No pointers are followed here (the callers in
 //! [`crate::abi`] hand over references), so all of it is unit-tested.
 
-use libc::{EINVAL, EIO, EBUSY, ENOMEM, EOPNOTSUPP, EHOSTUNREACH, ENODEV};
+use libc::{EBUSY, EHOSTUNREACH, EINVAL, EIO, ENODEV, ENOMEM, EOPNOTSUPP};
 use nic::contract::EngineError;
 use nic::verbs::VerbsError;
 use rdma::transport::{Access, SendOp, WcOpcode, WcStatus, WorkCompletion};
@@ -166,8 +166,16 @@ pub fn rc_transition_masks(from: ibv_qp_state, to: ibv_qp_state) -> Option<(u32,
 /// when the transition does not exist, a required attribute is missing or
 /// one it does not take is given (what `ibv_modify_qp(3)` documents and
 /// the kernel's `ib_modify_qp_is_ok` enforces).
-pub fn check_modify(cur: ibv_qp_state, attr_state: ibv_qp_state, mask: u32) -> Result<ibv_qp_state, i32> {
-    let to = if mask & IBV_QP_STATE != 0 { attr_state } else { cur };
+pub fn check_modify(
+    cur: ibv_qp_state,
+    attr_state: ibv_qp_state,
+    mask: u32,
+) -> Result<ibv_qp_state, i32> {
+    let to = if mask & IBV_QP_STATE != 0 {
+        attr_state
+    } else {
+        cur
+    };
     if mask & IBV_QP_STATE == 0 && mask == 0 {
         return Err(EINVAL);
     }
@@ -346,23 +354,47 @@ mod tests {
 
     #[test]
     fn the_life_cycle_programs_use_is_accepted() {
-        assert_eq!(check_modify(IBV_QPS_RESET, IBV_QPS_INIT, INIT), Ok(IBV_QPS_INIT));
-        assert_eq!(check_modify(IBV_QPS_INIT, IBV_QPS_RTR, RTR), Ok(IBV_QPS_RTR));
+        assert_eq!(
+            check_modify(IBV_QPS_RESET, IBV_QPS_INIT, INIT),
+            Ok(IBV_QPS_INIT)
+        );
+        assert_eq!(
+            check_modify(IBV_QPS_INIT, IBV_QPS_RTR, RTR),
+            Ok(IBV_QPS_RTR)
+        );
         assert_eq!(check_modify(IBV_QPS_RTR, IBV_QPS_RTS, RTS), Ok(IBV_QPS_RTS));
-        assert_eq!(check_modify(IBV_QPS_RTS, IBV_QPS_ERR, IBV_QP_STATE), Ok(IBV_QPS_ERR));
-        assert_eq!(check_modify(IBV_QPS_ERR, IBV_QPS_RESET, IBV_QP_STATE), Ok(IBV_QPS_RESET));
+        assert_eq!(
+            check_modify(IBV_QPS_RTS, IBV_QPS_ERR, IBV_QP_STATE),
+            Ok(IBV_QPS_ERR)
+        );
+        assert_eq!(
+            check_modify(IBV_QPS_ERR, IBV_QPS_RESET, IBV_QP_STATE),
+            Ok(IBV_QPS_RESET)
+        );
         // Attributes only, no state: the QP stays.
-        assert_eq!(check_modify(IBV_QPS_RTS, 0, IBV_QP_MIN_RNR_TIMER), Ok(IBV_QPS_RTS));
+        assert_eq!(
+            check_modify(IBV_QPS_RTS, 0, IBV_QP_MIN_RNR_TIMER),
+            Ok(IBV_QPS_RTS)
+        );
     }
 
     #[test]
     fn missing_extra_and_skipped_are_einval() {
         // INIT without the port.
-        assert_eq!(check_modify(IBV_QPS_RESET, IBV_QPS_INIT, INIT & !IBV_QP_PORT), Err(EINVAL));
+        assert_eq!(
+            check_modify(IBV_QPS_RESET, IBV_QPS_INIT, INIT & !IBV_QP_PORT),
+            Err(EINVAL)
+        );
         // RTR without the peer's QPN.
-        assert_eq!(check_modify(IBV_QPS_INIT, IBV_QPS_RTR, RTR & !IBV_QP_DEST_QPN), Err(EINVAL));
+        assert_eq!(
+            check_modify(IBV_QPS_INIT, IBV_QPS_RTR, RTR & !IBV_QP_DEST_QPN),
+            Err(EINVAL)
+        );
         // RTR with an RTS attribute.
-        assert_eq!(check_modify(IBV_QPS_INIT, IBV_QPS_RTR, RTR | IBV_QP_SQ_PSN), Err(EINVAL));
+        assert_eq!(
+            check_modify(IBV_QPS_INIT, IBV_QPS_RTR, RTR | IBV_QP_SQ_PSN),
+            Err(EINVAL)
+        );
         // RESET straight to RTS, INIT to RTS, RTS back to RTR.
         assert_eq!(check_modify(IBV_QPS_RESET, IBV_QPS_RTS, RTS), Err(EINVAL));
         assert_eq!(check_modify(IBV_QPS_INIT, IBV_QPS_RTS, RTS), Err(EINVAL));
@@ -397,7 +429,10 @@ mod tests {
         );
         assert_eq!(access_of(IBV_ACCESS_REMOTE_WRITE), Err(EINVAL));
         assert_eq!(access_of(IBV_ACCESS_REMOTE_ATOMIC), Err(EINVAL));
-        assert_eq!(access_of(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND), Err(EOPNOTSUPP));
+        assert_eq!(
+            access_of(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND),
+            Err(EOPNOTSUPP)
+        );
     }
 
     #[test]
@@ -466,17 +501,28 @@ mod tests {
         fill_wc(&wc, &mut out);
         assert_eq!(out.wc_flags, IBV_WC_WITH_IMM);
         // SAFETY: a plain integer member.
-        assert_eq!(unsafe { out.__bindgen_anon_1.imm_data }.to_ne_bytes(), [0xa0, 0xb0, 0xc0, 0xd0]);
-        assert_eq!(wc_status_str(IBV_WC_LOC_PROT_ERR).to_str().unwrap(), "local protection error");
+        assert_eq!(
+            unsafe { out.__bindgen_anon_1.imm_data }.to_ne_bytes(),
+            [0xa0, 0xb0, 0xc0, 0xd0]
+        );
+        assert_eq!(
+            wc_status_str(IBV_WC_LOC_PROT_ERR).to_str().unwrap(),
+            "local protection error"
+        );
     }
 
     #[test]
     fn errnos() {
         assert_eq!(errno_of(&VerbsError::QueueFull), ENOMEM);
         assert_eq!(errno_of(&VerbsError::Engine(EngineError::CqBusy(1))), EBUSY);
-        assert_eq!(errno_of(&VerbsError::Engine(EngineError::TooManyQps)), ENOMEM);
         assert_eq!(
-            errno_of(&VerbsError::Engine(EngineError::ArpFailed([10, 0, 0, 9].into()))),
+            errno_of(&VerbsError::Engine(EngineError::TooManyQps)),
+            ENOMEM
+        );
+        assert_eq!(
+            errno_of(&VerbsError::Engine(EngineError::ArpFailed(
+                [10, 0, 0, 9].into()
+            ))),
             EHOSTUNREACH
         );
         assert_eq!(errno_of(&VerbsError::EmptyRegion), EINVAL);
