@@ -15,6 +15,10 @@
 #          cycles of every object with RSS flat (default 100000)
 #   pairs: devinfo, perftest and ibv_rc_pingpong in two namespaces
 #   quick: devinfo, one bw, one lat, pingpong;  all: abi + pairs
+#   bench: the same tests through the library (perftest on rsnic) and through
+#          roce-perf, alternating, BENCH_ROUNDS rounds (default 3), on the same
+#          namespaces: 64 KiB WRITE bandwidth, 64 B WRITE message rate,
+#          64 B write_lat t_typical; prints medians and the ratios (not in all)
 # Holds /tmp/rsnic-host.lock while it uses namespaces and DPDK.
 # RSNIC_VERBS_NETNS=PREFIX names the namespaces PREFIX-a / PREFIX-b (default vb).
 set -uo pipefail
@@ -104,6 +108,48 @@ pair() {
     record "$name" FAIL "server rc $src, client rc $crc (logs $f.*): $(tail -2 "$f.client" | tr '\n' ' ')"
   fi
 }
+
+if [ "$what" = bench ]; then
+  R=$PWD/target/release/roce-perf
+  [ -x "$R" ] || cargo build --release -q -p bench --bin roce-perf
+  rp_a() { ip netns exec "$A" timeout 120 "$R" "$@" --dev net_tap0,iface=rt-a --ip 10.0.0.1; }
+  rp_b() { ip netns exec "$B" timeout 120 "$R" "$@" --dev net_tap0,iface=rt-b --ip 10.0.0.2; }
+  # one KIND TEST ARGS -> the figure (bw: BW average MB/s; rate: Mpps; lat: t_typical us)
+  one() {
+    local kind=$1 t=$2 col f=$LOG/bench
+    shift 2
+    case $kind in bw) col=4 ;; rate) col=5 ;; lat) col=5 ;; esac
+    if [ "$LIBRARY" = 1 ]; then
+      on_b "ib_$t" $P "$@" >"$f.server" 2>&1 &
+    else
+      rp_b "$t" "$@" >"$f.server" 2>&1 &
+    fi
+    local sp=$!
+    for _ in $(seq 100); do ip netns exec "$B" ss -ltn 2>/dev/null | grep -q ":18515 " && break; sleep 0.2; done
+    if [ "$LIBRARY" = 1 ]; then
+      on_a "ib_$t" $P "$@" 10.99.0.2 >"$f.client" 2>&1
+    else
+      rp_a "$t" "$@" 10.99.0.2 >"$f.client" 2>&1
+    fi
+    wait $sp
+    grep -E "$ROW" "$f.client" | tail -1 | awk -v c=$col '{print $c}'
+  }
+  median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
+  P="-d rsnic0 -i 1 -x 0 -F"
+  echo "== verbs-abi bench: perftest through librsnic_verbs.so vs roce-perf, same namespaces, ${BENCH_ROUNDS:-3} rounds alternating"
+  printf '%-30s %-14s %-14s %s\n' test library roce-perf ratio
+  for spec in "bw write_bw -s 65536 -n 20000" "rate write_bw -s 64 -n 200000" "lat write_lat -s 64 -n 20000"; do
+    lib=""; rp=""
+    for _ in $(seq "${BENCH_ROUNDS:-3}"); do
+      lib="$lib $(LIBRARY=1 one $spec)"
+      rp="$rp $(LIBRARY=0 one $spec)"
+    done
+    ml=$(echo "$lib" | median); mr=$(echo "$rp" | median)
+    ratio=$(awk -v l="$ml" -v r="$mr" 'BEGIN { if (r > 0 && l > 0) printf "%.2f", l / r; else print "-" }')
+    printf '%-30s %-14s %-14s %s   (library:%s; roce-perf:%s)\n' "${spec#* }" "$ml" "$mr" "$ratio" "$lib" "$rp"
+  done
+  exit 0
+fi
 
 # -- 1. ibv_devices, ibv_devinfo -v (one process, in namespace A)
 f=$LOG/devices
