@@ -19,7 +19,8 @@
 #          roce-perf, alternating, BENCH_ROUNDS rounds (default 3), on the same
 #          namespaces: 64 KiB WRITE bandwidth, 64 B WRITE message rate,
 #          64 B write_lat t_typical; prints medians and the ratios (not in all)
-# Holds /tmp/rsnic-host.lock while it uses namespaces and DPDK.
+# Uses host-global namespaces and DPDK: on a shared host run it under
+# `flock /tmp/rsnic-host.lock` (scripts/test.sh runs it inside its own lock).
 # RSNIC_VERBS_NETNS=PREFIX names the namespaces PREFIX-a / PREFIX-b (default vb).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,9 +34,6 @@ ITERS=${VERBS_ITERS:-200}
 mkdir -p "$LOG"
 if [ ! -x "$EXEC" ] || [ ! -f target/release/librsnic_verbs.so ]; then
   cargo build --release -p verbs-abi -p rsnic-exec
-fi
-if [ -z "${RSNIC_VERBS_LOCKED:-}" ]; then
-  exec env RSNIC_VERBS_LOCKED=1 flock /tmp/rsnic-host.lock "$0" "$@"
 fi
 
 fails=0
