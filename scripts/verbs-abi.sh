@@ -185,6 +185,34 @@ else
   bw ib_atomic_bw "-n $ITERS"
 fi
 
+# -- 2b. mixed: perftest on rsnic against roce-perf (perftest's exchange), both roles
+R=$PWD/target/release/roce-perf
+[ -x "$R" ] || cargo build --release -q -p bench --bin roce-perf
+if [ "$what" != quick ]; then
+  for t in write_bw read_bw send_bw write_lat; do
+    # roce-perf serves (it detects perftest's exchange), perftest on rsnic connects
+    f=$LOG/mixed-$t-rpserver
+    ip netns exec "$B" timeout 120 "$R" $t --dev net_tap0,iface=rt-b --ip 10.0.0.2 -s 4096 -n $ITERS --timeout 60 >"$f.server" 2>&1 &
+    sp=$!
+    for _ in $(seq 100); do ip netns exec "$B" ss -ltn 2>/dev/null | grep -q ":18515 " && break; sleep 0.2; done
+    on_a ib_$t $P -s 4096 -n $ITERS 10.99.0.2 >"$f.client" 2>&1; crc=$?
+    wait $sp; src=$?
+    row=$(grep -E "$ROW" "$f.client" | tail -1 | tr -s ' ')
+    if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ -n "$row" ]; then record "ib_$t (rsnic) -> roce-perf" ok "$row"
+    else record "ib_$t (rsnic) -> roce-perf" FAIL "roce-perf rc $src, perftest rc $crc ($f.*): $(tail -1 "$f.client")"; fi
+    # perftest on rsnic serves, roce-perf connects with perftest's exchange
+    f=$LOG/mixed-$t-rpclient
+    on_b ib_$t $P -s 4096 -n $ITERS >"$f.server" 2>&1 &
+    sp=$!
+    for _ in $(seq 100); do ip netns exec "$B" ss -ltn 2>/dev/null | grep -q ":18515 " && break; sleep 0.2; done
+    ip netns exec "$A" timeout 120 "$R" $t --dev net_tap0,iface=rt-a --ip 10.0.0.1 -s 4096 -n $ITERS --timeout 60 --exchange perftest 10.99.0.2 >"$f.client" 2>&1; crc=$?
+    wait $sp; src=$?
+    row=$(grep -E "$ROW" "$f.server" | tail -1 | tr -s ' ')
+    if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ -n "$row" ]; then record "roce-perf -> ib_$t (rsnic)" ok "$row"
+    else record "roce-perf -> ib_$t (rsnic)" FAIL "roce-perf rc $crc, perftest rc $src ($f.*): $(tail -1 "$f.server")"; fi
+  done
+fi
+
 # -- 3. ibv_rc_pingpong: -c checks the data, -e sleeps on completion events
 PP='bytes in [0-9.]+ seconds'
 pair "ibv_rc_pingpong -g 0 -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 10.99.0.2
