@@ -10,7 +10,11 @@
 # shaped 8 Mbit/s port whose WRED marks CE; rxe counts no ECN, so the marks
 # are counted at the switch). Prints the matrix; exit 1 if a run failed.
 #
-# usage: scripts/interop.sh [matrix|lossy|switch|all|retx]   (default all; retx,
+# Then (verbs) the real perftest on both ends: Debian's ib_* binaries on the
+# host run unmodified on rsnic through librsnic_verbs.so (rsnic-exec, issue
+# 22) against the same binaries on rxe in the guest, both roles.
+#
+# usage: scripts/interop.sh [matrix|lossy|switch|verbs|all|retx]   (default all; retx,
 #        not in all: the retransmit ratio of --cc none into the guest, RETX_N=2200)
 # env:   INTEROP_MATRIX_OUT=FILE  also write the matrix there (markdown)
 set -uo pipefail
@@ -23,6 +27,10 @@ GUEST_IP=10.0.0.2
 GUEST_MAC=52:54:00:00:00:02
 what=${1:-all}
 [ -x "$B" ] || cargo build --release -q -p bench --bin roce-perf
+EXEC=$PWD/target/release/rsnic-exec
+if [ "$what" = all ] || [ "$what" = verbs ]; then
+  [ -x "$EXEC" ] && [ -f target/release/librsnic_verbs.so ] || cargo build --release -q -p verbs-abi -p rsnic-exec
+fi
 W=$(mktemp -d /tmp/rsnic-interop.XXXXXX)
 cleanup() { $G down >/dev/null 2>&1; rm -rf "$W"; }
 trap cleanup EXIT
@@ -185,6 +193,60 @@ if [ "$what" = all ] || [ "$what" = matrix ]; then
       for size in 64 4096 65536; do
         run_one "$t" "$role" "$size"
       done
+    done
+  done
+fi
+# Perftest on the host under rsnic-exec (librsnic_verbs.so) against perftest
+# on rxe: both exit 0 and print their row (read_lat's server prints none).
+run_verbs() { # TEST ROLE(of the host) SIZE
+  local t=$1 role=$2 size=$3 n id why="" t0=$SECONDS
+  n=$(iters "$t" "$size")
+  id=verbs-$t-$role-$size
+  local peer="" hpeer=""
+  if [ "$role" = server ]; then peer=10.0.0.254; else hpeer=$GUEST_IP; fi
+  local gscript="$guest_pre timeout 60 ib_$t -d rxe0 -x 1 -F -u $QP_TIMEOUT -s $size -n $n $peer; rc=\$?; [ \$rc = 0 ] || { cat /proc/loadavg; dmesg | tail -3; }; exit \$rc"
+  local host=(ip netns exec rxe-ns timeout 90 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP --
+              "ib_$t" -d rsnic0 -x 0 -F -u $QP_TIMEOUT -s "$size" -n "$n" $hpeer)
+  local hp host_rc guest_rc
+  if [ "$role" = server ]; then
+    "${host[@]}" >"$W/$id.host" 2>&1 &
+    hp=$!
+    listening || why="perftest on rsnic never listened"
+    guest_start "$id" "$gscript"
+  else
+    guest_start "$id" "$gscript"
+    # perftest's client does not retry: give the guest's server (TCG) time to listen.
+    sleep 4
+    "${host[@]}" >"$W/$id.host" 2>&1 &
+    hp=$!
+  fi
+  wait $hp; host_rc=$?
+  $G wait rxe0 "$id" 90 >"$W/$id.guest"; guest_rc=$?
+  [ $host_rc = 0 ] || why="$why host ib_$t rc=$host_rc: $(grep -m1 -iE 'err|fail|couldn|unable|rsnic' "$W/$id.host")"
+  [ $guest_rc = 0 ] || why="$why guest ib_$t rc=$guest_rc: $(grep -m1 -iE 'err|fail|couldn|unable' "$W/$id.guest")"
+  local hrow grow
+  hrow=$(grep -E "^ *$size +$n " "$W/$id.host" | tr -s ' ')
+  grow=$(grep -E "^ *$size +$n " "$W/$id.guest" | tr -s ' ')
+  if [ "$t" = read_lat ] && [ "$role" = server ]; then hrow=${hrow:-"(read_lat's server prints no row)"}; fi
+  if [ "$t" = read_lat ] && [ "$role" = client ]; then grow=${grow:-"(read_lat's server prints no row)"}; fi
+  [ -n "$hrow" ] || why="$why no '$size $n' row on the host"
+  [ -n "$grow" ] || why="$why no '$size $n' row in the guest"
+  local took=$((SECONDS - t0))
+  if [ -z "$why" ]; then
+    printf 'interop: verbs %-9s perftest-on-rsnic %-6s %6s B x %-3s ok   %s (%s s)\n' "$t" "$role" "$size" "$n" "$hrow" "$took"
+    rows+=("| verbs: ib_$t on rsnic | $role | $size | $n | pass | $hrow |")
+  else
+    fails=$((fails + 1))
+    printf 'interop: verbs %-9s perftest-on-rsnic %-6s %6s B x %-3s FAIL %s (%s s)\n' "$t" "$role" "$size" "$n" "$why" "$took"
+    rows+=("| verbs: ib_$t on rsnic | $role | $size | $n | **fail** | ${why:0:80} |")
+    tail -5 "$W/$id.host" | sed 's/^/    host: /'
+    tail -5 "$W/$id.guest" | sed 's/^/    guest: /'
+  fi
+}
+if [ "$what" = all ] || [ "$what" = verbs ]; then
+  for t in write_bw read_bw send_bw write_lat read_lat send_lat; do
+    for role in server client; do
+      run_verbs "$t" "$role" 4096
     done
   done
 fi

@@ -16,7 +16,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev gcc make tshark iproute2 python3 python3-pip procps
-  qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils ibverbs-providers perftest busybox-static cpio kmod nftables)
+  qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils libibverbs-dev ibverbs-providers perftest busybox-static cpio kmod nftables)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

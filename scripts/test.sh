@@ -22,6 +22,9 @@ cargo run --release -p sim --bin roce-sim -- fattree --hosts 32 --duration-ms 2 
 echo "== the verbs example (nic/examples/verbs.rs) runs"
 cargo run --release -p nic --example verbs -- --cc dcqcn --size 262144
 
+echo "== unmodified ibverbs programs on rsnic (librsnic_verbs.so): Debian's perftest, ibv_rc_pingpong, ibv_devinfo in two namespaces, and the C ABI check (scripts/verbs-abi.sh)"
+timeout 900 scripts/verbs-abi.sh all
+
 echo "== pipeline benchmarks against dpdk-testpmd, smoke run (each checks its frames; the figures of record, with longer runs, are in docs/benchmarks.md)"
 IO_FWD_SECS=3 IO_FWD_ROUNDS=1 cargo bench -p bench --bench io_fwd
 TXP_SECS=3 TXP_ROUNDS=1 cargo bench -p bench --bench tx_pipeline

@@ -287,6 +287,16 @@ pub enum Command {
         /// Done.
         reply: Reply<()>,
     },
+    /// Set the first PSN a QP sends (`IBV_QP_SQ_PSN`, which ibverbs gives
+    /// at RTR -> RTS): before it sent anything (INIT or RTR).
+    SetSqPsn {
+        /// Local QPN.
+        qpn: u32,
+        /// The PSN (24 bits).
+        psn: u32,
+        /// Done.
+        reply: Reply<()>,
+    },
     /// Resolve an IPv4 address to the MAC of its host by ARP (answered
     /// from the cache, or once a reply came, or with an error once the
     /// retries ran out).

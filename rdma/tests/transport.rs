@@ -949,3 +949,18 @@ fn control_packets_are_separable_from_data() {
     let resp = b.qp.poll_tx(0).expect("the READ response");
     assert_eq!(resp.repr.bth.opcode, Opcode::ReadResponseOnly);
 }
+
+#[test]
+fn send_psn_is_set_until_rts() {
+    // ibverbs gives the send PSN at RTR -> RTS (IBV_QP_SQ_PSN).
+    let mut q = Qp::new(QpConfig::default()).unwrap();
+    q.modify(QpState::Init).unwrap();
+    q.modify(QpState::Rtr).unwrap();
+    q.set_sq_psn(0x12_3456).unwrap();
+    assert_eq!((q.next_psn(), q.una_psn()), (0x12_3456, 0x12_3456));
+    assert_eq!(q.config().sq_psn, 0x12_3456);
+    assert!(q.set_sq_psn(1 << 24).is_err(), "PSNs have 24 bits");
+    q.modify(QpState::Rts).unwrap();
+    assert!(q.set_sq_psn(5).is_err(), "not once the requester may send");
+    assert_eq!(q.next_psn(), 0x12_3456);
+}

@@ -58,6 +58,9 @@ impl Engine {
                 Command::Connect { qpn, remote, reply } => {
                     let _ = reply.send(self.connect(qpn, &remote));
                 }
+                Command::SetSqPsn { qpn, psn, reply } => {
+                    let _ = reply.send(self.set_sq_psn(qpn, psn));
+                }
                 Command::ResolveMac { ip, reply } => self.resolve_mac(ip, reply, now),
                 Command::QueryQp { qpn, reply } => {
                     let r = match self.slot(qpn) {
@@ -164,6 +167,29 @@ impl Engine {
             self.sched.control_len()
         );
         Ok(out)
+    }
+
+    /// The first PSN QP `qpn` sends ([`Command::SetSqPsn`]): kept for
+    /// the connection when it has none yet, else set on its transport
+    /// (which refuses once it is past RTR).
+    fn set_sq_psn(&mut self, qpn: u32, psn: u32) -> Result<(), EngineError> {
+        let i = qpn
+            .checked_sub(self.qpn_base)
+            .ok_or(EngineError::NoSuchQp(qpn))? as usize;
+        let s = self
+            .qps
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .ok_or(EngineError::NoSuchQp(qpn))?;
+        match s.qp.as_mut() {
+            None => {
+                s.psn = psn & 0xFF_FFFF;
+                Ok(())
+            }
+            Some(qp) => qp
+                .set_sq_psn(psn & 0xFF_FFFF)
+                .map_err(|source| EngineError::Transport { qpn, source }),
+        }
     }
 
     fn slot(&self, qpn: u32) -> Option<&QpSlot> {

@@ -94,3 +94,26 @@ impl Device {
         self.reg_mr_in(0, mem, len, access, true)
     }
 }
+
+impl crate::verbs::ProtectionDomain<'_> {
+    /// Registers the caller's memory in this PD ([`Device::reg_user_mr`],
+    /// whose contract this has).
+    ///
+    /// # Safety
+    /// As [`Device::reg_user_mr`]: `addr..addr + len` valid for reads and
+    /// writes until the region is deregistered.
+    pub unsafe fn reg_user_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
+        if addr.is_null() || len == 0 {
+            return Err(VerbsError::EmptyRegion);
+        }
+        // SAFETY: the caller's contract is `from_raw`'s, as in
+        // `Device::reg_user_mr`.
+        let mem = unsafe { ExtBuf::from_raw(addr, len) };
+        self.device().reg_mr_in(self.id(), mem, len, access, true)
+    }
+}

@@ -397,6 +397,11 @@ impl ProtectionDomain<'_> {
         self.id
     }
 
+    /// The device it belongs to.
+    pub fn device(&self) -> &Device {
+        self.dev
+    }
+
     /// Registers `len` zeroed bytes with `access` in this PD
     /// ([`Device::reg_mr`]).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {

@@ -126,6 +126,16 @@ impl QueuePair {
         Ok(())
     }
 
+    /// Sets the first PSN this QP sends (`ibv_modify_qp` with
+    /// `IBV_QP_SQ_PSN` at RTR -> RTS): in INIT or RTR, before it sent
+    /// anything. [`Self::remote_info`] reports it from then on.
+    pub fn set_sq_psn(&mut self, psn: u32) -> Result<(), VerbsError> {
+        let qpn = self.qpn;
+        self.request(|reply| Command::SetSqPsn { qpn, psn, reply })?;
+        self.psn = psn & 0xFF_FFFF;
+        Ok(())
+    }
+
     fn request<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, VerbsError> {
         request(self.cmd.as_ref().ok_or(VerbsError::EngineGone)?, make)
     }

@@ -122,6 +122,28 @@ impl Qp {
         Ok(())
     }
 
+    /// Sets the first PSN the requester sends (`ibv_modify_qp` with
+    /// `IBV_QP_SQ_PSN`, given at RTR -> RTS in ibverbs while this transport
+    /// takes `sq_psn` at creation): allowed before the requester has sent
+    /// anything, i.e. in INIT or RTR (IBA 10.3.1 table 84: SQ_PSN is an
+    /// attribute of the RTR -> RTS transition).
+    pub fn set_sq_psn(&mut self, psn: u32) -> Result<(), QpError> {
+        if psn > psn::MASK {
+            return Result::Err(QpError::Config("QPN/PSN above 24 bits"));
+        }
+        if !matches!(self.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Result::Err(QpError::IllegalTransition {
+                from: self.state,
+                to: QpState::Rts,
+            });
+        }
+        self.cfg.sq_psn = psn;
+        self.req.next_psn = psn;
+        self.req.sent_hi = psn;
+        self.comp.una = psn;
+        Ok(())
+    }
+
     /// Sets the congestion window in LSN bytes (from the CC module). Sending stops while
     /// `lsn_end - acked_lsn` of the next packet would exceed it, except that one packet may
     /// always go when nothing is in flight (so a window below one packet, LDCP section

@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# Unmodified ibverbs programs on rsnic through librsnic_verbs.so (issue 22):
+# Debian's own binaries (perftest 4.5, ibv_rc_pingpong, ibv_devices,
+# ibv_devinfo), nothing rebuilt, run under target/release/rsnic-exec in two
+# network namespaces (scripts/netns.sh: TAPs bridged over a veth for the
+# data, a kernel veth for perftest's TCP exchange), rsnic on both ends.
+#
+# Every test must exit 0 on both ends and print its result row; the script
+# prints a matrix and exits non-zero on any failure. Logs: target/verbs-abi/.
+#
+# usage: scripts/verbs-abi.sh [all|quick|abi|pairs]
+#   abi:   the C check program verbs-abi/tests/c/verbs_check.c (gcc against the
+#          system's verbs.h, -libverbs, run preloaded on a looped-back net_ring0):
+#          bad input, error completions, events, VERBS_CYCLES create/destroy
+#          cycles of every object with RSS flat (default 100000)
+#   pairs: devinfo, perftest and ibv_rc_pingpong in two namespaces
+#   quick: devinfo, one bw, one lat, pingpong;  all: abi + pairs
+#   bench: the same tests through the library (perftest on rsnic) and through
+#          roce-perf, alternating, BENCH_ROUNDS rounds (default 3), on the same
+#          namespaces: 64 KiB WRITE bandwidth, 64 B WRITE message rate,
+#          64 B write_lat t_typical; prints medians and the ratios (not in all)
+# Uses host-global namespaces and DPDK: on a shared host run it under
+# `flock /tmp/rsnic-host.lock` (scripts/test.sh runs it inside its own lock).
+# RSNIC_VERBS_NETNS=PREFIX names the namespaces PREFIX-a / PREFIX-b (default vb).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+NS=${RSNIC_VERBS_NETNS:-vb}
+A=$NS-a
+B=$NS-b
+EXEC=$PWD/target/release/rsnic-exec
+LOG=$PWD/target/verbs-abi
+ITERS=${VERBS_ITERS:-200}
+mkdir -p "$LOG"
+if [ ! -x "$EXEC" ] || [ ! -f target/release/librsnic_verbs.so ]; then
+  cargo build --release -p verbs-abi -p rsnic-exec
+fi
+
+fails=0
+rows=()
+record() { # name ok detail
+  rows+=("$(printf '%-34s %-4s %s' "$1" "$2" "$3")")
+  [ "$2" = ok ] || fails=$((fails + 1))
+}
+finish() {
+  echo "== verbs-abi: unmodified ibverbs programs on rsnic (logs in $LOG)"
+  printf '%s\n' "${rows[@]}"
+  if [ $fails -ne 0 ]; then
+    echo "verbs-abi: $fails FAILED"
+    exit 1
+  fi
+  echo "verbs-abi: all ${#rows[@]} passed"
+  exit 0
+}
+
+if [ "$what" = all ] || [ "$what" = abi ]; then
+  gcc -O2 -Wall -o "$LOG/verbs_check" verbs-abi/tests/c/verbs_check.c -libverbs
+  start=$(date +%s)
+  timeout 900 "$EXEC" --dev net_ring0 --ip 10.0.0.9 -- "$LOG/verbs_check" "${VERBS_CYCLES:-100000}" >"$LOG/verbs_check.log" 2>&1
+  rc=$?
+  grep -E '^(ok|FAIL) ' "$LOG/verbs_check.log" | sed 's/^/  /'
+  if [ $rc -eq 0 ]; then
+    record "C ABI check (verbs_check.c)" ok "$(grep -c '^ok ' "$LOG/verbs_check.log") checks in $(( $(date +%s) - start )) s"
+  else
+    record "C ABI check (verbs_check.c)" FAIL "rc $rc: $(grep -E '^FAIL|panic|rsnic:' "$LOG/verbs_check.log" | head -3 | tr '\n' ' ')"
+  fi
+  [ "$what" = abi ] && finish
+fi
+
+cleanup() { RSNIC_NETNS=$NS scripts/netns.sh down; }
+trap cleanup EXIT
+RSNIC_NETNS=$NS scripts/netns.sh up >/dev/null
+
+on_a() { ip netns exec "$A" timeout "${T:-120}" "$EXEC" --dev net_tap0,iface=rt-a --ip 10.0.0.1 ${CC:+--cc $CC} -- "$@"; }
+on_b() { ip netns exec "$B" timeout "${T:-120}" "$EXEC" --dev net_tap0,iface=rt-b --ip 10.0.0.2 ${CC:+--cc $CC} -- "$@"; }
+
+# A perftest result row: size, iterations, then figures.
+ROW='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
+
+# pair NAME PATTERN PORT SERVER-ARGS... -- CLIENT-ARGS...
+pair() {
+  local name=$1 pat=$2 port=$3
+  shift 3
+  local srv=() cli=()
+  while [ "$1" != -- ]; do srv+=("$1"); shift; done
+  shift
+  cli=("$@")
+  local f=$LOG/${name//[^A-Za-z0-9_.-]/_}
+  on_b "${srv[@]}" >"$f.server" 2>&1 &
+  local spid=$!
+  # The server listens once its EAL and engine are up.
+  for _ in $(seq 100); do
+    ip netns exec "$B" ss -ltn 2>/dev/null | grep -q ":$port " && break
+    kill -0 $spid 2>/dev/null || break
+    sleep 0.2
+  done
+  on_a "${cli[@]}" >"$f.client" 2>&1
+  local crc=$?
+  wait $spid
+  local src=$?
+  local row
+  row=$(grep -E "$pat" "$f.client" | tail -1 | tr -s ' ')
+  # read_lat's server prints no row (perftest).
+  local srow=1
+  case $name in ib_read_lat*) ;; *) grep -qE "$pat" "$f.server" || srow="" ;; esac
+  if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ -n "$row" ] && [ -n "$srow" ]; then
+    record "$name" ok "$row"
+  else
+    record "$name" FAIL "server rc $src, client rc $crc (logs $f.*): $(tail -2 "$f.client" | tr '\n' ' ')"
+  fi
+}
+
+if [ "$what" = bench ]; then
+  R=$PWD/target/release/roce-perf
+  [ -x "$R" ] || cargo build --release -q -p bench --bin roce-perf
+  rp_a() { ip netns exec "$A" timeout 120 "$R" "$@" --dev net_tap0,iface=rt-a --ip 10.0.0.1; }
+  rp_b() { ip netns exec "$B" timeout 120 "$R" "$@" --dev net_tap0,iface=rt-b --ip 10.0.0.2; }
+  # one KIND TEST ARGS -> the figure (bw: BW average MB/s; rate: Mpps; lat: t_typical us)
+  one() {
+    local kind=$1 t=$2 col f=$LOG/bench
+    shift 2
+    case $kind in bw) col=4 ;; rate) col=5 ;; lat) col=5 ;; esac
+    if [ "$LIBRARY" = 1 ]; then
+      on_b "ib_$t" $P "$@" >"$f.server" 2>&1 &
+    else
+      rp_b "$t" "$@" >"$f.server" 2>&1 &
+    fi
+    local sp=$!
+    for _ in $(seq 100); do ip netns exec "$B" ss -ltn 2>/dev/null | grep -q ":18515 " && break; sleep 0.2; done
+    if [ "$LIBRARY" = 1 ]; then
+      on_a "ib_$t" $P "$@" 10.99.0.2 >"$f.client" 2>&1
+    else
+      rp_a "$t" "$@" 10.99.0.2 >"$f.client" 2>&1
+    fi
+    wait $sp
+    grep -E "$ROW" "$f.client" | tail -1 | awk -v c=$col '{print $c}'
+  }
+  median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
+  P="-d rsnic0 -i 1 -x 0 -F"
+  echo "== verbs-abi bench: perftest through librsnic_verbs.so vs roce-perf, same namespaces, ${BENCH_ROUNDS:-3} rounds alternating"
+  printf '%-30s %-14s %-14s %s\n' test library roce-perf ratio
+  for spec in "bw write_bw -s 65536 -n 20000" "rate write_bw -s 64 -n 200000" "lat write_lat -s 64 -n 20000"; do
+    lib=""; rp=""
+    for _ in $(seq "${BENCH_ROUNDS:-3}"); do
+      lib="$lib $(LIBRARY=1 one $spec)"
+      rp="$rp $(LIBRARY=0 one $spec)"
+    done
+    ml=$(echo "$lib" | median); mr=$(echo "$rp" | median)
+    ratio=$(awk -v l="$ml" -v r="$mr" 'BEGIN { if (r > 0 && l > 0) printf "%.2f", l / r; else print "-" }')
+    printf '%-30s %-14s %-14s %s   (library:%s; roce-perf:%s)\n' "${spec#* }" "$ml" "$mr" "$ratio" "$lib" "$rp"
+  done
+  exit 0
+fi
+
+# -- 1. ibv_devices, ibv_devinfo -v (one process, in namespace A)
+f=$LOG/devices
+on_a ibv_devices >"$f" 2>&1
+if grep -q rsnic0 "$f"; then record ibv_devices ok "$(grep rsnic0 "$f" | tr -s ' \t' ' ')"; else record ibv_devices FAIL "$(tail -2 "$f" | tr '\n' ' ')"; fi
+f=$LOG/devinfo
+on_a ibv_devinfo -v >"$f" 2>&1
+rc=$?
+miss=""
+for want in 'hca_id:[[:space:]]*rsnic0' 'state:[[:space:]]*PORT_ACTIVE' 'link_layer:[[:space:]]*Ethernet' 'GID\[ *0\]:.*(::ffff:10\.0\.0\.1|0000:0000:0000:0000:0000:ffff:0a00:0001)' 'RoCE v2'; do
+  grep -qE "$want" "$f" || miss="$miss '$want'"
+done
+if [ $rc -eq 0 ] && [ -z "$miss" ]; then
+  record "ibv_devinfo -v" ok "$(grep -E 'state:|link_layer|GID' "$f" | tr -s ' \t' ' ' | tr '\n' ';')"
+else
+  record "ibv_devinfo -v" FAIL "rc $rc, missing:$miss"
+fi
+
+# -- 2. perftest, both ends on rsnic (client in A, server in B over ctl 10.99.0.2)
+P="-d rsnic0 -i 1 -x 0 -F"
+bw() { pair "$1 $2" "$ROW" 18515 "$1" $P $2 -- "$1" $P $2 10.99.0.2; }
+if [ "$what" = quick ]; then
+  bw ib_write_bw "-s 65536 -n $ITERS"
+  pair "ib_write_lat -s 2" "$ROW" 18515 ib_write_lat $P -s 2 -n $ITERS -- ib_write_lat $P -s 2 -n $ITERS 10.99.0.2
+else
+  for t in ib_write_bw ib_read_bw ib_send_bw; do
+    bw $t "-a -n $ITERS"
+    bw $t "-q 4 -s 65536 -n $ITERS"
+  done
+  for t in ib_write_lat ib_read_lat ib_send_lat; do
+    for s in 2 65536; do
+      pair "$t -s $s" "$ROW" 18515 $t $P -s $s -n $ITERS -- $t $P -s $s -n $ITERS 10.99.0.2
+    done
+  done
+  bw ib_atomic_bw "-n $ITERS"
+fi
+
+# -- 2b. mixed: perftest on rsnic against roce-perf (perftest's exchange), both roles
+R=$PWD/target/release/roce-perf
+[ -x "$R" ] || cargo build --release -q -p bench --bin roce-perf
+if [ "$what" != quick ]; then
+  for t in write_bw read_bw send_bw write_lat; do
+    # roce-perf serves (it detects perftest's exchange), perftest on rsnic connects
+    f=$LOG/mixed-$t-rpserver
+    ip netns exec "$B" timeout 120 "$R" $t --dev net_tap0,iface=rt-b --ip 10.0.0.2 -s 4096 -n $ITERS --timeout 60 >"$f.server" 2>&1 &
+    sp=$!
+    for _ in $(seq 100); do ip netns exec "$B" ss -ltn 2>/dev/null | grep -q ":18515 " && break; sleep 0.2; done
+    on_a ib_$t $P -s 4096 -n $ITERS 10.99.0.2 >"$f.client" 2>&1; crc=$?
+    wait $sp; src=$?
+    row=$(grep -E "$ROW" "$f.client" | tail -1 | tr -s ' ')
+    if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ -n "$row" ]; then record "ib_$t (rsnic) -> roce-perf" ok "$row"
+    else record "ib_$t (rsnic) -> roce-perf" FAIL "roce-perf rc $src, perftest rc $crc ($f.*): $(tail -1 "$f.client")"; fi
+    # perftest on rsnic serves, roce-perf connects with perftest's exchange
+    f=$LOG/mixed-$t-rpclient
+    on_b ib_$t $P -s 4096 -n $ITERS >"$f.server" 2>&1 &
+    sp=$!
+    for _ in $(seq 100); do ip netns exec "$B" ss -ltn 2>/dev/null | grep -q ":18515 " && break; sleep 0.2; done
+    ip netns exec "$A" timeout 120 "$R" $t --dev net_tap0,iface=rt-a --ip 10.0.0.1 -s 4096 -n $ITERS --timeout 60 --exchange perftest 10.99.0.2 >"$f.client" 2>&1; crc=$?
+    wait $sp; src=$?
+    row=$(grep -E "$ROW" "$f.server" | tail -1 | tr -s ' ')
+    if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ -n "$row" ]; then record "roce-perf -> ib_$t (rsnic)" ok "$row"
+    else record "roce-perf -> ib_$t (rsnic)" FAIL "roce-perf rc $crc, perftest rc $src ($f.*): $(tail -1 "$f.server")"; fi
+  done
+fi
+
+# -- 3. ibv_rc_pingpong: -c checks the data, -e sleeps on completion events
+PP='bytes in [0-9.]+ seconds'
+pair "ibv_rc_pingpong -g 0 -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 10.99.0.2
+pair "ibv_rc_pingpong -g 0 -e" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 10.99.0.2
+
+finish

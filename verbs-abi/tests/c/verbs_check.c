@@ -1,0 +1,365 @@
+/*
+ * The ibverbs ABI of librsnic_verbs.so seen from C, as a program sees it:
+ * compiled against the system's <infiniband/verbs.h>, linked with
+ * -libverbs, run under LD_PRELOAD (scripts/verbs-abi.sh, "abi" part) on a
+ * looped-back port (net_ring0: the NIC talks to itself, so two QPs of one
+ * process connect to each other through the wire path, ARP included).
+ *
+ * Checks (issue 22, item 5): NULL and foreign pointers, UD/XRC QPs, SRQ,
+ * attribute masks of ibv_modify_qp, posting before RTR, a wrong lkey
+ * (IBV_WC_LOC_PROT_ERR) and a wrong rkey (IBV_WC_REM_ACCESS_ERR), data of
+ * WRITE / READ / SEND with immediate / both atomics, completion events, and
+ * N create/destroy cycles of every object with the process's RSS flat.
+ * Exits 0 only if every check passed; prints one line per check.
+ */
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                   \
+	do {                                                   \
+		if (cond) {                                        \
+			printf("ok   ");                               \
+		} else {                                           \
+			printf("FAIL ");                               \
+			failures++;                                    \
+		}                                                  \
+		printf(__VA_ARGS__);                               \
+		printf("\n");                                      \
+		fflush(stdout);                                    \
+	} while (0)
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static union ibv_gid gid;
+
+static long rss_kib(void)
+{
+	long pages = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
+		resident = -1;
+	fclose(f);
+	return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+struct pair {
+	struct ibv_cq *cq;
+	struct ibv_qp *a, *b;
+};
+
+static struct ibv_qp *rc_qp(struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	return ibv_create_qp(pd, &ia);
+}
+
+static int to_init(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+						    IBV_ACCESS_REMOTE_ATOMIC };
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+static int to_rtr(struct ibv_qp *qp, uint32_t dest, uint32_t rq_psn)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = dest,
+				 .rq_psn = rq_psn, .max_dest_rd_atomic = 4, .min_rnr_timer = 12,
+				 .ah_attr = { .is_global = 1, .port_num = 1, .grh = { .dgid = gid, .hop_limit = 1 } } };
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+static int to_rts(struct ibv_qp *qp, uint32_t sq_psn)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS, .sq_psn = sq_psn, .timeout = 14, .retry_cnt = 7,
+				 .rnr_retry = 7, .max_rd_atomic = 4 };
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static int connect_pair(struct pair *p)
+{
+	p->cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
+	p->a = rc_qp(p->cq);
+	p->b = rc_qp(p->cq);
+	if (!p->cq || !p->a || !p->b)
+		return -1;
+	if (to_init(p->a) || to_init(p->b) || to_rtr(p->a, p->b->qp_num, 200) || to_rtr(p->b, p->a->qp_num, 100) ||
+	    to_rts(p->a, 100) || to_rts(p->b, 200))
+		return -1;
+	return 0;
+}
+
+static void destroy_pair(struct pair *p)
+{
+	ibv_destroy_qp(p->a);
+	ibv_destroy_qp(p->b);
+	ibv_destroy_cq(p->cq);
+}
+
+/* One completion within 5 s (never hangs). */
+static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n != 0)
+			return n;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 5)
+			return 0;
+		sched_yield();
+	}
+}
+
+static int post(struct ibv_qp *qp, enum ibv_wr_opcode op, struct ibv_mr *l, size_t off, uint32_t len,
+		uint64_t raddr, uint32_t rkey, uint32_t lkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)l->addr + off, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr = { .wr_id = op, .sg_list = &sge, .num_sge = 1, .opcode = op,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad = NULL;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+int main(int argc, char **argv)
+{
+	long cycles = argc > 1 ? atol(argv[1]) : 100000;
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n == 1 && !strcmp(ibv_get_device_name(list[0]), "rsnic0"), "one device, rsnic0 (n=%d)", n);
+	if (!list || n < 1)
+		return 1;
+	ctx = ibv_open_device(list[0]);
+	CHECK(ctx != NULL, "ibv_open_device");
+	if (!ctx)
+		return 1;
+	ibv_free_device_list(list);
+	CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0 && gid.raw[10] == 0xff && gid.raw[11] == 0xff,
+	      "GID 0 is IPv4-mapped");
+	struct ibv_gid_entry ge;
+	CHECK(ibv_query_gid_ex(ctx, 1, 0, &ge, 0) == 0 && ge.gid_type == IBV_GID_TYPE_ROCE_V2, "GID 0 is RoCE v2");
+	CHECK(ibv_query_gid(ctx, 1, 1, &gid) == -1 && errno == EINVAL, "GID 1 does not exist: -1/EINVAL");
+	ibv_query_gid(ctx, 1, 0, &gid);
+	struct ibv_port_attr pa;
+	CHECK(ibv_query_port(ctx, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE &&
+		      pa.link_layer == IBV_LINK_LAYER_ETHERNET, "port 1 ACTIVE, Ethernet");
+	CHECK(ibv_query_port(ctx, 2, &pa) == EINVAL, "port 2: EINVAL");
+
+	/* NULL and foreign pointers: EINVAL (rdma-core would crash on most). */
+	char foreign[512];
+	memset(foreign, 0x5a, sizeof(foreign));
+	errno = 0;
+	CHECK(ibv_alloc_pd(NULL) == NULL && errno == EINVAL, "alloc_pd(NULL): NULL/EINVAL");
+	CHECK(ibv_dealloc_pd((struct ibv_pd *)foreign) == EINVAL, "dealloc_pd(foreign): EINVAL");
+	CHECK(ibv_dereg_mr((struct ibv_mr *)foreign) == EINVAL, "dereg_mr(foreign): EINVAL");
+	CHECK(ibv_destroy_cq((struct ibv_cq *)foreign) == EINVAL, "destroy_cq(foreign): EINVAL");
+	CHECK(ibv_destroy_qp((struct ibv_qp *)foreign) == EINVAL, "destroy_qp(foreign): EINVAL");
+	CHECK(ibv_destroy_qp(NULL) == EINVAL, "destroy_qp(NULL): EINVAL");
+	CHECK(ibv_close_device((struct ibv_context *)foreign) == -1 && errno == EINVAL, "close_device(foreign): -1/EINVAL");
+
+	pd = ibv_alloc_pd(ctx);
+	CHECK(pd != NULL, "alloc_pd");
+	static char buf[2][1 << 16] __attribute__((aligned(64)));
+	errno = 0;
+	CHECK(ibv_reg_mr(pd, buf[0], 0, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL, "reg_mr of 0 bytes: EINVAL");
+	errno = 0;
+	CHECK(ibv_reg_mr(pd, buf[0], 64, IBV_ACCESS_REMOTE_WRITE) == NULL && errno == EINVAL,
+	      "reg_mr REMOTE_WRITE without LOCAL_WRITE: EINVAL");
+	errno = 0;
+	CHECK(ibv_reg_mr_iova2(pd, buf[0], 64, 0x1000, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL,
+	      "reg_mr_iova2 with iova != addr: EINVAL");
+	int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+	struct ibv_mr *m0 = ibv_reg_mr(pd, buf[0], sizeof(buf[0]), all);
+	struct ibv_mr *m1 = ibv_reg_mr(pd, buf[1], sizeof(buf[1]), all);
+	CHECK(m0 && m1 && m0->addr == buf[0] && m0->length == sizeof(buf[0]), "reg_mr over the caller's buffers");
+	CHECK(ibv_dealloc_pd(pd) == EBUSY, "dealloc_pd with regions: EBUSY");
+
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	CHECK(cq != NULL, "create_cq");
+	errno = 0;
+	CHECK(ibv_create_cq(ctx, 0, NULL, NULL, 0) == NULL && errno == EINVAL, "create_cq of 0 entries: EINVAL");
+	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+				       .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 } };
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &ia) == NULL && errno == EOPNOTSUPP, "UD QP: NULL/EOPNOTSUPP");
+	ia.qp_type = IBV_QPT_XRC_SEND;
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &ia) == NULL && errno == EOPNOTSUPP, "XRC QP: NULL/EOPNOTSUPP");
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_sge = 8;
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &ia) == NULL && errno == EINVAL, "8 SGEs: NULL/EINVAL");
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	errno = 0;
+	CHECK(ibv_create_srq(pd, &sa) == NULL && errno == EOPNOTSUPP, "SRQ: NULL/EOPNOTSUPP");
+	CHECK(ibv_dealloc_pd(pd) == EBUSY, "dealloc_pd in use: EBUSY");
+
+	/* The life cycle and its masks. */
+	struct ibv_qp *qp = rc_qp(cq);
+	CHECK(qp && qp->state == IBV_QPS_RESET, "create_qp: RC, in RESET");
+	CHECK(ibv_destroy_cq(cq) == EBUSY, "destroy_cq with a QP: EBUSY");
+	struct ibv_recv_wr rwr = { .wr_id = 1 }, *rbad = NULL;
+	CHECK(ibv_post_recv(qp, &rwr, &rbad) == EINVAL && rbad == &rwr, "post_recv in RESET: EINVAL, bad_wr set");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PORT) == EINVAL, "INIT without PKEY_INDEX/ACCESS_FLAGS: EINVAL");
+	a.qp_state = IBV_QPS_RTS;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL, "RESET -> RTS: EINVAL");
+	CHECK(to_init(qp) == 0 && qp->state == IBV_QPS_INIT, "RESET -> INIT");
+	CHECK(post(qp, IBV_WR_RDMA_WRITE, m0, 0, 8, (uintptr_t)buf[1], m1->rkey, m0->lkey) == EINVAL,
+	      "post_send before RTR/RTS: EINVAL");
+	a.qp_state = IBV_QPS_RTR;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == EINVAL, "RTR without AV/DEST_QPN/...: EINVAL");
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qia) == 0 && qa.qp_state == IBV_QPS_INIT && qia.cap.max_send_wr == 64,
+	      "query_qp: INIT, caps");
+	CHECK(ibv_destroy_qp(qp) == 0, "destroy_qp");
+	CHECK(ibv_destroy_qp(qp) == EINVAL, "destroy_qp twice: EINVAL");
+
+	/* Data through the wire path (the port loops back). */
+	struct pair p;
+	CHECK(connect_pair(&p) == 0, "two RC QPs connected to each other (ARP for our own address)");
+	struct ibv_wc wc;
+	memcpy(buf[0], "hello, rsnic verbs", 19);
+	CHECK(post(p.a, IBV_WR_RDMA_WRITE, m0, 0, 19, (uintptr_t)buf[1] + 100, m1->rkey, m0->lkey) == 0 &&
+		      wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE &&
+		      !memcmp(buf[1] + 100, "hello, rsnic verbs", 19),
+	      "RDMA WRITE: data placed");
+	memcpy(buf[1] + 4096, "read me back", 13);
+	CHECK(post(p.a, IBV_WR_RDMA_READ, m0, 4096, 13, (uintptr_t)buf[1] + 4096, m1->rkey, m0->lkey) == 0 &&
+		      wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ &&
+		      wc.byte_len == 13 && !memcmp(buf[0] + 4096, "read me back", 13),
+	      "RDMA READ: data read");
+	{
+		struct ibv_sge rs = { .addr = (uintptr_t)buf[1] + 8192, .length = 64, .lkey = m1->lkey };
+		struct ibv_recv_wr r = { .wr_id = 77, .sg_list = &rs, .num_sge = 1 }, *rb;
+		struct ibv_sge ss = { .addr = (uintptr_t)buf[0], .length = 19, .lkey = m0->lkey };
+		struct ibv_send_wr s = { .wr_id = 78, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
+					 .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(0xabcd1234) }, *sb;
+		int got_recv = 0, got_send = 0;
+		if (ibv_post_recv(p.b, &r, &rb) == 0 && ibv_post_send(p.a, &s, &sb) == 0) {
+			for (int i = 0; i < 2 && wait_wc(p.cq, &wc) == 1; i++) {
+				if (wc.wr_id == 77 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV &&
+				    (wc.wc_flags & IBV_WC_WITH_IMM) && ntohl(wc.imm_data) == 0xabcd1234 &&
+				    wc.byte_len == 19 && wc.qp_num == p.b->qp_num)
+					got_recv = 1;
+				if (wc.wr_id == 78 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND)
+					got_send = 1;
+			}
+		}
+		CHECK(got_recv && got_send && !memcmp(buf[1] + 8192, "hello, rsnic verbs", 19),
+		      "SEND with immediate: RECV completion, imm in network order, data");
+	}
+	{
+		uint64_t *target = (uint64_t *)(buf[1] + 16384), *old = (uint64_t *)(buf[0] + 16384);
+		*target = 40;
+		struct ibv_sge s = { .addr = (uintptr_t)old, .length = 8, .lkey = m0->lkey };
+		struct ibv_send_wr w = { .wr_id = 5, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+					 .send_flags = IBV_SEND_SIGNALED }, *b;
+		w.wr.atomic.remote_addr = (uintptr_t)target;
+		w.wr.atomic.rkey = m1->rkey;
+		w.wr.atomic.compare_add = 2;
+		int ok1 = ibv_post_send(p.a, &w, &b) == 0 && wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+			  wc.opcode == IBV_WC_FETCH_ADD && *old == 40 && *target == 42;
+		w.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+		w.wr.atomic.compare_add = 42;
+		w.wr.atomic.swap = 7;
+		int ok2 = ibv_post_send(p.a, &w, &b) == 0 && wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+			  wc.opcode == IBV_WC_COMP_SWAP && *old == 42 && *target == 7;
+		CHECK(ok1 && ok2, "ATOMIC fetch-add and compare-swap");
+	}
+	CHECK(post(p.a, IBV_WR_RDMA_WRITE, m0, 0, 8, (uintptr_t)buf[1], m1->rkey ^ 0x5500, m0->lkey) == 0 &&
+		      wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_REM_ACCESS_ERR,
+	      "WRITE with a wrong rkey: IBV_WC_REM_ACCESS_ERR (%s)", ibv_wc_status_str(wc.status));
+	destroy_pair(&p);
+	CHECK(connect_pair(&p) == 0, "a fresh pair");
+	CHECK(post(p.a, IBV_WR_RDMA_WRITE, m0, 0, 8, (uintptr_t)buf[1], m1->rkey, m0->lkey ^ 0x5500) == 0 &&
+		      wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_LOC_PROT_ERR,
+	      "WRITE with a wrong lkey: IBV_WC_LOC_PROT_ERR (%s)", ibv_wc_status_str(wc.status));
+	destroy_pair(&p);
+
+	/* Completion events. */
+	{
+		struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+		struct ibv_cq *ecq = ch ? ibv_create_cq(ctx, 64, (void *)0x1234, ch, 0) : NULL;
+		struct ibv_qp *qa2 = ecq ? rc_qp(ecq) : NULL, *qb2 = ecq ? rc_qp(ecq) : NULL;
+		int ok = qa2 && qb2 && !to_init(qa2) && !to_init(qb2) && !to_rtr(qa2, qb2->qp_num, 9) &&
+			 !to_rtr(qb2, qa2->qp_num, 8) && !to_rts(qa2, 8) && !to_rts(qb2, 9);
+		struct pollfd pf = { .fd = ch ? ch->fd : -1, .events = POLLIN };
+		ok = ok && ibv_req_notify_cq(ecq, 0) == 0 &&
+		     post(qa2, IBV_WR_RDMA_WRITE, m0, 0, 8, (uintptr_t)buf[1], m1->rkey, m0->lkey) == 0 &&
+		     poll(&pf, 1, 5000) == 1;
+		struct ibv_cq *ev_cq = NULL;
+		void *ev_ctx = NULL;
+		ok = ok && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == ecq && ev_ctx == (void *)0x1234;
+		if (ok)
+			ibv_ack_cq_events(ev_cq, 1);
+		ok = ok && ibv_poll_cq(ecq, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS;
+		CHECK(ok, "completion channel: poll() wakes, get_cq_event names the CQ and its context");
+		CHECK(!ch || ibv_destroy_comp_channel(ch) == -1, "destroy_comp_channel with a CQ: -1");
+		if (qa2)
+			ibv_destroy_qp(qa2);
+		if (qb2)
+			ibv_destroy_qp(qb2);
+		if (ecq)
+			ibv_destroy_cq(ecq);
+		CHECK(ch && ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel");
+	}
+
+	/* Create/destroy cycles of every object: memory stays flat. */
+	long before = 0;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int bad_cycle = 0;
+	for (long i = 0; i < cycles && !bad_cycle; i++) {
+		if (i == cycles / 10)
+			before = rss_kib();
+		struct ibv_pd *p2 = ibv_alloc_pd(ctx);
+		struct ibv_mr *m = p2 ? ibv_reg_mr(p2, buf[0], 4096, IBV_ACCESS_LOCAL_WRITE) : NULL;
+		struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+		struct ibv_cq *c = ch ? ibv_create_cq(ctx, 8, NULL, ch, 0) : NULL;
+		struct ibv_qp_init_attr qi = { .send_cq = c, .recv_cq = c, .qp_type = IBV_QPT_RC,
+					       .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 } };
+		struct ibv_qp *q = c && p2 ? ibv_create_qp(p2, &qi) : NULL;
+		if (!p2 || !m || !ch || !c || !q) {
+			printf("cycle %ld: create failed (errno %d)\n", i, errno);
+			bad_cycle = 1;
+		}
+		if ((q && ibv_destroy_qp(q)) || (c && ibv_destroy_cq(c)) || (ch && ibv_destroy_comp_channel(ch)) ||
+		    (m && ibv_dereg_mr(m)) || (p2 && ibv_dealloc_pd(p2))) {
+			printf("cycle %ld: destroy failed\n", i);
+			bad_cycle = 1;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	long after = rss_kib();
+	double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	CHECK(!bad_cycle && after - before < 4096,
+	      "%ld cycles of PD+MR+channel+CQ+QP create/destroy in %.1f s: RSS %ld -> %ld KiB (growth < 4 MiB after the first tenth)",
+	      cycles, secs, before, after);
+
+	CHECK(ibv_dereg_mr(m0) == 0 && ibv_dereg_mr(m1) == 0 && ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0,
+	      "tear down");
+	CHECK(ibv_close_device(ctx) == 0, "close_device");
+	printf("verbs_check: %s (%d failed)\n", failures ? "FAILED" : "all passed", failures);
+	return failures ? 1 : 0;
+}
