@@ -56,7 +56,7 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
         return Err(format!("-m {m}: MTU must be 256, 512, 1024, 2048 or 4096").into());
     }
     // A PCI address (0000:03:00.0) needs the PCI scan.
-    let pci = o.dev.contains(':') && !o.dev.contains(',');
+    let pci = o.dev.contains(':') && !o.dev.contains(',') && !dpdk::af_xdp::is_af_xdp(&o.dev);
     let eal = Eal::init(&dpdk::tool_args("roce-perf", &eal_args, pci))?;
     if !o.loopback {
         return run_side(&test, eal, None, false);
