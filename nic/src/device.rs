@@ -99,6 +99,7 @@ impl Device {
         if cfg.pcap.is_some() {
             return Err(VerbsError::ShardedCapture);
         }
+        let cfg = crate::host::adopt(&port, &cfg)?;
         let mac = match cfg.mac {
             Some(m) => m,
             None => port.mac()?,
@@ -189,6 +190,7 @@ impl Device {
         port: Port,
         cfg: &DeviceConfig,
     ) -> Result<(Engine, Device), VerbsError> {
+        let cfg = &crate::host::adopt(&port, cfg)?;
         let mac = match cfg.mac {
             Some(m) => m,
             None => port.mac()?,
@@ -229,6 +231,7 @@ impl Device {
             ip: cfg.ip,
             next_pd: AtomicU32::new(1),
             max_frame,
+            kernel_iface: cfg.kernel_iface.clone(),
         }
     }
 

@@ -15,6 +15,7 @@ pub mod device;
 mod doorbell;
 pub mod engine;
 pub mod exchange;
+pub mod host;
 pub mod impair;
 pub mod io;
 pub mod notify;

@@ -85,6 +85,9 @@ pub enum VerbsError {
     /// The engine thread is gone.
     #[error("the device's engine has stopped")]
     EngineGone,
+    /// Host mode: resolving a peer through the kernel failed.
+    #[error(transparent)]
+    Host(#[from] crate::host::HostError),
     /// The engine refused a request.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -231,6 +234,8 @@ pub struct Device {
     pub(crate) next_pd: AtomicU32,
     /// The longest frame the port carries.
     pub(crate) max_frame: usize,
+    /// Host mode: the kernel interface whose neighbour table resolves peers.
+    pub(crate) kernel_iface: Option<crate::host::KernelIface>,
 }
 
 impl Device {
@@ -290,7 +295,13 @@ impl Device {
     /// The MAC of the host at `ip` on this port's link, by ARP (from the
     /// cache when known; otherwise this waits for the reply, and fails with
     /// [`EngineError::ArpFailed`] when none comes).
+    ///
+    /// In host mode (`DeviceConfig::kernel_iface`), from the kernel's
+    /// neighbour table instead (crate::host).
     pub fn resolve_mac(&self, ip: [u8; 4]) -> Result<[u8; 6], VerbsError> {
+        if let Some(k) = &self.kernel_iface {
+            return Ok(k.resolve(ip, crate::host::RESOLVE_TIMEOUT)?);
+        }
         self.call(0, |reply| Command::ResolveMac { ip, reply })
     }
 
@@ -518,6 +529,7 @@ impl Device {
             shared: self.engines[shard].shared.clone(),
             cmd: Some(self.engines[shard].cmd.clone()),
             resolver: self.engines[0].cmd.clone(),
+            kernel_iface: self.kernel_iface.clone(),
             mac: self.mac,
             ip: self.ip,
             state: QpState::Init,
