@@ -241,6 +241,15 @@ fn rx_queues(iface: &str) -> Option<u32> {
     (n > 0).then_some(n as u32)
 }
 
+/// The interface's IP MTU, from sysfs (`/sys/class/net/IF/mtu`).
+pub fn kernel_mtu(iface: &str) -> Option<u32> {
+    std::fs::read_to_string(Path::new("/sys/class/net").join(iface).join("mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// A file that is removed when dropped.
 #[derive(Debug)]
 struct TempFile(PathBuf);

@@ -406,7 +406,11 @@ impl Port {
             )?;
             // Asked only where the driver's frame limit allows it (DPDK
             // logs an error for every refused MTU).
-            let fits = |mtu: u16| self.max_frame_len().is_ok_and(|m| u32::from(mtu) + 18 <= m);
+            // Never on an interface shared with the kernel (its MTU is the host's).
+            let fits = |mtu: u16| {
+                self.kernel_iface().is_none()
+                    && self.max_frame_len().is_ok_and(|m| u32::from(mtu) + 18 <= m)
+            };
             if let Some(mtu) = cfg.mtu.filter(|&m| fits(m)) {
                 let rc = dpdk_sys::rte_eth_dev_set_mtu(id, mtu);
                 if rc != 0 {
@@ -503,6 +507,12 @@ impl Port {
         check("rte_eth_dev_info_get", unsafe {
             dpdk_sys::rte_eth_dev_info_get(self.inner.id, &mut info)
         })?;
+        // A port on a kernel interface carries what the interface's MTU
+        // lets through (the kernel drops longer frames; rsnic never changes
+        // the MTU of an interface it shares).
+        if let Some(mtu) = self.kernel_iface().and_then(crate::af_xdp::kernel_mtu) {
+            return Ok(info.max_rx_pktlen.min(mtu + 14));
+        }
         Ok(info.max_rx_pktlen)
     }
 
