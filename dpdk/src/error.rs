@@ -32,6 +32,15 @@ pub enum Error {
     /// No DPDK port has this name (and it is not a vdev we could create).
     #[error("no such DPDK port: {0:?} (vdevs start with net_, PCI ports need -a <addr> in the EAL args)")]
     NoSuchPort(String),
+    /// A `net_af_xdp` port could not be opened on a kernel interface
+    /// (crate::af_xdp): the interface, and why.
+    #[error("net_af_xdp on {iface:?}: {reason}")]
+    AfXdp {
+        /// The kernel interface.
+        iface: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The mempool had no free mbuf.
     #[error("mempool {0:?} is exhausted")]
     PoolExhausted(String),

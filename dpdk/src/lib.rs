@@ -10,7 +10,9 @@
 //!   straight to `rte_eth_rx_burst`/`rte_eth_tx_burst`, no allocation).
 //! * [`Port`] with unique, `Send` [`RxQueue`] / [`TxQueue`] handles that burst
 //!   with `&mut self`; run-time vdevs (`net_null`, `net_tap`,
-//!   `net_af_packet`, ...) and back-to-back ring pairs ([`Port::ring_pair`]).
+//!   `net_af_packet`, ...) and back-to-back ring pairs ([`Port::ring_pair`]);
+//!   `net_af_xdp` ports on a kernel interface shared with the kernel
+//!   ([`af_xdp`]: rsnic's XDP program, `af_xdp:IF`).
 //! * [`Ring`] (mbuf rings), [`lcore::spawn_pinned`] (threads pinned with
 //!   `core_affinity` and registered as EAL lcores), [`TscClock`] (TSC in ns).
 //! * [`ExtBuf`]: memory that mbufs point into without copying.
@@ -19,6 +21,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
+pub mod af_xdp;
 mod burst;
 pub mod census;
 mod clock;

@@ -121,6 +121,8 @@ struct PortInner {
     backing: Backing,
     /// RX pools must outlive the queues that fill from them.
     pools: Mutex<Vec<Arc<Mempool>>>,
+    /// The kernel interface of a `net_af_xdp` port (crate::af_xdp).
+    kernel_iface: Option<String>,
 }
 
 impl Drop for PortInner {
@@ -223,7 +225,13 @@ impl Port {
     /// `net_tap0,iface=dtap0`, `net_af_packet0,iface=veth0`, ...) is created
     /// at run time; anything else (a PCI address, or a vdev given to the EAL
     /// with `--vdev`) is looked up by name and hot-plugged if needed.
-    pub fn open(_eal: &Eal, devargs: &str) -> Result<Port> {
+    ///
+    /// `net_af_xdp` ports (`af_xdp:IF` or `net_af_xdp<N>,iface=IF,...`) get
+    /// rsnic's XDP program unless the devargs name one ([`crate::af_xdp`]).
+    pub fn open(eal: &Eal, devargs: &str) -> Result<Port> {
+        if crate::af_xdp::is_af_xdp(devargs) {
+            return Self::open_af_xdp(eal, devargs);
+        }
         let (name, args) = match devargs.split_once(',') {
             Some((n, a)) => (n.trim(), a.trim()),
             None => (devargs.trim(), ""),
@@ -260,6 +268,41 @@ impl Port {
             let id = port_by_name(&cname).ok_or_else(|| Error::NoSuchPort(name.into()))?;
             Ok(Self::wrap(id, name, Backing::Probed))
         }
+    }
+
+    /// A `net_af_xdp` port ([`crate::af_xdp::prepare`]): the interface and
+    /// queue are checked first, and a failure of the PMD is explained.
+    fn open_af_xdp(_eal: &Eal, devargs: &str) -> Result<Port> {
+        let p = crate::af_xdp::prepare(devargs)?;
+        let cname = CString::new(p.name.as_str())
+            .map_err(|_| Error::InvalidArgument(devargs.into(), "NUL byte"))?;
+        if port_by_name(&cname).is_some() {
+            return Err(Error::AfXdp {
+                iface: p.iface.clone(),
+                reason: format!("port {} is already open in this process", p.name),
+            });
+        }
+        let cargs = CString::new(p.args.as_str())
+            .map_err(|_| Error::InvalidArgument(devargs.into(), "NUL byte"))?;
+        // SAFETY: valid C strings; our XDP object's file lives in `p` until
+        // this returns (libbpf reads it during the probe).
+        let rc = unsafe { dpdk_sys::rte_vdev_init(cname.as_ptr(), cargs.as_ptr()) };
+        if rc < 0 {
+            return Err(crate::af_xdp::diagnose(&p, rc));
+        }
+        let id = port_by_name(&cname).ok_or_else(|| Error::NoSuchPort(p.name.clone()))?;
+        let mut port = Self::wrap(id, &p.name, Backing::Vdev(cname));
+        if let Some(inner) = Arc::get_mut(&mut port.inner) {
+            inner.kernel_iface = Some(p.iface.clone());
+        }
+        tracing::info!(port = id, iface = %p.iface, ours = p.ours, "net_af_xdp port open");
+        Ok(port)
+    }
+
+    /// The kernel interface under this port, for a `net_af_xdp` port (the
+    /// interface is shared with the kernel: host mode).
+    pub fn kernel_iface(&self) -> Option<&str> {
+        self.inner.kernel_iface.as_deref()
     }
 
     /// Two ports cabled back to back in this process: what one sends, the
@@ -332,6 +375,7 @@ impl Port {
                 name: name.to_owned(),
                 backing,
                 pools: Mutex::new(Vec::new()),
+                kernel_iface: None,
             }),
         }
     }
@@ -362,7 +406,11 @@ impl Port {
             )?;
             // Asked only where the driver's frame limit allows it (DPDK
             // logs an error for every refused MTU).
-            let fits = |mtu: u16| self.max_frame_len().is_ok_and(|m| u32::from(mtu) + 18 <= m);
+            // Never on an interface shared with the kernel (its MTU is the host's).
+            let fits = |mtu: u16| {
+                self.kernel_iface().is_none()
+                    && self.max_frame_len().is_ok_and(|m| u32::from(mtu) + 18 <= m)
+            };
             if let Some(mtu) = cfg.mtu.filter(|&m| fits(m)) {
                 let rc = dpdk_sys::rte_eth_dev_set_mtu(id, mtu);
                 if rc != 0 {
@@ -459,6 +507,12 @@ impl Port {
         check("rte_eth_dev_info_get", unsafe {
             dpdk_sys::rte_eth_dev_info_get(self.inner.id, &mut info)
         })?;
+        // A port on a kernel interface carries what the interface's MTU
+        // lets through (the kernel drops longer frames; rsnic never changes
+        // the MTU of an interface it shares).
+        if let Some(mtu) = self.kernel_iface().and_then(crate::af_xdp::kernel_mtu) {
+            return Ok(info.max_rx_pktlen.min(mtu + 14));
+        }
         Ok(info.max_rx_pktlen)
     }
 

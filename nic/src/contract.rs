@@ -73,6 +73,11 @@ pub struct DeviceConfig {
     /// The port's ARP: cache size, entry lifetime, request retries
     /// (crate::control).
     pub arp: ArpConfig,
+    /// Host mode (crate::host): the port is shared with this kernel
+    /// interface (a `net_af_xdp` port), so peers are resolved through the
+    /// kernel's neighbour table and the NIC sends no ARP of its own. Set by
+    /// `Device::open*` for a port on a kernel interface.
+    pub kernel_iface: Option<crate::host::KernelIface>,
 }
 
 impl DeviceConfig {
@@ -95,6 +100,7 @@ impl DeviceConfig {
                 0u64,
             ),
             arp: ArpConfig::default(),
+            kernel_iface: None,
         }
     }
 }

@@ -55,6 +55,8 @@ pub struct Device {
     pub(crate) next_pd: AtomicU32,
     /// The longest frame the port carries.
     pub(crate) max_frame: usize,
+    /// Host mode: the kernel interface whose neighbour table resolves peers.
+    pub(crate) kernel_iface: Option<crate::host::KernelIface>,
 }
 
 impl Device {
@@ -127,6 +129,7 @@ impl Device {
         if cfg.pcap.is_some() {
             return Err(VerbsError::ShardedCapture);
         }
+        let cfg = crate::host::adopt(&port, &cfg)?;
         let mac = match cfg.mac {
             Some(m) => m,
             None => port.mac()?,
@@ -217,6 +220,7 @@ impl Device {
         port: Port,
         cfg: &DeviceConfig,
     ) -> Result<(Engine, Device), VerbsError> {
+        let cfg = &crate::host::adopt(&port, cfg)?;
         let mac = match cfg.mac {
             Some(m) => m,
             None => port.mac()?,
@@ -257,6 +261,7 @@ impl Device {
             ip: cfg.ip,
             next_pd: AtomicU32::new(1),
             max_frame,
+            kernel_iface: cfg.kernel_iface.clone(),
         }
     }
 

@@ -16,6 +16,10 @@ pub enum VerbsError {
     /// The engine thread is gone.
     #[error("the device's engine has stopped")]
     EngineGone,
+    /// Host mode: resolving a peer through the kernel failed (boxed: the
+    /// error is large and the verbs' results should stay small).
+    #[error(transparent)]
+    Host(Box<crate::host::HostError>),
     /// The engine refused a request.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -121,4 +125,10 @@ pub enum VerbsError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<crate::host::HostError> for VerbsError {
+    fn from(e: crate::host::HostError) -> Self {
+        VerbsError::Host(Box::new(e))
+    }
 }

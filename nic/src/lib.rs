@@ -15,6 +15,7 @@ pub mod device;
 mod doorbell;
 pub mod engine;
 pub mod error;
+pub mod host;
 pub mod io;
 pub mod notify;
 pub mod pcapng;

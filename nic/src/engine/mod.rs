@@ -290,7 +290,9 @@ impl Engine {
             control: ControlPlane::new(parts.mac, cfg.ip, cfg.arp),
             control_out: vec![0u8; MAX_FRAME],
             resolving: Vec::new(),
-            announced: false,
+            // Host mode: the kernel answers ARP for the interface; no
+            // gratuitous ARP of ours (crate::host).
+            announced: cfg.kernel_iface.is_some(),
             shaper: PortShaper::new(
                 cfg.line_rate_bps,
                 shaper_depth(cfg.line_rate_bps),

@@ -181,7 +181,7 @@ impl Engine {
             .get_mut(i)
             .and_then(Option::as_mut)
             .ok_or(EngineError::NoSuchQp(qpn))?;
-        match s.qp.as_mut() {
+        match s.core.qp.as_mut() {
             None => {
                 s.psn = psn & 0xFF_FFFF;
                 Ok(())

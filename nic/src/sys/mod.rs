@@ -31,14 +31,17 @@
 //! - [`memory`]: the engine's access to registered memory ([`RawMemory`], [`in_flight`]);
 //! - `region`: the program's access ([`crate::verbs::MemoryRegion`]'s copies) and
 //!   [`crate::device::Device::reg_user_mr`] (the caller's memory);
-//! - [`eventfd`]: the eventfd system calls.
+//! - [`eventfd`]: the eventfd system calls;
+//! - [`netlink`]: host mode's rtnetlink socket (slow path).
 //!
 //! `memory` and `eventfd` use nothing of the crate; `region` adds methods to the
 //! verbs' types and nothing imports from it.
 
 pub(crate) mod eventfd;
 pub(crate) mod memory;
+pub(crate) mod netlink;
 mod region;
 
 pub(crate) use eventfd::EventFd;
 pub(crate) use memory::{in_flight, RawMemory};
+pub(crate) use netlink::NetlinkSocket;

@@ -148,7 +148,13 @@ impl Device {
     /// The MAC of the host at `ip` on this port's link, by ARP (from the
     /// cache when known; otherwise this waits for the reply, and fails with
     /// [`EngineError::ArpFailed`] when none comes).
+    ///
+    /// In host mode (`DeviceConfig::kernel_iface`), from the kernel's
+    /// neighbour table instead (crate::host).
     pub fn resolve_mac(&self, ip: [u8; 4]) -> Result<[u8; 6], VerbsError> {
+        if let Some(k) = &self.kernel_iface {
+            return Ok(k.resolve(ip, crate::host::RESOLVE_TIMEOUT)?);
+        }
         self.call(0, |reply| Command::ResolveMac { ip, reply })
     }
 
@@ -376,6 +382,7 @@ impl Device {
             shared: self.engines[shard].shared.clone(),
             cmd: Some(self.engines[shard].cmd.clone()),
             resolver: self.engines[0].cmd.clone(),
+            kernel_iface: self.kernel_iface.clone(),
             mac: self.mac,
             ip: self.ip,
             state: QpState::Init,

@@ -21,6 +21,8 @@ pub struct QueuePair {
     pub(super) cmd: Option<Sender<Command>>,
     /// The engine that runs the port's control plane (ARP).
     pub(super) resolver: Sender<Command>,
+    /// Host mode: resolve peers through this interface's kernel neighbours.
+    pub(super) kernel_iface: Option<crate::host::KernelIface>,
     pub(super) mac: [u8; 6],
     pub(super) ip: [u8; 4],
     /// The state the program last moved it to (the engine may have moved
@@ -77,9 +79,13 @@ impl QueuePair {
         Ok(())
     }
 
-    /// `remote` with its MAC: as given, or resolved by ARP.
+    /// `remote` with its MAC: as given, or resolved by ARP (in host mode,
+    /// by the kernel: crate::host).
     fn with_mac(&self, remote: &RemoteQp) -> Result<RemoteQp, VerbsError> {
         let mut remote = *remote;
+        if let (None, Some(k)) = (remote.mac, &self.kernel_iface) {
+            remote.mac = Some(k.resolve(remote.ip, crate::host::RESOLVE_TIMEOUT)?);
+        }
         if remote.mac.is_none() {
             let ip = remote.ip;
             remote.mac = Some(request(&self.resolver, |reply| Command::ResolveMac {

@@ -92,8 +92,9 @@ pub struct Opts {
     /// DPDK devargs or PCI address of the port.
     #[arg(long = "dev", default_value = "net_tap0,iface=rsnic0")]
     pub dev: String,
-    /// IPv4 address of this NIC.
-    #[arg(long = "ip")]
+    /// IPv4 address of this NIC. Required, except on a `net_af_xdp` port
+    /// (`--dev af_xdp:IF`), which takes the interface's own (host mode).
+    #[arg(long = "ip", default_value_t = Ipv4Addr::UNSPECIFIED, hide_default_value = true)]
     pub ip: Ipv4Addr,
     /// MAC address of this NIC (default: the port's; for `net_tap` ports a
     /// locally administered 02:52:53:<ip>, because the kernel side of a TAP

@@ -47,7 +47,24 @@ fn main() {
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// `--ip` as given, or on a `net_af_xdp` port without it, the kernel
+/// interface's own IPv4 address (host mode, nic::host).
+fn host_ip(test: Test) -> Res<Test> {
+    let (_, o) = test.parts();
+    if !o.ip.is_unspecified() {
+        return Ok(test);
+    }
+    match dpdk::af_xdp::iface_of(&o.dev).filter(|_| !o.loopback) {
+        Some(iface) => {
+            let ip = nic::host::KernelIface::new(&iface)?.ipv4()?;
+            Ok(test.with(|o| o.ip = ip.into()))
+        }
+        None => Err("--ip is required (a net_af_xdp port takes its interface's own)".into()),
+    }
+}
+
 fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
+    let test = host_ip(test)?;
     let (_, o) = test.parts();
     if let Some(m) = o
         .mtu
@@ -56,7 +73,7 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
         return Err(format!("-m {m}: MTU must be 256, 512, 1024, 2048 or 4096").into());
     }
     // A PCI address (0000:03:00.0) needs the PCI scan.
-    let pci = o.dev.contains(':') && !o.dev.contains(',');
+    let pci = o.dev.contains(':') && !o.dev.contains(',') && !dpdk::af_xdp::is_af_xdp(&o.dev);
     let eal = Eal::init(&dpdk::tool_args("roce-perf", &eal_args, pci))?;
     if !o.loopback {
         return run_side(&test, eal, None, false);
