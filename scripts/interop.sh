@@ -43,6 +43,9 @@ if [ -n "$STATIC" ]; then
 fi
 
 $G down >/dev/null 2>&1
+# The guest image first, once, before any guest boots (each boot would
+# otherwise build it too; the build is locked, this keeps the boots quick).
+$G build || exit 1
 $G net-up
 boot1=""
 if [ "$what" = all ] || [ "$what" = switch ]; then

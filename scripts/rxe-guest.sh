@@ -58,19 +58,32 @@ kernel_version() {
   ls /lib/modules | grep -E 'amd64$' | sort -V | tail -1
 }
 
+# Builds the guest image once: under a lock (so that guests booted at the
+# same time never build into the same place), into a fresh directory that
+# is renamed into place only when complete ($D/image: vmlinuz, initramfs.gz,
+# stamp). A guest boots from whatever complete image is in place.
 build() {
-  local K R need libs progs prov stamp
+  mkdir -p "$D"
+  exec 9>"$D/build.lock"
+  flock 9
+  build_locked
+  exec 9>&-
+}
+
+build_locked() {
+  local K R T need libs progs prov stamp
   K=$(kernel_version) || true
   [ -n "$K" ] || die "no Debian amd64 kernel in /lib/modules (apt-get install linux-image-amd64)"
   [ -f "/boot/vmlinuz-$K" ] || die "/boot/vmlinuz-$K missing"
   # Rebuilt when the kernel or this script (the guest's init) changes.
   stamp="$K $(sha256sum "$0" | cut -c1-16)"
-  if [ -f "$D/initramfs.gz" ] && [ "$(cat "$D/kernel" 2>/dev/null)" = "$stamp" ]; then
+  if [ -f "$D/image/initramfs.gz" ] && [ "$(cat "$D/image/stamp" 2>/dev/null)" = "$stamp" ]; then
     return 0
   fi
-  mkdir -p "$D"
-  R=$D/root
-  rm -rf "$R"
+  rm -rf "$D"/image.new.*
+  T=$(mktemp -d "$D/image.new.XXXXXX")
+  chmod 755 "$T"
+  R=$T/root
   mkdir -p "$R"/{bin,sbin,etc,proc,sys,dev,tmp,lib,lib64,usr/lib,usr/bin,usr/sbin,run,root}
   cp /bin/busybox "$R/bin/busybox"
   for a in sh mount ip modprobe sleep cat echo ls ps kill poweroff sync mkdir dmesg grep \
@@ -157,10 +170,16 @@ while read -r cmd id arg <&3; do
 done
 INIT
   chmod +x "$R/init"
-  cp "/boot/vmlinuz-$K" "$D/vmlinuz"
-  (cd "$R" && find . | cpio -o -H newc 2>/dev/null | gzip -1 > "$D/initramfs.gz")
-  echo "$stamp" > "$D/kernel"
-  echo "rxe-guest: built $D/initramfs.gz ($(du -h "$D/initramfs.gz" | cut -f1)), kernel $K"
+  cp "/boot/vmlinuz-$K" "$T/vmlinuz"
+  (cd "$R" && find . | cpio -o -H newc 2>/dev/null | gzip -1 > "$T/initramfs.gz")
+  rm -rf "$R"
+  echo "$stamp" > "$T/stamp"
+  # Into place: the old image (if any) aside first, then one rename.
+  rm -rf "$D/image.old"
+  [ -d "$D/image" ] && mv -T "$D/image" "$D/image.old"
+  mv -T "$T" "$D/image"
+  rm -rf "$D/image.old"
+  echo "rxe-guest: built $D/image/initramfs.gz ($(du -h "$D/image/initramfs.gz" | cut -f1)), kernel $K"
 }
 
 in_ns() { ip netns exec "$NS" "$@"; }
@@ -247,7 +266,7 @@ boot() {
   rm -f "$D/$name.ctl" "$D/$name.console" "$D/$name.pid"
   in_ns qemu-system-x86_64 -accel tcg,thread=single -cpu max -m 512 -smp "${RXE_SMP:-2}" \
     -display none -monitor none -no-reboot -daemonize -pidfile "$D/$name.pid" \
-    -kernel "$D/vmlinuz" -initrd "$D/initramfs.gz" \
+    -kernel "$D/image/vmlinuz" -initrd "$D/image/initramfs.gz" \
     -append "console=ttyS0 quiet panic=-1 guest_ip=$ip" \
     -serial "file:$D/$name.console" \
     -chardev "socket,id=ctl,path=$D/$name.ctl,server=on,wait=off" -serial chardev:ctl \

@@ -536,10 +536,50 @@ pub fn serve(
     Ok((remote, peer))
 }
 
-/// Client side: connects to `addr` (retrying refused connections until
-/// `timeout`, so scripts may start both sides at once), sends `local`'s
-/// line, and returns the server's [`ConnInfo`]. The caller then runs
-/// `check_compatible(&remote, local)`.
+/// How long one connection attempt waits for the server's host to answer
+/// before [`connect_until`] tries again.
+pub const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
+
+/// Connects to one of `addrs`, retrying every failure until `deadline`: a
+/// refused connection (no server yet), a timed-out one (the server's host
+/// does not answer yet: a guest still booting, a neighbour entry not
+/// resolved) and an unreachable host alike. Each attempt waits at most
+/// [`CONNECT_ATTEMPT`]. Returns the last attempt's error once the deadline
+/// has passed.
+pub fn connect_until(addrs: &[SocketAddr], deadline: Instant) -> io::Result<TcpStream> {
+    if addrs.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no address to connect to",
+        ));
+    }
+    let mut last = None;
+    loop {
+        for a in addrs {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match TcpStream::connect_timeout(a, left.min(CONNECT_ATTEMPT)) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(last
+                .take()
+                .unwrap_or_else(|| io::ErrorKind::TimedOut.into()));
+        }
+        // A refusal comes back at once: do not spin on it.
+        std::thread::sleep(left.min(Duration::from_millis(20)));
+    }
+}
+
+/// Client side: connects to `addr` (retrying every connection failure until
+/// `timeout`, so scripts may start both sides at once and a server's host
+/// may still be coming up), sends `local`'s line, and returns the server's
+/// [`ConnInfo`]. The caller then runs `check_compatible(&remote, local)`.
 pub fn connect(
     addr: impl ToSocketAddrs,
     local: &ConnInfo,
@@ -548,26 +588,10 @@ pub fn connect(
     let line = local.format()?;
     let deadline = Instant::now() + timeout;
     let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
-    if addrs.is_empty() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to").into());
-    }
-    let mut s = 'outer: loop {
-        let mut last = None;
-        for a in &addrs {
-            match TcpStream::connect_timeout(a, remaining(deadline, timeout)?) {
-                Ok(s) => break 'outer s,
-                Err(e) => last = Some(e),
-            }
-        }
-        match last {
-            Some(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                remaining(deadline, timeout)?;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Some(e) => return Err(map_timeout(e, timeout)),
-            None => return Err(ExchangeError::Timeout(timeout)),
-        }
-    };
+    let mut s = connect_until(&addrs, deadline).map_err(|e| match e.kind() {
+        io::ErrorKind::ConnectionRefused => ExchangeError::Timeout(timeout),
+        _ => map_timeout(e, timeout),
+    })?;
     s.set_nodelay(true)?;
     write_line(&mut s, &line, deadline, timeout)?;
     let remote = ConnInfo::parse(&read_line(&mut s, deadline, timeout)?)?;

@@ -261,3 +261,58 @@ proptest! {
         prop_assert_eq!(ConnInfo::parse(&line), Ok(ci));
     }
 }
+
+/// A server whose host does not answer at first is reached once it does:
+/// its accept queue is full, so the kernel drops our SYN and the first
+/// attempt times out (as when the server's guest is still booting or its
+/// neighbour entry is unresolved); [`connect_until`] retries that failure
+/// too, not only refusals, until the deadline.
+#[test]
+fn connect_retries_a_server_that_answers_late() {
+    use std::os::fd::AsRawFd;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    // SAFETY: listen(2) on a socket this test owns; a backlog of 0 lets one
+    // unaccepted connection fill the queue.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::listen(l.as_raw_fd(), 0) };
+    assert_eq!(rc, 0);
+    let addr = l.local_addr().unwrap();
+    let filler = TcpStream::connect(addr).unwrap();
+    let probe = TcpStream::connect_timeout(&addr, Duration::from_millis(300));
+    assert_eq!(
+        probe.map(|_| ()).unwrap_err().kind(),
+        io::ErrorKind::TimedOut,
+        "the server's host should not answer yet"
+    );
+    let late = CONNECT_ATTEMPT + Duration::from_millis(500);
+    let server = std::thread::spawn(move || {
+        std::thread::sleep(late);
+        let first = l.accept().unwrap().0;
+        let second = l.accept().unwrap().0;
+        (first, second)
+    });
+    let t0 = Instant::now();
+    let s = connect_until(&[addr], t0 + Duration::from_secs(30))
+        .expect("connects once the server answers");
+    assert!(
+        t0.elapsed() >= CONNECT_ATTEMPT,
+        "the first attempt cannot have succeeded"
+    );
+    let (_first, second) = server.join().unwrap();
+    assert_eq!(second.peer_addr().unwrap(), s.local_addr().unwrap());
+    drop(filler);
+}
+
+/// Past the deadline, the last failure comes back (here a refusal).
+#[test]
+fn connect_until_gives_up_at_the_deadline() {
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let t0 = Instant::now();
+    let e = connect_until(&[addr], t0 + Duration::from_millis(300)).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+    assert!(connect_until(&[], t0).is_err());
+}

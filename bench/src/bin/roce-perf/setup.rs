@@ -367,31 +367,18 @@ fn accept(o: &Opts, quiet: bool) -> Res<TcpStream> {
     Ok(s)
 }
 
-/// Client: connects, retrying refused connections for `--timeout` (10 s).
+/// Client: connects, retrying every connection failure (refused, timed out,
+/// unreachable) for `--timeout` (10 s).
 fn connect(o: &Opts, addr: std::net::IpAddr) -> Res<TcpStream> {
     let limit = Duration::from_secs(o.timeout.unwrap_or(10));
-    let deadline = Instant::now() + limit;
-    loop {
-        match TcpStream::connect_timeout(&(addr, o.port).into(), Duration::from_secs(2)) {
-            Ok(s) => return Ok(s),
-            Err(e)
-                if Instant::now() < deadline
-                    && matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::Interrupted
-                    ) =>
-            {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            Err(e) => {
-                return Err(format!(
-                    "cannot reach the server at {addr}:{}: {e} (no server, or it is serving another client)",
-                    o.port
-                )
-                .into())
-            }
-        }
-    }
+    nic::exchange::connect_until(&[(addr, o.port).into()], Instant::now() + limit).map_err(|e| {
+        format!(
+            "cannot reach the server at {addr}:{} within {} s: {e} (no server, or it is serving another client)",
+            o.port,
+            limit.as_secs()
+        )
+        .into()
+    })
 }
 
 /// The protocol a client speaks, from its first bytes.
