@@ -1,5 +1,5 @@
 //! Generates the raw bindings to the system DPDK (Debian 12 ships 22.11) and
-//! builds the C shim for DPDK's static inline functions. See DESIGN.md §10.
+//! builds the C shim for DPDK's static inline functions. See docs/design.md §10.
 
 use std::env;
 use std::path::PathBuf;
@@ -61,7 +61,7 @@ fn main() {
         .allowlist_var("RING_F_.*")
         .allowlist_var("LCORE_ID_ANY")
         // These packed-and-aligned structs do not lay out in Rust; nothing
-        // here needs their fields (DESIGN.md §10).
+        // here needs their fields (docs/design.md §10).
         .opaque_type("rte_l2tpv2_combined_msg_hdr")
         .opaque_type("rte_gtp_psc_generic_hdr")
         .opaque_type("rte_arp_hdr")

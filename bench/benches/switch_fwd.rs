@@ -1,7 +1,7 @@
 //! One switch core forwarding real RoCEv2 frames with WRED and the INT push on, against
 //! `dpdk-testpmd --forward-mode=io`, both on the **same PMDs**: two `net_null` ports
 //! with `size=1114`, one forwarding core, burst 32, an 8191-mbuf pool with cache 250,
-//! alternating rounds in one run (DESIGN.md section 9: ratios, same run).
+//! alternating rounds in one run (docs/design.md §9: ratios, same run).
 //!
 //! What each side does per frame:
 //! - testpmd io: `net_null` RX (mbuf alloc, set lengths), TX burst on the other port

@@ -1,6 +1,6 @@
 //! The NIC's TX pipeline alone against `dpdk-testpmd --forward-mode=txonly`
 //! on the same `net_null` vdev, alternating in the same run, one core each
-//! (DESIGN.md §9: ratios in one run).
+//! (docs/design.md §9: ratios in one run).
 //!
 //! - testpmd txonly: per burst of 32, `rte_mempool_get_bulk`, then per
 //!   packet a reset and a copy of its prebuilt 42-byte Ethernet/IPv4/UDP

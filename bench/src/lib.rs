@@ -6,7 +6,7 @@
 //!   process and its baseline.
 //! * [`perftest`]: perftest's output tables, for `roce-perf`.
 //! * [`testpmd`]: runs `dpdk-testpmd` on the same vdevs and reads its rates,
-//!   the baseline every pipeline benchmark is a ratio against (DESIGN.md §9).
+//!   the baseline every pipeline benchmark is a ratio against (docs/design.md §9).
 
 #![forbid(unsafe_code)]
 

@@ -181,7 +181,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// Alternating rounds of a baseline and ours (DESIGN.md §9): prints each
+/// Alternating rounds of a baseline and ours (docs/design.md §9): prints each
 /// round's pair and ratio, then the medians and the ratio of the medians,
 /// the figure a bench reports.
 #[derive(Debug)]

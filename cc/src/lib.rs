@@ -1,7 +1,7 @@
 //! Congestion control for the RoCEv2 soft-NIC: HPCC++ (sender- and receiver-based),
 //! LDCP and DCQCN behind one trait, plus a fixed-window "none".
 //!
-//! Pure, deterministic Rust (DESIGN.md §2, §7): the caller passes the current time in
+//! Pure, deterministic Rust (docs/design.md §2, §7): the caller passes the current time in
 //! nanoseconds; nothing here reads a clock, allocates per event, or depends on DPDK.
 //!
 //! The NIC keeps one [`AnyCc`] per QP (enum dispatch, no vtable call per event), feeds
@@ -150,7 +150,7 @@ impl CcKind {
     }
 
     /// Whether a QP using this kind needs the project's wire extensions (CC extension
-    /// header with LSN / ECN-echo / telemetry / window, INT, probes; DESIGN.md §4).
+    /// header with LSN / ECN-echo / telemetry / window, INT, probes; docs/design.md §4).
     /// `none` and `dcqcn` stay plain RoCEv2 and interoperate with hardware NICs.
     pub fn uses_extensions(&self) -> bool {
         matches!(self, CcKind::Hpcc | CcKind::RxHpcc | CcKind::Ldcp)

@@ -7,7 +7,7 @@
 //! * pacing rates: **bits per second** (`u64`), never above the configured line rate.
 
 /// One inband-telemetry hop record, as the NIC hands it to the CC module after
-/// converting it from the wire (P4.org INT-MD v2.0 hop stack, DESIGN.md §4).
+/// converting it from the wire (P4.org INT-MD v2.0 hop stack, docs/design.md §4).
 ///
 /// 000 §3 / 003 §6.1: each switch records link load (`ts`, `tx_bytes`, `qlen`) and
 /// link spec (`switch_id`, `port_id`, `B`) in one snapshot at the egress port.

@@ -6,7 +6,7 @@ use dpdk_sys::rte_mbuf;
 
 use crate::Mbuf;
 
-/// The burst size used throughout (DESIGN.md §3).
+/// The burst size used throughout (docs/design.md §3).
 pub const BURST_SIZE: usize = 32;
 
 /// Up to `N` owned mbufs, stored inline (no allocation), laid out as the

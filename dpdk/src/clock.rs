@@ -1,4 +1,4 @@
-//! A nanosecond clock from the TSC, read once per burst (DESIGN.md §3).
+//! A nanosecond clock from the TSC, read once per burst (docs/design.md §3).
 
 /// Converts TSC cycles to nanoseconds since the clock was created, with a
 /// fixed-point multiply (no division on the hot path).

@@ -22,7 +22,7 @@ static INIT_LOCK: Mutex<()> = Mutex::new(());
 /// hugepages, no PCI scan, no shared config file (so test processes never
 /// see each other), no telemetry socket, 512 MiB of ordinary memory.
 ///
-/// DESIGN.md §10 suggested `--in-memory`; DPDK 22.11 refuses it next to
+/// docs/design.md §10 suggested `--in-memory`; DPDK 22.11 refuses it next to
 /// `--no-huge` ("--legacy-mem is not compatible with --in-memory", because
 /// `--no-huge` implies legacy memory), so we use `--no-shconf`, which is
 /// what `--in-memory` would have given us here.
@@ -39,7 +39,7 @@ pub const TEST_EAL_ARGS: &[&str] = &[
 
 /// The EAL arguments of a tool or benchmark: `program`, then the user's
 /// arguments (what followed `--` on its command line) if there are any,
-/// else this project's defaults (DESIGN.md §10): no hugepages, 1 GiB of
+/// else this project's defaults (docs/design.md §10): no hugepages, 1 GiB of
 /// ordinary memory, no PCI scan unless `pci` (a tool given a PCI device
 /// needs it), no shared config file and a per-process file prefix (so
 /// processes never see each other), no telemetry socket, EAL logs at error

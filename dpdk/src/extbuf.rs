@@ -1,7 +1,7 @@
 //! External buffers: memory that mbufs point into without copying.
 //!
 //! The NIC transmits large payloads straight from registered memory
-//! (DESIGN.md §3): an mbuf is attached to a window of the buffer with
+//! (docs/design.md §3): an mbuf is attached to a window of the buffer with
 //! `rte_pktmbuf_attach_extbuf`, and DPDK's shared-info reference count keeps
 //! the memory alive until the last such mbuf is freed.
 

@@ -1,7 +1,7 @@
 //! The safe DPDK layer of the project, used by both the NIC and the switch.
 //!
 //! It wraps the raw `dpdk-sys` binding in types that make the datapath's
-//! rules hold by construction (DESIGN.md §3, §10):
+//! rules hold by construction (docs/design.md §3, §10):
 //!
 //! * [`Eal`]: initialised once per process; [`Eal::for_tests`] is the shared
 //!   test EAL (`--no-huge --no-pci --no-shconf`).

@@ -134,7 +134,7 @@ impl Mempool {
 /// `rte_pktmbuf_pool_create` (DPDK 22.11 `rte_mbuf.c`, step for step) with
 /// `RTE_MEMPOOL_F_NO_IOVA_CONTIG`, for IOVA-as-VA mode.
 ///
-/// Without hugepages (`--no-huge`, how this project runs, DESIGN.md §10) the
+/// Without hugepages (`--no-huge`, how this project runs, docs/design.md §10) the
 /// mempool keeps each object inside one 4 KiB page unless told that objects
 /// need no contiguous IOVA; an mbuf with a 2 KiB data room (2.3 KiB with its
 /// header) then takes a page of its own, so every mbuf starts at the same

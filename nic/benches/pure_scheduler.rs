@@ -1,4 +1,4 @@
-//! Cost of one flow-scheduler decision (DESIGN.md §5: "O(1) per decision at
+//! Cost of one flow-scheduler decision (docs/design.md §5: "O(1) per decision at
 //! 16k QPs") and of timer-wheel operations. Figures: docs/benchmarks.md.
 //!
 //! `cargo bench -p nic --bench pure_scheduler`

@@ -1,5 +1,5 @@
 //! The contract between the engine and the programs that use it
-//! (DESIGN.md §5): what crosses the boundary and nothing else.
+//! (docs/design.md §5): what crosses the boundary and nothing else.
 //!
 //! - [`DeviceConfig`], [`QpOptions`] and [`RemoteQp`]: what a program
 //!   asks for (device settings, per-QP options, the peer of a QP);
@@ -29,7 +29,7 @@ use crate::notify::CqNotify;
 
 /// QP numbers start here (0 and 1 are special in the IBA).
 pub const QPN_BASE: u32 = 0x11;
-/// Most QPs one engine holds (DESIGN.md §5: the scheduler and the timers
+/// Most QPs one engine holds (docs/design.md §5: the scheduler and the timers
 /// are O(1) per decision at this many).
 pub const MAX_QPS: usize = 16384;
 /// Most hop records the engine takes from one packet's INT container (and

@@ -111,7 +111,7 @@ impl Device {
     /// entry of `shard_cores` (each pinned to that CPU, or not pinned for
     /// `None`), with a dispatcher on `cfg.core` that owns the port's queues
     /// and steers received frames to the shard of their destination QPN
-    /// (crate::shard; DESIGN.md §5 "QPs sharded").
+    /// (crate::shard; docs/design.md §5 "QPs sharded").
     ///
     /// Completion queues are spread over the shards round robin; a QP lives
     /// on the shard of its CQs (both must be on the same one). Memory regions

@@ -1,5 +1,5 @@
 //! RoCEv2 frames in and out of mbufs: the TX pipeline's last step and the RX
-//! pipeline's first (DESIGN.md §3, §5).
+//! pipeline's first (docs/design.md §3, §5).
 //!
 //! TX: headers are written into a fresh mbuf; a payload is either copied
 //! behind them (small payloads, where a copy is cheaper than a second
@@ -138,7 +138,7 @@ pub fn build_frame(
 /// [`build_frame`] through the QP's [`HeaderTemplate`]: the headers are one
 /// copy of the template with the per-packet fields patched, and the ICRC
 /// starts from the template's precomputed state (rdma::wire::template,
-/// DESIGN.md §3 and §9). Same bytes on the wire as [`build_frame`] with the
+/// docs/design.md §3 and §9). Same bytes on the wire as [`build_frame`] with the
 /// template's frame builder; packets the template does not cover (another
 /// destination QP) take that path inside the template.
 pub fn build_frame_tpl(

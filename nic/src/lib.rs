@@ -1,4 +1,4 @@
-//! The poll-mode RoCEv2 NIC engine (DESIGN.md §5).
+//! The poll-mode RoCEv2 NIC engine (docs/design.md §5).
 //!
 //! Pure building blocks (testable without DPDK) and the DPDK shell that runs
 //! them on poll-mode lcores. A program opens a device ([`device`]) and uses

@@ -1,5 +1,5 @@
-//! pcapng capture off the datapath (DESIGN.md §6 "optional pcapng capture";
-//! DESIGN.md §8: wire output is checked with independent decoders such as
+//! pcapng capture off the datapath (docs/design.md §6 "optional pcapng capture";
+//! docs/design.md §8: wire output is checked with independent decoders such as
 //! tshark).
 //!
 //! Two parts:
@@ -14,7 +14,7 @@
 //!   engine copies at most `SNAP` bytes of a packet into a fixed-size record
 //!   and `try_send`s it into a bounded, preallocated queue; when the queue is
 //!   full the packet is not captured and a drop is counted. Nothing blocks,
-//!   allocates or makes a syscall on the datapath (DESIGN.md §3); the file I/O
+//!   allocates or makes a syscall on the datapath (docs/design.md §3); the file I/O
 //!   happens on the thread started by [`spawn_writer`].
 
 use std::io::{self, Write};

@@ -1,4 +1,4 @@
-//! A device's QPs sharded over several poll-mode cores (DESIGN.md §5:
+//! A device's QPs sharded over several poll-mode cores (docs/design.md §5:
 //! "the same build runs on one core (all stages in one loop) or several
 //! (TX, RX, scheduler apart, QPs sharded)").
 //!

@@ -1,4 +1,4 @@
-//! The port's control plane between two NICs on a ring pair (DESIGN.md §5):
+//! The port's control plane between two NICs on a ring pair (docs/design.md §5):
 //! a QP connected with the peer's IP only resolves its MAC by ARP before it
 //! sends, and the transfer completes; a second QP to the same peer finds
 //! the MAC in the cache; a peer that never answers ends the connect with a

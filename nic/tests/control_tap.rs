@@ -1,12 +1,13 @@
 //! The NIC on a Linux TAP (`net_tap` PMD), seen from the kernel's own
-//! network stack (DESIGN.md §5, §8): the kernel pings the NIC's IP, which
+//! network stack (docs/design.md §5, §8): the kernel pings the NIC's IP, which
 //! needs it to resolve the NIC's MAC by ARP first (no static neighbour
 //! entry; `ip neigh` then shows the NIC's MAC as learnt), and the NIC
 //! resolves the kernel's MAC by ARP in turn.
 //!
 //! The ping is an ICMP echo request sent through a raw IPv4 socket, so
 //! the kernel routes it, resolves the next hop and builds the frame.
-//! Needs root (TAP devices, raw sockets); skipped with a message otherwise.
+//! Needs root (TAP devices, raw sockets): fails with a clear message otherwise
+//! (docs/design.md §8).
 //! The TAP is `rsnic-ctl0` (another name with `RSNIC_CTL_TAP`), on
 //! 10.213.77.0/24: the kernel side .1, the NIC .2.
 

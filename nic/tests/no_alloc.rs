@@ -1,4 +1,4 @@
-//! DESIGN.md §3 / the hot-path rule: once QPs are connected and warmed up,
+//! docs/design.md §3 / the hot-path rule: once QPs are connected and warmed up,
 //! moving data allocates nothing, in any thread (the engines' poll loops,
 //! this thread posting work requests and polling completions). A counting
 //! global allocator watches a window of WRITEs, READs and SENDs between two

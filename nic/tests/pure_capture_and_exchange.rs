@@ -1,6 +1,6 @@
 //! End-to-end checks of the pure NIC helpers through their public API:
 //! the capture ring + writer thread + pcapng file read back by tshark (an
-//! independent decoder, DESIGN.md §8), and the connection exchange over real
+//! independent decoder, docs/design.md §8), and the connection exchange over real
 //! TCP on 127.0.0.1.
 
 use std::net::{Ipv4Addr, TcpListener};

@@ -1,6 +1,6 @@
-//! Out-of-band connection setup over TCP, like perftest (DESIGN.md §5:
+//! Out-of-band connection setup over TCP, like perftest (docs/design.md §5:
 //! "Connection setup out of band over TCP, like perftest (QPN, PSN, IP, MAC,
-//! rkey, VA, CC)"; DESIGN.md §4: extensions are used only when both ends
+//! rkey, VA, CC)"; docs/design.md §4: extensions are used only when both ends
 //! agreed to them at connection setup).
 //!
 //! Each side sends exactly one line of ASCII text and reads the peer's; the
@@ -34,7 +34,7 @@ pub const MAX_LINE: usize = 1024;
 /// MTUs RoCE allows (IBA path MTU values), in bytes.
 pub const MTUS: [u16; 5] = [256, 512, 1024, 2048, 4096];
 
-/// Congestion control of the QP, as negotiated (DESIGN.md §7): the
+/// Congestion control of the QP, as negotiated (docs/design.md §7): the
 /// project's one CC enum, spelt on the wire by [`cc::CcKind::as_str`].
 pub use cc::CcKind as CcName;
 
@@ -60,7 +60,7 @@ pub struct ConnInfo {
     pub mtu: u16,
     /// Congestion control.
     pub cc: CcName,
-    /// Extensions this side uses (DESIGN.md §4: `cc` = CC extension header,
+    /// Extensions this side uses (docs/design.md §4: `cc` = CC extension header,
     /// `int` = INT container, ...): lower-case tokens, no duplicates, kept in
     /// the order given; compared as sets.
     pub ext: Vec<String>,

@@ -8,7 +8,7 @@
 //!
 //! Not the NIC's core: the slow path of tools and programs, blocking and allocating
 //! freely. `nic` re-exports both as `nic::exchange` and `nic::perftest_exchange`.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod exchange;
 pub mod perftest;

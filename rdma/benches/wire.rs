@@ -1,5 +1,5 @@
 //! Build + ICRC + parse of a 64 B and a 4 KiB RDMA WRITE ONLY packet, next to raw
-//! `crc32fast` over the same bytes (the ICRC's speed anchor, DESIGN.md section 9).
+//! `crc32fast` over the same bytes (the ICRC's speed anchor, docs/design.md §9).
 //!
 //! Run: `cargo bench -p rdma --bench wire -- --warm-up-time 1 --measurement-time 3`
 //! (`-- tx_stream` for the header-template group alone).

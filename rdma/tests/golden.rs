@@ -1,5 +1,5 @@
 //! Golden packets of every opcode we emit, decoded by tools we did not write
-//! (DESIGN.md section 8): tshark decodes the fields, scapy recomputes the ICRC.
+//! (docs/design.md §8): tshark decodes the fields, scapy recomputes the ICRC.
 //!
 //! These tests FAIL (they do not skip) when tshark or python3+scapy are missing: run
 //! `scripts/setup.sh` to install them. Not built under Miri (`scripts/miri.sh`),

@@ -1,4 +1,4 @@
-//! The NIC's flow scheduler (DESIGN.md §5; HPCC++ draft-pan-tsvwg-hpccplus-00
+//! The NIC's flow scheduler (docs/design.md §5; HPCC++ draft-pan-tsvwg-hpccplus-00
 //! §7.2 "round-robin credit-based flow scheduler"; HPCC++ 2023 §6.3.1 fig. 7).
 //!
 //! # What it decides
@@ -7,7 +7,7 @@
 //!
 //! 1. **Control first.** ACK / NAK / CNP descriptors wait in a fixed-capacity
 //!    ring ([`Scheduler::push_control`]) and are always served before data, so
-//!    feedback is never stuck behind data (DESIGN.md §4: ACK/NAK/CNP go at high
+//!    feedback is never stuck behind data (docs/design.md §4: ACK/NAK/CNP go at high
 //!    priority).
 //! 2. **Round-robin over active QPs.** Only QPs that have data *and* may send
 //!    are on the active list (an intrusive circular doubly-linked list over a
@@ -40,7 +40,7 @@
 //! RX before asking again.
 //!
 //! Every blocked QP is removed at most once per activation, so a decision is
-//! amortised O(1) whatever the number of QPs (16k in DESIGN.md §5); nothing
+//! amortised O(1) whatever the number of QPs (16k in docs/design.md §5); nothing
 //! allocates after [`Scheduler::new`].
 //!
 //! # Credit arithmetic
@@ -60,7 +60,7 @@ pub const RATE_UNPACED: u64 = u64::MAX;
 /// A window meaning "no window": the QP is never window-limited.
 pub const WINDOW_UNLIMITED: u64 = u64::MAX;
 
-/// A control packet to send ahead of data (DESIGN.md §5: "ACK/NAK/CNP first").
+/// A control packet to send ahead of data (docs/design.md §5: "ACK/NAK/CNP first").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControlDesc {
     /// QP index the control packet belongs to.

@@ -1,4 +1,4 @@
-//! Hashed timing wheel for the NIC's timers (DESIGN.md §5: "timers (pacing
+//! Hashed timing wheel for the NIC's timers (docs/design.md §5: "timers (pacing
 //! wake-up, retransmit, LDCP sub-packet window tick RTT/cw) on a timing wheel").
 //!
 //! # Why a wheel
@@ -12,7 +12,7 @@
 //!
 //! # Structure
 //!
-//! * Time is a `u64` of nanoseconds passed in by the caller (DESIGN.md §2/§3:
+//! * Time is a `u64` of nanoseconds passed in by the caller (docs/design.md §2/§3:
 //!   the pure cores never read a clock). It is quantised into ticks of
 //!   `tick_ns`; a timer due at `d` ns expires at tick `e = ceil(d / tick_ns)`,
 //!   so it never fires early and fires at the first [`TimerWheel::advance`]
@@ -39,7 +39,7 @@
 const NIL: u32 = u32::MAX;
 
 /// What kind of timer a [`TimerKey`] is; the engine matches on it when a timer
-/// fires (DESIGN.md §5 lists the timers).
+/// fires (docs/design.md §5 lists the timers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum TimerKind {

@@ -1,12 +1,12 @@
 //! The receive-side parse: just enough of Ethernet, IPv4, UDP, the INT-MD container
 //! and the BTH to forward and classify a frame, at fixed offsets, into one word.
 //!
-//! What is checked (DESIGN.md section 6): Ethernet II with EtherType IPv4 (no VLAN tag),
+//! What is checked (docs/design.md §6): Ethernet II with EtherType IPv4 (no VLAN tag),
 //! IPv4 version, IHL, total length and header checksum (RFC 791), UDP length, and for
 //! RoCEv2 (UDP port 4791) the INT-MD over UDP container when the DSCP is the INT DSCP
 //! (P4.org INT v2.0 section 5.6, the container HPCC++ 000 section 3 carries its hop
 //! records in: shim type and length, MD version, HopML) and the BTH opcode that selects
-//! the control class (ACK/NAK/CNP, DESIGN.md sections 4 and 6).
+//! the control class (ACK/NAK/CNP, docs/design.md §4 and §6).
 
 use rdma::wire::int;
 use rdma::wire::ROCEV2_UDP_PORT;
@@ -21,7 +21,7 @@ pub(crate) const ETHERTYPE_IPV4: u16 = 0x0800;
 pub(crate) const BTH_LEN: usize = 12;
 
 /// BTH opcodes that go to the strict high-priority class: RC ACKNOWLEDGE (ACK and
-/// every NAK), ATOMIC ACKNOWLEDGE, and the RoCEv2 CNP (DESIGN.md sections 4 and 6).
+/// every NAK), ATOMIC ACKNOWLEDGE, and the RoCEv2 CNP (docs/design.md §4 and §6).
 pub const CTRL_OPCODES: [u8; 3] = [0x11, 0x12, 0x81];
 
 /// What the classifier learned about a frame, packed in one word (destination address,

@@ -1,7 +1,7 @@
 //! Switch configuration: a serde/TOML front end ([`Config`]) and its validated form
 //! ([`SwitchSettings`]).
 //!
-//! The raw [`Config`] mirrors the TOML file key for key (DESIGN.md section 6: "a static
+//! The raw [`Config`] mirrors the TOML file key for key (docs/design.md §6: "a static
 //! forwarding table ... from a TOML file"), so the binary can override fields from
 //! command-line flags before calling [`Config::validate`]. Validation turns every bad
 //! value into a typed [`ConfigError`]; nothing here panics on input.
@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Default INT DSCP (DESIGN.md section 4; the same default as `rdma::wire::int`).
+/// Default INT DSCP (docs/design.md §4; the same default as `rdma::wire::int`).
 pub const DEFAULT_INT_DSCP: u8 = rdma::wire::int::DEFAULT_INT_DSCP;
 /// Default port buffer (bytes).
 pub const DEFAULT_BUF_MAX: u64 = 1 << 20;

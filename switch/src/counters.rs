@@ -1,4 +1,4 @@
-//! Per-port counters (one per event and drop reason, DESIGN.md section 3) and the
+//! Per-port counters (one per event and drop reason, docs/design.md §3) and the
 //! periodic stats line.
 
 use std::fmt;

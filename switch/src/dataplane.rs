@@ -1,9 +1,9 @@
-//! The DPDK shell of the switch (DESIGN.md section 2 "functional core, imperative
+//! The DPDK shell of the switch (docs/design.md §2 "functional core, imperative
 //! shell", section 6): owned mbufs go into the pure [`Switch`] core and come out of it
 //! onto the ports. Everything that decides anything (routing, WRED/ECN, shaping, INT)
 //! is in the core; this module only moves packets and reads the clock.
 //!
-//! Per loop turn (DESIGN.md section 3): the TSC is read and converted to ns; every
+//! Per loop turn (docs/design.md §3): the TSC is read and converted to ns; every
 //! port is polled for one RX burst of up to [`BURST_SIZE`] frames, handed whole to
 //! [`Switch::receive_burst`] (a rejected frame is freed by dropping it; the core has
 //! counted it); then, at a second clock reading (only when something arrived), every port

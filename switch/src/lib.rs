@@ -1,11 +1,11 @@
-//! The pure core of the DPDK software switch (DESIGN.md section 6): a static LPM
+//! The pure core of the DPDK software switch (docs/design.md §6): a static LPM
 //! forwarding table, per-port egress shaping at the link speed B, byte-bounded queues
 //! with a strict high-priority class for ACK/NAK/CNP, WRED/ECN on the instantaneous queue
 //! as in the LDCP draft (004 section 2.1, Not-ECT drop at K per section 2.3), and INT-MD
 //! v2.0 hop records at dequeue carrying what HPCC++ needs (000 section 3: ts, qlen,
 //! txBytes, B, switch_ID, port_ID).
 //!
-//! Functional core, imperative shell (DESIGN.md section 2): time is an argument in ns,
+//! Functional core, imperative shell (docs/design.md §2): time is an argument in ns,
 //! nothing reads a clock, nothing allocates per packet, nothing depends on DPDK (the DPDK shell,
 //! the `dataplane` module, is behind the default feature `dataplane`). The DPDK poll loop feeds [`Switch::receive`] and drains [`Switch::dequeue`]; the core is
 //! generic over the packet handle through [`PacketBuf`].

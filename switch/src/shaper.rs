@@ -1,7 +1,7 @@
 //! Egress rate shaper: departure-time accounting at the link speed B.
 //!
 //! A real switch port serializes at B, so queues form when the offered load exceeds B
-//! (DESIGN.md section 6). The shaper keeps the time `next_free` at which the link is
+//! (docs/design.md §6). The shaper keeps the time `next_free` at which the link is
 //! free again. Sending `w` wire bytes takes `w * 8 * 10^9 / B` ns; the remainder of that
 //! division is carried to the next packet, so the long-run rate is exactly B at any
 //! speed from 1 kbit/s to 10 Tbit/s (no rounding drift even when a packet lasts a

@@ -1,5 +1,5 @@
 //! The switch: on receive, parse, route, WRED/ECN and enqueue; on dequeue, the shaper,
-//! this hop's INT record and transmit (DESIGN.md section 6).
+//! this hop's INT record and transmit (docs/design.md §6).
 //!
 //! Work goes in bursts, stage by stage, as in VPP's vector processing: a receive burst
 //! is parsed whole ([`crate::classify`]), then routed whole (one table lookup per run

@@ -1,5 +1,5 @@
 //! WRED/ECN on the instantaneous queue (LDCP draft 004 section 2.1 and section 2.3,
-//! DESIGN.md section 6) and the seeded random generator it draws from.
+//! docs/design.md §6) and the seeded random generator it draws from.
 //!
 //! For ECN-capable packets (ECT(0)/ECT(1)) arriving at a queue of `q` bytes:
 //!

@@ -1,4 +1,4 @@
-//! DESIGN.md section 3: no heap allocation per packet. A counting global allocator
+//! docs/design.md §3: no heap allocation per packet. A counting global allocator
 //! checks that `receive` and `dequeue` (WRED marking, INT push, control class, drops)
 //! allocate nothing once the switch is built, with mbuf-like `FrameBuf` packets.
 

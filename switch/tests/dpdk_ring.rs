@@ -1,4 +1,4 @@
-//! The DPDK shell end to end on in-process ring pairs (DESIGN.md section 10: two ports
+//! The DPDK shell end to end on in-process ring pairs (docs/design.md §10: two ports
 //! cabled back to back with `rte_eth_from_rings`):
 //!
 //! ```text

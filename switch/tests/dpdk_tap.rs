@@ -1,13 +1,13 @@
 //! The switch between two Linux TAP interfaces (`net_tap` PMD): a RoCEv2 RDMA WRITE
-//! with an INT-MD container (docs/wire.md; DESIGN.md section 4) written into one TAP by
+//! with an INT-MD container (docs/wire.md; docs/design.md §4) written into one TAP by
 //! an AF_PACKET socket on the Linux side comes out of the other TAP with exactly one
 //! more hop record (this switch's switch_ID and the egress port_ID), the MACs and TTL
 //! rewritten, and an ICRC that still verifies (it is computed as if the container were
 //! absent, rdma::wire::icrc). When scapy is installed the stripped frame is also
-//! checked by scapy's RoCE ICRC (an implementation no one here wrote, DESIGN.md
-//! section 8).
+//! checked by scapy's RoCE ICRC (an implementation no one here wrote, docs/design.md
+//! §8).
 //!
-//! Needs root (TAP devices); skipped with a message otherwise.
+//! Needs root (TAP devices): fails with a clear message otherwise (docs/design.md §8).
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -1,5 +1,5 @@
 //! `roce-testbed`: a whole congestion-controlled RoCEv2 fabric in one process
-//! (DESIGN.md §1 job 4, issue 7).
+//! (docs/design.md §1 job 4, issue 7).
 //!
 //! N sender NICs and one receiver NIC ([`nic::verbs::Device`], all engines on
 //! one poll-mode thread with [`nic::verbs::Device::open_group`]) are cabled

@@ -1,5 +1,5 @@
 //! The control plane of a NIC's port, as a host stack gives a hardware NIC
-//! (DESIGN.md §5): it answers ARP requests for the NIC's IPv4 address and
+//! (docs/design.md §5): it answers ARP requests for the NIC's IPv4 address and
 //! ICMP echo requests to it, resolves peers' MACs by ARP ([`ArpCache`]),
 //! and announces the address with a gratuitous ARP at start. Everything
 //! else that is not RoCEv2 is left to the engine, which counts and drops it.

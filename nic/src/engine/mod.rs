@@ -1,5 +1,5 @@
 //! The poll-mode engine: one loop that owns a port, the QPs, their
-//! congestion control and the registered memory (DESIGN.md §5; HPCC++ 000
+//! congestion control and the registered memory (docs/design.md §5; HPCC++ 000
 //! §6.3.1 fig. 7: RX pipeline, TX pipeline, flow scheduler, CC module).
 //!
 //! Each turn of the loop ([`Engine::poll_turn`], in `poll.rs`) reads the
@@ -87,7 +87,7 @@ struct QpSlot {
     /// The transport, CC, scheduling and timers, shared with roce-sim
     /// (`qpcore::QpCore`); its `qp` is None until connected.
     core: QpCore,
-    /// The QP's header template (DESIGN.md §3, §9): built at connect time
+    /// The QP's header template (docs/design.md §3, §9): built at connect time
     /// from `core.fb` and the peer's QPN; data packets (and ACKs, CNPs on the
     /// same headers) are built through it. None until connected.
     tpl: Option<HeaderTemplate>,

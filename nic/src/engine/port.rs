@@ -17,7 +17,7 @@ const PORT_MTU: u16 = 9000;
 
 /// Where an engine's frames come from and go to: a port's queues, or, for
 /// one shard of a sharded device, the rings to and from the device's
-/// dispatcher (crate::shard; DESIGN.md §5 "QPs sharded").
+/// dispatcher (crate::shard; docs/design.md §5 "QPs sharded").
 pub(crate) enum PacketIo {
     /// The port's RX and TX queue (an unsharded device).
     Port {

@@ -5,7 +5,7 @@ use dpdk::ExtBuf;
 use rdma::transport::MemorySpace;
 
 /// Registered memory seen as the process's address space: a region's
-/// virtual address is its pointer (DESIGN.md §5). The transport calls it only
+/// virtual address is its pointer (docs/design.md §5). The transport calls it only
 /// for a range an [`rdma::transport::MrTable`] check accepted, and the engine
 /// keeps every registered region alive while it is in the table, so each
 /// access lies in live memory (the contract a NIC's DMA engine has).

@@ -1,4 +1,4 @@
-//! A verbs-like API for programs (DESIGN.md §5): a [`Device`] on a DPDK
+//! A verbs-like API for programs (docs/design.md §5): a [`Device`] on a DPDK
 //! port, memory regions, completion queues and RC queue pairs with
 //! `post_send` / `post_recv` / `poll`.
 //!
@@ -470,7 +470,7 @@ impl<T> From<Busy<T>> for VerbsError {
 }
 
 /// Sends an engine the command `make` builds around a reply channel and
-/// waits for the reply (the slow path, DESIGN.md §5).
+/// waits for the reply (the slow path, docs/design.md §5).
 fn request<T>(
     cmd: &Sender<Command>,
     make: impl FnOnce(Reply<T>) -> Command,

@@ -269,12 +269,13 @@ proptest! {
 /// too, not only refusals, until the deadline.
 #[test]
 fn connect_retries_a_server_that_answers_late() {
-    // A backlog of 0 lets one unaccepted connection fill the queue.
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-        .unwrap();
-    sock.listen(0).unwrap();
-    let l: TcpListener = sock.into();
+    use std::os::fd::AsRawFd;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    // SAFETY: listen(2) on a socket this test owns; a backlog of 0 lets one
+    // unaccepted connection fill the queue.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::listen(l.as_raw_fd(), 0) };
+    assert_eq!(rc, 0);
     let addr = l.local_addr().unwrap();
     let filler = TcpStream::connect(addr).unwrap();
     let probe = TcpStream::connect_timeout(&addr, Duration::from_millis(300));

@@ -1,5 +1,5 @@
 //! The congestion-control side of a QP (no rxe counterpart: this is the project's
-//! extension, DESIGN.md section 4, on QPs whose two ends negotiated it; the IBA part is
+//! extension, docs/design.md §4, on QPs whose two ends negotiated it; the IBA part is
 //! only the CE mark, IBA vol. 1 annex A17 / RoCEv2 "congestion notification"):
 //! - as responder: counts CE-marked requests (reported as [`QpEvent::CeMarked`], which
 //!   a DCQCN NIC answers with a CNP) and copies the INT hop records of the newest

@@ -257,7 +257,7 @@ impl MrTable {
 ///   may treat any other range as a bug;
 /// - the methods copy in and out and hand out no reference into the memory, so an
 ///   implementation over memory another thread may write at the same time (the
-///   program's buffers, as a NIC's DMA sees them, DESIGN.md section 5) copies through
+///   program's buffers, as a NIC's DMA sees them, docs/design.md §5) copies through
 ///   raw pointers and never forms a `&[u8]` over it. What the other thread sees of a
 ///   range while a copy runs is the same as with DMA: the program must not touch bytes
 ///   an operation in flight uses.

@@ -1,6 +1,6 @@
 //! What a queue pair answers: packets to send (a header description plus a payload
 //! reference the NIC attaches zero-copy), work completions, events for the congestion
-//! control, and the drop/error counters (DESIGN.md section 3). The four roles
+//! control, and the drop/error counters (docs/design.md §3). The four roles
 //! ([`super::requester`], [`super::completer`], [`super::responder`],
 //! [`super::cc_ext`]) write into one [`Outputs`], as rxe's tasks share the QP's CQ.
 
@@ -73,7 +73,7 @@ pub struct TxPacket {
     /// IP ECN to send with: ECT(0) for data; the NIC may switch LDCP fast-start packets
     /// to Not-ECT.
     pub ecn: Ecn,
-    /// ACK/NAK/CNP class: goes before data (DESIGN.md section 5).
+    /// ACK/NAK/CNP class: goes before data (docs/design.md §5).
     pub priority: bool,
     /// LSN of the packet's first byte (the requester or the READ-response space).
     pub lsn: u32,
@@ -186,7 +186,7 @@ pub enum QpEvent {
     Error,
 }
 
-/// Drop and error counters (each drop reason is counted, DESIGN.md section 3).
+/// Drop and error counters (each drop reason is counted, docs/design.md §3).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QpCounters {
     /// Packets transmitted.

@@ -159,7 +159,7 @@ impl Qp {
         self.resp.resp_window = bytes;
     }
 
-    /// Responder ACK coalescing (delayed ACK, DESIGN.md section 5): acknowledge every
+    /// Responder ACK coalescing (delayed ACK, docs/design.md §5): acknowledge every
     /// `n` in-order SEND/WRITE packets, and always a packet with AckReq (the last of each
     /// message), a duplicate, or before a READ/ATOMIC response. 1 (the default) ACKs
     /// every packet, which LDCP's per-ACK window adjustment wants. 0 is taken as 1.
@@ -307,7 +307,7 @@ impl Qp {
 
     /// Whether a control packet (ACK, NAK, atomic ACK, the LDCP ACK of READ
     /// responses, a probe response) waits: what a NIC's scheduler sends ahead of
-    /// data (DESIGN.md §5, HPCC++ 002 §7.2), via [`Qp::poll_tx_control`].
+    /// data (docs/design.md §5, HPCC++ 002 §7.2), via [`Qp::poll_tx_control`].
     pub fn has_control(&self) -> bool {
         !matches!(self.state, QpState::Reset | QpState::Init)
             && (self.ext.has_control() || self.resp.has_control())

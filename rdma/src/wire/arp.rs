@@ -1,5 +1,5 @@
 //! ARP for IPv4 over Ethernet (RFC 826), what a host stack answers for its
-//! NIC and what resolves a peer's MAC before a QP sends (DESIGN.md §5: the
+//! NIC and what resolves a peer's MAC before a QP sends (docs/design.md §5: the
 //! port's control plane).
 //!
 //! ```text

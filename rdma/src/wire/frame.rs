@@ -207,7 +207,7 @@ pub struct RxPrepared {
 
 /// The NIC's RX preparation of a frame in a buffer it owns (`buf[..len]`, IPv4 at 14):
 /// if the IPv4 DSCP equals `int_dscp`, copies the INT hop records out and strips the
-/// container in place (DESIGN.md section 4); then verifies the ICRC in place at raw CRC
+/// container in place (docs/design.md §4); then verifies the ICRC in place at raw CRC
 /// speed. Afterwards call [`parse_frame`] on `buf[start..start+len]` with
 /// `verify_icrc: false`.
 pub fn prepare_rx(buf: &mut [u8], len: usize, int_dscp: Option<u8>) -> Result<RxPrepared> {

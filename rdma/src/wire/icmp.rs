@@ -1,5 +1,5 @@
 //! ICMPv4 echo (RFC 792), so that a NIC's address answers `ping` as a host
-//! stack would (DESIGN.md §5: the port's control plane).
+//! stack would (docs/design.md §5: the port's control plane).
 //!
 //! ```text
 //!  0       1       2               4

@@ -10,7 +10,7 @@
 //!
 //! If the packet carries an INT container, the ICRC is computed as if it were absent:
 //! the container bytes are skipped and `int_len` is subtracted from the IPv4 total length
-//! and the UDP length before hashing (DESIGN.md section 4).
+//! and the UDP length before hashing (docs/design.md §4).
 //!
 //! The incremental [`IcrcHasher`] lets the NIC hash a header mbuf first and then the
 //! payload segments from registered memory without copying them together.

@@ -195,7 +195,7 @@ pub struct Ipv4Repr {
     pub src: Ipv4Address,
     /// Destination address.
     pub dst: Ipv4Address,
-    /// DSCP (6 bits); the INT DSCP signals an INT container (DESIGN.md section 4).
+    /// DSCP (6 bits); the INT DSCP signals an INT container (docs/design.md §4).
     pub dscp: u8,
     /// ECN codepoint.
     pub ecn: Ecn,

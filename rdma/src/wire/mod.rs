@@ -11,7 +11,7 @@
 //! Parsers reject every malformed or truncated input with a [`WireError`]; nothing here
 //! panics on input bytes. The byte layouts are documented in `docs/wire.md`.
 //!
-//! Layering of a RoCEv2 frame (DESIGN.md section 4):
+//! Layering of a RoCEv2 frame (docs/design.md §4):
 //! `Ethernet / IPv4 / UDP(4791) / [INT-MD container] / BTH / [CC ext] / [RETH|AETH|ImmDt|
 //! AtomicETH|AtomicAckETH] / payload / pad / ICRC`.
 
@@ -48,7 +48,7 @@ pub use udp::{UdpPacket, UdpRepr, ROCEV2_UDP_PORT};
 /// Why a buffer could not be parsed or an emit could not be done.
 ///
 /// Every parser in [`crate::wire`] returns this instead of panicking, so the NIC can
-/// count each reason separately (DESIGN.md section 3, "counters for every drop reason").
+/// count each reason separately (docs/design.md §3, "counters for every drop reason").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
     /// The buffer ends before the named header or field does.

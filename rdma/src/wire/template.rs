@@ -1,4 +1,4 @@
-//! Per-QP header templates: the TX fast path of a RoCEv2 NIC (DESIGN.md §3, §5, §9).
+//! Per-QP header templates: the TX fast path of a RoCEv2 NIC (docs/design.md §3, §5, §9).
 //!
 //! A hardware NIC does not emit a data packet's Ethernet/IPv4/UDP/BTH headers field by
 //! field: it keeps them per QP and patches the few fields that change. A
@@ -19,7 +19,7 @@
 //! is `R(m) = R(t) ^ L(m ^ t)` for two messages `m`, `t` of equal length, where `L` is
 //! the pure (zero-initialised) CRC register of the difference. The masked ICRC prefix
 //! `8 x 0xFF || IPv4 || UDP || BTH bytes 0..8` is 44 bytes for every frame of every QP
-//! (option-less IPv4; an INT container is not part of it, A17.4.5 as DESIGN.md §4 says).
+//! (option-less IPv4; an INT container is not part of it, A17.4.5 as docs/design.md §4 says).
 //! Within it only six bytes vary per packet: the IPv4 total length (2), the UDP length
 //! (2), the opcode and the SE/M/pad byte (TOS, TTL, checksums and BTH byte 4 are masked
 //! to ones). So the template keeps the CRC register after its own prefix (variable bytes

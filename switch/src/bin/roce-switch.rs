@@ -1,4 +1,4 @@
-//! `roce-switch`: the DPDK software switch (DESIGN.md section 6).
+//! `roce-switch`: the DPDK software switch (docs/design.md §6).
 //!
 //! ```text
 //! roce-switch --config FILE [--port DEVARGS]... [--speed [PORT=]RATE]...
@@ -200,8 +200,8 @@ fn run(args: Args) -> Result<(), String> {
         ));
     }
 
-    // No hugepages needed for a software switch of this size (DESIGN.md
-    // section 10); its ports may be PCI devices, so the PCI bus is scanned.
+    // No hugepages needed for a software switch of this size (docs/design.md
+    // §10); its ports may be PCI devices, so the PCI bus is scanned.
     let eal = Eal::init(&dpdk::tool_args("roce-switch", &args.eal, true))
         .map_err(|e| format!("EAL: {e}"))?;
 

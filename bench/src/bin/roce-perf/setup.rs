@@ -371,7 +371,7 @@ fn accept(o: &Opts, quiet: bool) -> Res<TcpStream> {
 /// unreachable) for `--timeout` (10 s).
 fn connect(o: &Opts, addr: std::net::IpAddr) -> Res<TcpStream> {
     let limit = Duration::from_secs(o.timeout.unwrap_or(10));
-    nic::exchange::connect_until(&[(addr, o.port).into()], Instant::now() + limit).map_err(|e| {
+    oob::exchange::connect_until(&[(addr, o.port).into()], Instant::now() + limit).map_err(|e| {
         format!(
             "cannot reach the server at {addr}:{} within {} s: {e} (no server, or it is serving another client)",
             o.port,
