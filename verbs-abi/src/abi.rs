@@ -1145,7 +1145,11 @@ fn modify(
                 qpn: attr.dest_qp_num,
                 psn: attr.rq_psn,
                 ip,
-                mac: None,
+                // The peer's MAC by the NIC's own ARP; our own address (two
+                // QPs of this device, the GID loopback of a hardware NIC) is
+                // our own MAC: the port's link brings the frames back only
+                // where it loops (net_ring), as a switch would hairpin.
+                mac: (ip == backend.dev.ip()).then(|| backend.dev.mac()),
                 mtu: mtu.min(backend.dev.max_path_mtu()),
                 cc: backend.cfg.cc,
             };
