@@ -30,6 +30,9 @@ pub const MAX_INLINE: u32 = 256;
 pub const MAX_WR: u32 = 16384;
 /// The deepest CQ (`max_cqe`).
 pub const MAX_CQE: i32 = 1 << 20;
+/// Empty `ibv_poll_cq` calls in a row before one `sched_yield` (unless
+/// `RSNIC_BUSY_POLL=1`).
+pub const IDLE_POLLS_BEFORE_YIELD: u32 = 64;
 /// Outstanding READ/ATOMIC requests a QP issues and takes.
 pub const MAX_RD_ATOMIC: u8 = 16;
 
@@ -762,6 +765,8 @@ extern "C" fn rsnic_ibv_create_cq(
             cq: std::cell::UnsafeCell::new(Some(cq)),
             channel: ch.cast(),
             id,
+            idle_polls: std::cell::Cell::new(0),
+            yield_when_idle: !ctx.backend.cfg.busy_poll,
         });
         let p = Box::into_raw(b);
         if let (false, Some(efd)) = (ch.is_null(), efd) {
@@ -859,6 +864,22 @@ extern "C" fn op_poll_cq(q: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
             fill_wc(&c, unsafe { &mut *wc.add(got as usize) });
             got += 1;
         }
+        if got == 0 && cq.yield_when_idle {
+            // A program spinning on an empty CQ (perftest does) on a host
+            // with fewer cores than spinning threads holds its core for a
+            // whole scheduler slice while the engine (or the peer) needs it:
+            // after IDLE_POLLS_BEFORE_YIELD empty polls in a row it yields
+            // once, as the engine does (RSNIC_BUSY_POLL=1: never).
+            let idle = cq.idle_polls.get() + 1;
+            if idle >= IDLE_POLLS_BEFORE_YIELD {
+                cq.idle_polls.set(0);
+                std::thread::yield_now();
+            } else {
+                cq.idle_polls.set(idle);
+            }
+        } else {
+            cq.idle_polls.set(0);
+        }
         got
     })
 }
@@ -903,11 +924,15 @@ extern "C" fn rsnic_ibv_get_cq_event(
             // SAFETY: one event slot, live for the call.
             let n = unsafe { libc::epoll_wait(epfd, &mut ev, 1, if nonblock { 0 } else { -1 }) };
             if n < 0 {
-                return minus_one(
-                    std::io::Error::last_os_error()
-                        .raw_os_error()
-                        .unwrap_or(libc::EIO),
-                );
+                let e = std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO);
+                // DPDK's own signals (net_tap's SIGIO) interrupt the sleep:
+                // not the program's, so not its EINTR.
+                if e == libc::EINTR {
+                    continue;
+                }
+                return minus_one(e);
             }
             if n == 0 {
                 return minus_one(EAGAIN);
