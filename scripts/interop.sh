@@ -232,6 +232,7 @@ run_verbs() { # TEST ROLE(of the host) SIZE
   [ -n "$hrow" ] || why="$why no '$size $n' row on the host"
   [ -n "$grow" ] || why="$why no '$size $n' row in the guest"
   local took=$((SECONDS - t0))
+  mkdir -p target/interop-verbs && cp "$W/$id.host" "$W/$id.guest" target/interop-verbs/ 2>/dev/null
   if [ -z "$why" ]; then
     printf 'interop: verbs %-9s perftest-on-rsnic %-6s %6s B x %-3s ok   %s (%s s)\n' "$t" "$role" "$size" "$n" "$hrow" "$took"
     rows+=("| verbs: ib_$t on rsnic | $role | $size | $n | pass | $hrow |")
@@ -244,7 +245,7 @@ run_verbs() { # TEST ROLE(of the host) SIZE
   fi
 }
 if [ "$what" = all ] || [ "$what" = verbs ]; then
-  for t in write_bw read_bw send_bw write_lat read_lat send_lat; do
+  for t in ${VERBS_TESTS:-write_bw read_bw send_bw write_lat read_lat send_lat}; do
     for role in server client; do
       run_verbs "$t" "$role" 4096
     done

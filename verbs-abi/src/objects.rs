@@ -185,6 +185,10 @@ pub struct Cq {
     pub channel: *mut Channel,
     /// The engine's CQ id.
     pub id: u32,
+    /// Empty polls in a row (under `lock`).
+    pub idle_polls: std::cell::Cell<u32>,
+    /// Yield the core after a run of empty polls (not `RSNIC_BUSY_POLL`).
+    pub yield_when_idle: bool,
 }
 
 /// The QP state that the program moved the QP to, with what it gave.

@@ -237,7 +237,7 @@ int main(int argc, char **argv)
 
 	/* Data through the wire path (the port loops back). */
 	struct pair p;
-	CHECK(connect_pair(&p) == 0, "two RC QPs connected to each other (ARP for our own address)");
+	CHECK(connect_pair(&p) == 0, "two RC QPs connected to each other (our own GID: our own MAC)");
 	struct ibv_wc wc;
 	memcpy(buf[0], "hello, rsnic verbs", 19);
 	CHECK(post(p.a, IBV_WR_RDMA_WRITE, m0, 0, 19, (uintptr_t)buf[1] + 100, m1->rkey, m0->lkey) == 0 &&
