@@ -85,9 +85,10 @@ pub enum VerbsError {
     /// The engine thread is gone.
     #[error("the device's engine has stopped")]
     EngineGone,
-    /// Host mode: resolving a peer through the kernel failed.
+    /// Host mode: resolving a peer through the kernel failed (boxed: the
+    /// error stays small).
     #[error(transparent)]
-    Host(#[from] crate::host::HostError),
+    Host(Box<crate::host::HostError>),
     /// The engine refused a request.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -535,6 +536,12 @@ impl Device {
             state: QpState::Init,
             staging,
         })
+    }
+}
+
+impl From<crate::host::HostError> for VerbsError {
+    fn from(e: crate::host::HostError) -> Self {
+        VerbsError::Host(Box::new(e))
     }
 }
 
