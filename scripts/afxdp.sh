@@ -133,7 +133,8 @@ no_xdp_left() {
 
 # run_pair KIND: the RDMA transfer with TCP and ping alongside.
 run_pair() {
-  local kind=$1 cdev cip=() srv_json="$OUT/$kind-server.json" cli_json="$OUT/$kind-client.json"
+  local kind=$1 cdev cip=()
+  local srv_json="$OUT/$kind-server.json" cli_json="$OUT/$kind-client.json"
   up "$kind"
   if [ "$kind" = tap ]; then
     cdev=net_tap0,iface=xdt-b

@@ -3,7 +3,8 @@
 # its headers, clang for bindgen, tshark and scapy for the packet checks,
 # iproute2 for namespaces and TAP tests, cargo-fuzz for the fuzz smoke run,
 # and the Linux SoftRoCE guest of the interop tests (scripts/rxe-guest.sh):
-# QEMU, a Debian kernel with rdma_rxe, rdma-core, perftest, busybox.
+# QEMU, a Debian kernel with rdma_rxe, rdma-core, perftest, busybox; libbpf
+# and libxdp headers for the XDP program of net_af_xdp ports, ping.
 # Reserves hugepages (1024 x 2 MiB) where the kernel lets us (everything also runs with
 # --no-huge). Safe to run any number of times.
 set -euo pipefail
@@ -16,7 +17,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev gcc make tshark iproute2 python3 python3-pip procps
-  qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils libibverbs-dev ibverbs-providers perftest busybox-static cpio kmod nftables)
+  qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils libibverbs-dev ibverbs-providers perftest busybox-static cpio kmod nftables
+  libbpf-dev libxdp-dev linux-libc-dev iputils-ping)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -60,6 +62,14 @@ fi
 if [ "$(cat "$hp" 2>/dev/null || echo 0)" -gt 0 ] && ! grep -q ' hugetlbfs ' /proc/mounts; then
   mkdir -p /dev/hugepages 2>/dev/null && mount -t hugetlbfs nodev /dev/hugepages 2>/dev/null || true
 fi
+
+# bpffs for libxdp (net_af_xdp ports, scripts/afxdp.sh): without it libxdp
+# falls back to one XDP program per interface.
+if ! grep -q ' /sys/fs/bpf bpf ' /proc/mounts; then
+  $SUDO mount -t bpf bpf /sys/fs/bpf 2>/dev/null || echo "setup.sh: could not mount bpffs at /sys/fs/bpf (libxdp falls back to one program)" >&2
+fi
+# rsnic's XDP program (xdp/rsnic_xdp.c) needs clang's BPF target.
+clang -print-targets 2>/dev/null | grep -qw bpf || { echo "setup.sh: clang has no BPF target" >&2; exit 1; }
 
 pkg-config --exists libdpdk || { echo "setup.sh: libdpdk not found by pkg-config" >&2; exit 1; }
 echo "setup.sh: ready (DPDK $(pkg-config --modversion libdpdk), $(tshark --version 2>/dev/null | head -1))"

@@ -20,7 +20,8 @@
 //! * an explicit `xdp_prog=PATH` is kept (it must have an `xsks_map`).
 //!
 //! The object is written to a private temporary file for the PMD to load
-//! (libbpf opens it by path during `rte_vdev_init`) and removed after.
+//! (libbpf opens it by path when the RX queue is set up, and the PMD links
+//! it to the interface then) and removed when the port is closed.
 
 use std::ffi::CString;
 use std::io::Write;
@@ -196,11 +197,12 @@ pub fn prepare(devargs: &str) -> Result<Prepared> {
     })
 }
 
-/// Why `rte_vdev_init` of a prepared port failed, as far as we can tell
-/// from outside the PMD (which logs its own reason at error level).
+/// Why the PMD failed on a prepared port (`rte_vdev_init`, or the RX
+/// queue setup, where it loads the program and binds the socket), as far
+/// as we can tell from outside it (it logs its own reason at error level).
 pub fn diagnose(p: &Prepared, rc: i32) -> Error {
     let mut reason = format!(
-        "the net_af_xdp PMD could not attach (rte_vdev_init: {})",
+        "the net_af_xdp PMD could not attach ({})",
         crate::error::strerror(rc.abs())
     );
     // SAFETY: geteuid has no preconditions.

@@ -121,8 +121,9 @@ struct PortInner {
     backing: Backing,
     /// RX pools must outlive the queues that fill from them.
     pools: Mutex<Vec<Arc<Mempool>>>,
-    /// The kernel interface of a `net_af_xdp` port (crate::af_xdp).
-    kernel_iface: Option<String>,
+    /// A `net_af_xdp` port (crate::af_xdp): its interface, and the XDP
+    /// object's file, which the PMD loads when the RX queue is set up.
+    af_xdp: Option<crate::af_xdp::Prepared>,
 }
 
 impl Drop for PortInner {
@@ -292,17 +293,17 @@ impl Port {
         }
         let id = port_by_name(&cname).ok_or_else(|| Error::NoSuchPort(p.name.clone()))?;
         let mut port = Self::wrap(id, &p.name, Backing::Vdev(cname));
-        if let Some(inner) = Arc::get_mut(&mut port.inner) {
-            inner.kernel_iface = Some(p.iface.clone());
-        }
         tracing::info!(port = id, iface = %p.iface, ours = p.ours, "net_af_xdp port open");
+        if let Some(inner) = Arc::get_mut(&mut port.inner) {
+            inner.af_xdp = Some(p);
+        }
         Ok(port)
     }
 
     /// The kernel interface under this port, for a `net_af_xdp` port (the
     /// interface is shared with the kernel: host mode).
     pub fn kernel_iface(&self) -> Option<&str> {
-        self.inner.kernel_iface.as_deref()
+        self.inner.af_xdp.as_ref().map(|p| p.iface.as_str())
     }
 
     /// Two ports cabled back to back in this process: what one sends, the
@@ -375,7 +376,7 @@ impl Port {
                 name: name.to_owned(),
                 backing,
                 pools: Mutex::new(Vec::new()),
-                kernel_iface: None,
+                af_xdp: None,
             }),
         }
     }
@@ -426,17 +427,20 @@ impl Port {
             let socket = dpdk_sys::rte_eth_dev_socket_id(id);
             let socket = if socket < 0 { 0 } else { socket as u32 };
             for q in 0..cfg.rx_queues {
-                check(
-                    "rte_eth_rx_queue_setup",
-                    dpdk_sys::rte_eth_rx_queue_setup(
-                        id,
-                        q,
-                        nb_rx,
-                        socket,
-                        std::ptr::null(),
-                        pool.as_ptr(),
-                    ),
-                )?;
+                let rc = dpdk_sys::rte_eth_rx_queue_setup(
+                    id,
+                    q,
+                    nb_rx,
+                    socket,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                );
+                // net_af_xdp loads and attaches the XDP program and binds the
+                // socket here: say why it may have failed.
+                if let (true, Some(p)) = (rc < 0, &self.inner.af_xdp) {
+                    return Err(crate::af_xdp::diagnose(p, rc));
+                }
+                check("rte_eth_rx_queue_setup", rc)?;
             }
             for q in 0..cfg.tx_queues {
                 check(
@@ -514,6 +518,24 @@ impl Port {
             return Ok(info.max_rx_pktlen.min(mtu + 14));
         }
         Ok(info.max_rx_pktlen)
+    }
+
+    /// Whether the driver sends chained (multi-segment) mbufs
+    /// (`RTE_ETH_TX_OFFLOAD_MULTI_SEGS` in `tx_offload_capa`). DPDK
+    /// 22.11's `net_af_xdp` does not: it copies only the first segment's
+    /// room into the AF_XDP frame, so a chained frame goes out with garbage
+    /// after its first segment.
+    pub fn tx_multi_seg(&self) -> Result<bool> {
+        /// `RTE_ETH_TX_OFFLOAD_MULTI_SEGS` (`RTE_BIT64(15)`, rte_ethdev.h;
+        /// bindgen cannot evaluate the macro).
+        const MULTI_SEGS: u64 = 1 << 15;
+        // SAFETY: rte_eth_dev_info is plain C data; all zeroes is valid.
+        let mut info: dpdk_sys::rte_eth_dev_info = unsafe { std::mem::zeroed() };
+        // SAFETY: valid port, valid out pointer (zeroed POD).
+        check("rte_eth_dev_info_get", unsafe {
+            dpdk_sys::rte_eth_dev_info_get(self.inner.id, &mut info)
+        })?;
+        Ok(info.tx_offload_capa & MULTI_SEGS != 0)
     }
 
     /// The port's IP MTU.

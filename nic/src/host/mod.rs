@@ -329,12 +329,18 @@ pub fn host_config(iface: &str) -> Result<DeviceConfig, HostError> {
 
 /// `cfg` for a device on `port`: a port on a kernel interface (dpdk's
 /// `Port::kernel_iface`) is put in host mode if `cfg` does not say so
-/// already, since ARP replies for the NIC would reach the kernel, not it.
+/// already, since ARP replies for the NIC would reach the kernel, not it;
+/// and, where its driver cannot send chained mbufs (`net_af_xdp` in DPDK
+/// 22.11, dpdk::Port::tx_multi_seg), every payload is copied into the
+/// frame (`copy_threshold`), so that frames leave in one segment.
 pub fn adopt(port: &dpdk::Port, cfg: &DeviceConfig) -> Result<DeviceConfig, HostError> {
     let mut cfg = cfg.clone();
-    if cfg.kernel_iface.is_none() {
-        if let Some(name) = port.kernel_iface() {
+    if let Some(name) = port.kernel_iface() {
+        if cfg.kernel_iface.is_none() {
             cfg.kernel_iface = Some(KernelIface::new(name)?);
+        }
+        if !port.tx_multi_seg().unwrap_or(false) {
+            cfg.copy_threshold = usize::MAX;
         }
     }
     Ok(cfg)
