@@ -391,12 +391,6 @@ impl Device {
     }
 }
 
-impl From<crate::host::HostError> for VerbsError {
-    fn from(e: crate::host::HostError) -> Self {
-        VerbsError::Host(Box::new(e))
-    }
-}
-
 /// A protection domain of a [`Device`] ([`Device::alloc_pd`]): what it
 /// registers and creates is isolated from other PDs' keys.
 pub struct ProtectionDomain<'a> {
