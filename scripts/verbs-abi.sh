@@ -32,9 +32,9 @@ EXEC=$PWD/target/release/rsnic-exec
 LOG=$PWD/target/verbs-abi
 ITERS=${VERBS_ITERS:-200}
 mkdir -p "$LOG"
-if [ ! -x "$EXEC" ] || [ ! -f target/release/librsnic_verbs.so ]; then
-  cargo build --release -p verbs-abi -p rsnic-exec
-fi
+# Always (a no-op when fresh): `cargo test` does not refresh the cdylib, and a
+# stale librsnic_verbs.so would test old code.
+cargo build --release -q -p verbs-abi -p rsnic-exec
 
 fails=0
 rows=()
