@@ -426,9 +426,88 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         Some(d) => d,
         None => open_device(o, eal)?,
     };
-    // As ibverbs' active_mtu follows the netdev's MTU: a path MTU whose
-    // frames the port would drop is refused up front.
-    let mut mtu = o.mtu.map_or(dev.max_path_mtu(), u32::from);
+    let mut mtu = checked_mtu(o, &dev)?;
+    let (stream, protocol) = open_exchange(o, server, quiet)?;
+    let role = if server { Role::Server } else { Role::Client };
+    let (mut cycle, mut cache_line) = (CYCLE_BUFFER, CACHE_LINE);
+    let mut perftest_conn = None;
+    if protocol == Protocol::Perftest {
+        if o.cc.uses_extensions() {
+            return Err(format!(
+                "--cc {}: perftest peers negotiate no extensions; use --cc none or dcqcn",
+                o.cc
+            )
+            .into());
+        }
+        let mut conn = PerftestConn::new(stream.try_clone()?, role);
+        let hello = conn.hello(CYCLE_BUFFER, CACHE_LINE, mtu)?;
+        (cycle, cache_line, mtu) = (hello.cycle_buffer, hello.cache_line, hello.mtu);
+        perftest_conn = Some(conn);
+    }
+    let (cq, mut qps, qopts) = create_qps(test, o, &dev, mtu)?;
+    let nq = qps.len();
+    let max_size = test.sizes().into_iter().max().unwrap_or(2);
+    let layout = Layout::new(max_size, cycle, cache_line, nq);
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mr = dev.reg_mr(layout.bytes(), access)?;
+    let mine = Mine {
+        qps: &qps,
+        qopts: &qopts,
+        mr: &mr,
+        layout: &layout,
+        mtu,
+        server,
+    };
+    let ex = match perftest_conn {
+        Some(conn) => exchange_perftest(test, o, conn, &mine)?,
+        None => {
+            let test_name = if nq > 1 {
+                format!("{name}-q{nq}")
+            } else {
+                name.to_string()
+            };
+            exchange_rsnic(o, stream, &dev, &test_name, &mine)?
+        }
+    };
+    let Exchanged {
+        mut link,
+        remotes,
+        lines,
+        macs,
+    } = ex;
+    for (q, (qp, r)) in qps.iter_mut().zip(&remotes).enumerate() {
+        qp.connect(&RemoteQp {
+            qpn: r.qpn,
+            psn: r.psn,
+            ip: r.ip.octets(),
+            mac: o.peer_mac.or(macs.get(q).copied()),
+            mtu,
+            cc: o.cc,
+        })?;
+    }
+    barriers(&mut link, test, nq)?;
+    if !quiet {
+        print_preamble(test, o, nq, mtu, &link, &lines);
+    }
+    // What follows waits for the peer's test, as long as it takes.
+    link.set_wait(o.timeout.map(Duration::from_secs))?;
+    Ok(Session {
+        dev,
+        cq,
+        qps,
+        mr,
+        layout,
+        remotes,
+        link,
+        server,
+    })
+}
+
+/// The path MTU: `-m`, or the largest the port carries. As ibverbs' active_mtu
+/// follows the netdev's MTU, a path MTU whose frames the port would drop is refused
+/// up front.
+fn checked_mtu(o: &Opts, dev: &Device) -> Res<u32> {
+    let mtu = o.mtu.map_or(dev.max_path_mtu(), u32::from);
     if mtu > dev.max_path_mtu() {
         return Err(format!(
             "-m {mtu}: {} carries RoCE MTUs up to {} (its frames are too short for more)",
@@ -437,6 +516,13 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         )
         .into());
     }
+    Ok(mtu)
+}
+
+/// The TCP connection of the exchange (accepted as a server, connected as a
+/// client) with its timeouts, and the exchange it speaks: a server detects it, a
+/// client speaks `--exchange`.
+fn open_exchange(o: &Opts, server: bool, quiet: bool) -> Res<(TcpStream, Protocol)> {
     let stream = match o.server {
         None => accept(o, quiet)?,
         Some(addr) => connect(o, addr)?,
@@ -458,24 +544,17 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
             ExchangeArg::Perftest => Protocol::Perftest,
         }
     };
-    let role = if server { Role::Server } else { Role::Client };
-    let kind = o.cc;
-    let (mut cycle, mut cache_line) = (CYCLE_BUFFER, CACHE_LINE);
-    let mut perftest_conn = None;
-    if protocol == Protocol::Perftest {
-        if kind.uses_extensions() {
-            return Err(format!(
-                "--cc {}: perftest peers negotiate no extensions; use --cc none or dcqcn",
-                kind
-            )
-            .into());
-        }
-        let mut conn = PerftestConn::new(stream.try_clone()?, role);
-        let hello = conn.hello(CYCLE_BUFFER, CACHE_LINE, mtu)?;
-        (cycle, cache_line, mtu) = (hello.cycle_buffer, hello.cache_line, hello.mtu);
-        perftest_conn = Some(conn);
-    }
-    // One CQ per shard (a QP completes on its own shard); QP j on CQ j.
+    Ok((stream, protocol))
+}
+
+/// One CQ per shard (a QP completes on its own shard) and `-q` RC QPs, QP j on CQ
+/// j, posted to round robin and sharing the buffer.
+fn create_qps(
+    test: &Test,
+    o: &Opts,
+    dev: &Device,
+    mtu: u32,
+) -> Res<(Cqs, Vec<QueuePair>, QpOptions)> {
     let mut cq = Cqs {
         cqs: Vec::new(),
         next: 0,
@@ -493,203 +572,219 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         sq_depth: o.tx_depth.max(1),
         rq_depth,
         mtu,
-        cc: kind,
+        cc: o.cc,
         timeout_ns: 4_096u64 << o.qp_timeout,
         ..QpOptions::default()
     };
-    // -q N: N RC QPs (bandwidth tests), posted to round robin, sharing the
-    // CQ and the buffer.
     let nq = usize::from(o.qps.max(1));
     let mut qps = Vec::with_capacity(nq);
     for j in 0..nq {
         let c = &cq.cqs[j % cq.cqs.len()];
         qps.push(dev.create_qp(c, c, qopts)?);
     }
-    let max_size = test.sizes().into_iter().max().unwrap_or(2);
-    let layout = Layout::new(max_size, cycle, cache_line, nq);
-    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let mr = dev.reg_mr(layout.bytes(), access)?;
-    let lat_pre = matches!(test, Test::write_lat(_) | Test::read_lat(_));
-    let (mut link, remotes, locals, macs) = match perftest_conn {
-        Some(mut conn) => {
-            let mine: Vec<KeyMsg> = qps
-                .iter()
-                .enumerate()
-                .map(|(q, qp)| {
-                    let me = qp.remote_info();
-                    KeyMsg {
-                        lid: 0,
-                        out_reads: u16::from(qopts.max_rd_atomic),
-                        qpn: me.qpn,
-                        psn: me.psn,
-                        rkey: mr.rkey(),
-                        vaddr: mr.va() + layout.incoming(q),
-                        gid: KeyMsg::gid_of(o.ip),
-                        srqn: 0,
-                    }
-                })
-                .collect();
-            // write_lat and read_lat shake hands once before the keys.
-            if lat_pre {
-                conn.handshake(&mine[0])?;
+    Ok((cq, qps, qopts))
+}
+
+/// What this end tells the peer about its QPs.
+struct Mine<'a> {
+    qps: &'a [QueuePair],
+    qopts: &'a QpOptions,
+    mr: &'a MemoryRegion,
+    layout: &'a Layout,
+    mtu: u32,
+    server: bool,
+}
+
+/// What the key exchange gave: the link for the rest of the session, the peer's
+/// QPs, the address lines to print (local, remote) per QP, and the peer's MACs
+/// (our exchange carries them; perftest's does not: ARP).
+struct Exchanged {
+    link: Link,
+    remotes: Vec<Remote>,
+    lines: Vec<(AddressLine, AddressLine)>,
+    macs: Vec<[u8; 6]>,
+}
+
+/// perftest's key exchange, one key message per QP each way (write_lat and
+/// read_lat shake hands once before the keys).
+fn exchange_perftest(
+    test: &Test,
+    o: &Opts,
+    mut conn: PerftestConn<TcpStream>,
+    me: &Mine<'_>,
+) -> Res<Exchanged> {
+    let mine: Vec<KeyMsg> = me
+        .qps
+        .iter()
+        .enumerate()
+        .map(|(q, qp)| {
+            let ri = qp.remote_info();
+            KeyMsg {
+                lid: 0,
+                out_reads: u16::from(me.qopts.max_rd_atomic),
+                qpn: ri.qpn,
+                psn: ri.psn,
+                rkey: me.mr.rkey(),
+                vaddr: me.mr.va() + me.layout.incoming(q),
+                gid: KeyMsg::gid_of(o.ip),
+                srqn: 0,
             }
-            let mut remotes = Vec::with_capacity(nq);
-            for m in &mine {
-                let r = conn.handshake(m)?;
-                let ip = r.ipv4().ok_or_else(|| {
-                    format!(
-                        "the peer's GID {} is not an IPv4 (RoCEv2) one: run it with -x and its RoCEv2 GID index",
-                        std::net::Ipv6Addr::from(r.gid)
-                    )
-                })?;
-                if matches!(test, Test::read_bw(_) | Test::read_lat(_))
-                    && !server
-                    && r.out_reads < u16::from(qopts.max_rd_atomic)
-                {
-                    return Err(format!(
-                        "the peer takes {} outstanding READs; this NIC issues up to {}",
-                        r.out_reads, qopts.max_rd_atomic
-                    )
-                    .into());
-                }
-                remotes.push(Remote {
-                    qpn: r.qpn,
-                    psn: r.psn,
-                    ip,
-                    rkey: r.rkey,
-                    va: r.vaddr,
-                });
-            }
-            let lines = mine
-                .iter()
-                .zip(&remotes)
-                .map(|(m, r)| {
-                    (
-                        AddressLine {
-                            qpn: m.qpn,
-                            psn: m.psn,
-                            rkey: m.rkey,
-                            vaddr: m.vaddr,
-                            ip: o.ip.octets(),
-                        },
-                        AddressLine {
-                            qpn: r.qpn,
-                            psn: r.psn,
-                            rkey: r.rkey,
-                            vaddr: r.va,
-                            ip: r.ip.octets(),
-                        },
-                    )
-                })
-                .collect::<Vec<_>>();
-            (
-                Link::Perftest {
-                    conn,
-                    mine: mine[0],
-                },
-                remotes,
-                lines,
-                Vec::new(),
+        })
+        .collect();
+    if matches!(test, Test::write_lat(_) | Test::read_lat(_)) {
+        conn.handshake(&mine[0])?;
+    }
+    let mut remotes = Vec::with_capacity(mine.len());
+    for m in &mine {
+        let r = conn.handshake(m)?;
+        let ip = r.ipv4().ok_or_else(|| {
+            format!(
+                "the peer's GID {} is not an IPv4 (RoCEv2) one: run it with -x and its RoCEv2 GID index",
+                std::net::Ipv6Addr::from(r.gid)
             )
+        })?;
+        if matches!(test, Test::read_bw(_) | Test::read_lat(_))
+            && !me.server
+            && r.out_reads < u16::from(me.qopts.max_rd_atomic)
+        {
+            return Err(format!(
+                "the peer takes {} outstanding READs; this NIC issues up to {}",
+                r.out_reads, me.qopts.max_rd_atomic
+            )
+            .into());
         }
-        None => {
-            let mut s = stream;
-            let test_name = if nq > 1 {
-                format!("{name}-q{nq}")
-            } else {
-                name.to_string()
-            };
-            let ext: Vec<String> = if kind.uses_extensions() {
-                vec!["cc".into()]
-            } else {
-                Vec::new()
-            };
-            let link = Link::Rsnic {
-                s: s.try_clone()?,
-                client: !server,
-            };
-            // Our exchange starts with the RSNIC1 line (a server detects it
-            // by its first byte): no handshake before it.
-            let mut remotes = Vec::with_capacity(nq);
-            let mut lines = Vec::with_capacity(nq);
-            for (q, qp) in qps.iter().enumerate() {
-                let me = qp.remote_info();
-                let l = ConnInfo {
-                    qpn: me.qpn,
-                    psn: me.psn,
-                    ip: o.ip,
-                    mac: dev.mac(),
-                    rkey: mr.rkey(),
-                    va: mr.va() + layout.incoming(q),
-                    len: layout.unit,
-                    mtu: mtu as u16,
-                    cc: o.cc,
-                    ext: ext.clone(),
-                    udp_sport: 0xC000 | (me.qpn as u16 & 0x3FFF),
-                    test: test_name.clone(),
-                };
-                let r = if server {
-                    let r = ConnInfo::parse(&read_line(&mut s)?)?;
-                    s.write_all(l.format()?.as_bytes())?;
-                    check_compatible(&l, &r)?;
-                    r
-                } else {
-                    s.write_all(l.format()?.as_bytes())?;
-                    let r = ConnInfo::parse(&read_line(&mut s)?)?;
-                    check_compatible(&r, &l)?;
-                    r
-                };
-                if r.len < layout.unit {
-                    return Err(format!(
-                        "the peer's buffer is {} bytes, the test needs {}",
-                        r.len, layout.unit
-                    )
-                    .into());
-                }
-                lines.push((
-                    AddressLine {
-                        qpn: l.qpn,
-                        psn: l.psn,
-                        rkey: l.rkey,
-                        vaddr: l.va,
-                        ip: o.ip.octets(),
-                    },
-                    AddressLine {
-                        qpn: r.qpn,
-                        psn: r.psn,
-                        rkey: r.rkey,
-                        vaddr: r.va,
-                        ip: r.ip.octets(),
-                    },
-                ));
-                remotes.push((
-                    Remote {
-                        qpn: r.qpn,
-                        psn: r.psn,
-                        ip: r.ip,
-                        rkey: r.rkey,
-                        va: r.va,
-                    },
-                    r.mac,
-                ));
-            }
-            // Our exchange carries the MAC (an override of ARP).
-            let (remotes, macs): (Vec<_>, Vec<_>) = remotes.into_iter().unzip();
-            (link, remotes, lines, macs)
-        }
-    };
-    for (q, (qp, r)) in qps.iter_mut().zip(&remotes).enumerate() {
-        qp.connect(&RemoteQp {
+        remotes.push(Remote {
             qpn: r.qpn,
             psn: r.psn,
-            ip: r.ip.octets(),
-            mac: o.peer_mac.or(macs.get(q).copied()),
-            mtu,
-            cc: kind,
-        })?;
+            ip,
+            rkey: r.rkey,
+            va: r.vaddr,
+        });
     }
-    // The barriers after the QPs are ready (perftest: one per QP and one
-    // more; the SEND tests in the other order).
+    let lines = mine
+        .iter()
+        .zip(&remotes)
+        .map(|(m, r)| {
+            (
+                AddressLine {
+                    qpn: m.qpn,
+                    psn: m.psn,
+                    rkey: m.rkey,
+                    vaddr: m.vaddr,
+                    ip: o.ip.octets(),
+                },
+                AddressLine {
+                    qpn: r.qpn,
+                    psn: r.psn,
+                    rkey: r.rkey,
+                    vaddr: r.va,
+                    ip: r.ip.octets(),
+                },
+            )
+        })
+        .collect();
+    Ok(Exchanged {
+        link: Link::Perftest {
+            conn,
+            mine: mine[0],
+        },
+        remotes,
+        lines,
+        macs: Vec::new(),
+    })
+}
+
+/// Our exchange: one `RSNIC1` line per QP each way (a server detects it by its
+/// first byte: no handshake before it), each pair checked compatible.
+fn exchange_rsnic(
+    o: &Opts,
+    stream: TcpStream,
+    dev: &Device,
+    test_name: &str,
+    me: &Mine<'_>,
+) -> Res<Exchanged> {
+    let mut s = stream;
+    let ext: Vec<String> = if o.cc.uses_extensions() {
+        vec!["cc".into()]
+    } else {
+        Vec::new()
+    };
+    let link = Link::Rsnic {
+        s: s.try_clone()?,
+        client: !me.server,
+    };
+    let (mut remotes, mut lines, mut macs) = (Vec::new(), Vec::new(), Vec::new());
+    for (q, qp) in me.qps.iter().enumerate() {
+        let ri = qp.remote_info();
+        let l = ConnInfo {
+            qpn: ri.qpn,
+            psn: ri.psn,
+            ip: o.ip,
+            mac: dev.mac(),
+            rkey: me.mr.rkey(),
+            va: me.mr.va() + me.layout.incoming(q),
+            len: me.layout.unit,
+            mtu: me.mtu as u16,
+            cc: o.cc,
+            ext: ext.clone(),
+            udp_sport: 0xC000 | (ri.qpn as u16 & 0x3FFF),
+            test: test_name.to_string(),
+        };
+        let r = if me.server {
+            let r = ConnInfo::parse(&read_line(&mut s)?)?;
+            s.write_all(l.format()?.as_bytes())?;
+            check_compatible(&l, &r)?;
+            r
+        } else {
+            s.write_all(l.format()?.as_bytes())?;
+            let r = ConnInfo::parse(&read_line(&mut s)?)?;
+            check_compatible(&r, &l)?;
+            r
+        };
+        if r.len < me.layout.unit {
+            return Err(format!(
+                "the peer's buffer is {} bytes, the test needs {}",
+                r.len, me.layout.unit
+            )
+            .into());
+        }
+        lines.push((
+            AddressLine {
+                qpn: l.qpn,
+                psn: l.psn,
+                rkey: l.rkey,
+                vaddr: l.va,
+                ip: o.ip.octets(),
+            },
+            AddressLine {
+                qpn: r.qpn,
+                psn: r.psn,
+                rkey: r.rkey,
+                vaddr: r.va,
+                ip: r.ip.octets(),
+            },
+        ));
+        remotes.push(Remote {
+            qpn: r.qpn,
+            psn: r.psn,
+            ip: r.ip,
+            rkey: r.rkey,
+            va: r.va,
+        });
+        // Our exchange carries the MAC (an override of ARP).
+        macs.push(r.mac);
+    }
+    Ok(Exchanged {
+        link,
+        remotes,
+        lines,
+        macs,
+    })
+}
+
+/// The barriers after the QPs are ready (perftest: one per QP and one more; the
+/// SEND tests in the other order).
+fn barriers(link: &mut Link, test: &Test, nq: usize) -> Res<()> {
     let nq_shakes = |link: &mut Link| -> Res<()> {
         for _ in 0..nq {
             link.handshake()?;
@@ -698,49 +793,46 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
     };
     if test.is_send() {
         link.handshake()?;
-        nq_shakes(&mut link)?;
+        nq_shakes(link)
     } else {
-        nq_shakes(&mut link)?;
-        link.handshake()?;
+        nq_shakes(link)?;
+        link.handshake()
     }
-    if !quiet {
-        let settings = vec![
-            ("Dual-port", "OFF".to_string()),
-            ("Device", o.dev.as_str().to_string()),
-            ("Number of qps", nq.to_string()),
-            ("Transport type", "RoCEv2 (rsnic, DPDK)".to_string()),
-            ("Connection type", "RC".to_string()),
-            ("TX depth", o.tx_depth.to_string()),
-            ("Mtu", format!("{mtu}[B]")),
-            ("Link type", "Ethernet".to_string()),
-            ("Congestion ctl", kind.to_string()),
-            (
-                "Data ex. method",
-                format!("Ethernet ({} exchange)", link.protocol()),
-            ),
-        ];
-        print!("{}", perftest::preamble(test.title(), &settings));
-        // As perftest: one local and one remote line per QP.
-        for (l, _) in &locals {
-            print!("{}", l.format("local"));
-        }
-        for (_, r) in &locals {
-            print!("{}", r.format("remote"));
-        }
-        println!("{}", perftest::RULE);
+}
+
+/// perftest's preamble: the settings, then one local and one remote address line
+/// per QP.
+fn print_preamble(
+    test: &Test,
+    o: &Opts,
+    nq: usize,
+    mtu: u32,
+    link: &Link,
+    lines: &[(AddressLine, AddressLine)],
+) {
+    let settings = vec![
+        ("Dual-port", "OFF".to_string()),
+        ("Device", o.dev.as_str().to_string()),
+        ("Number of qps", nq.to_string()),
+        ("Transport type", "RoCEv2 (rsnic, DPDK)".to_string()),
+        ("Connection type", "RC".to_string()),
+        ("TX depth", o.tx_depth.to_string()),
+        ("Mtu", format!("{mtu}[B]")),
+        ("Link type", "Ethernet".to_string()),
+        ("Congestion ctl", o.cc.to_string()),
+        (
+            "Data ex. method",
+            format!("Ethernet ({} exchange)", link.protocol()),
+        ),
+    ];
+    print!("{}", perftest::preamble(test.title(), &settings));
+    for (l, _) in lines {
+        print!("{}", l.format("local"));
     }
-    // What follows waits for the peer's test, as long as it takes.
-    link.set_wait(o.timeout.map(Duration::from_secs))?;
-    Ok(Session {
-        dev,
-        cq,
-        qps,
-        mr,
-        layout,
-        remotes,
-        link,
-        server,
-    })
+    for (_, r) in lines {
+        print!("{}", r.format("remote"));
+    }
+    println!("{}", perftest::RULE);
 }
 
 #[cfg(test)]
