@@ -183,7 +183,7 @@ fn settings(args: &Args) -> Result<(SwitchSettings, Vec<u16>), String> {
     }
     let mut cfg =
         Config::from_file(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
-    let overridden = apply_overrides(&mut cfg, &args)?;
+    let overridden = apply_overrides(&mut cfg, args)?;
     let settings = cfg.validate().map_err(|e| {
         let with = if overridden {
             " (with the command-line overrides)"
