@@ -19,6 +19,7 @@
 
 mod bw;
 mod cli;
+mod keys;
 mod lat;
 mod setup;
 
