@@ -292,32 +292,7 @@ pub fn run(
 ) -> Result<RunData, TestbedError> {
     let n = w.senders;
     check_config(cfg, n)?;
-    // Switch side.
-    let pool = Mempool::new(
-        eal,
-        &format!("tb{tag}sw"),
-        1023,
-        32,
-        Mempool::DEFAULT_DATA_ROOM,
-    )?;
-    let mut nic_ports = Vec::with_capacity(n + 1);
-    let mut sw_ports = Vec::with_capacity(n + 1);
-    for i in 0..n {
-        let (a, b) = Port::ring_pair(eal, &format!("tb{tag}s{i}"), 4096)?;
-        nic_ports.push(a);
-        sw_ports.push(b);
-    }
-    let (rx_nic, rx_sw) = Port::ring_pair(eal, &format!("tb{tag}r"), 4096)?;
-    let sender_ids: Vec<u16> = sw_ports.iter().map(|p| p.id()).collect();
-    let rx_id = rx_sw.id();
-    let settings = Config::load_str(&switch_config(cfg, &sender_ids, rx_id))?;
-    let sw: Switch<Mbuf> = Switch::new(&settings);
-    let mut ios = Vec::with_capacity(n + 1);
-    for mut p in sw_ports.into_iter().chain(std::iter::once(rx_sw)) {
-        let (rx, tx) = p.configure_single(&pool)?;
-        ios.push(PortIo::new(p.id(), rx, tx));
-    }
-    let dp = Dataplane::new(sw, ios, TscClock::new(eal));
+    let (dp, nic_ports, rx_nic, sender_ids, rx_id) = build_switch(eal, cfg, n, tag)?;
 
     // NICs: all engines on one thread.
     let dev_cfg = |ip: [u8; 4], mac: [u8; 6], pool: u32| {
@@ -347,55 +322,12 @@ pub fn run(
         rq_depth: 16,
         ..QpOptions::default()
     };
-    let rx_cq = rx_dev.create_cq(1024)?;
-    let mut rx_qps = Vec::with_capacity(n);
-    let mut rx_mrs = Vec::with_capacity(n);
-    let mut senders = Vec::with_capacity(n);
-    for (i, dev) in tx_devs.iter().enumerate() {
-        let stride = w
-            .flows
-            .iter()
-            .filter(|f| f.sender == i)
-            .map(|f| f.msg as usize)
-            .max()
-            .unwrap_or(4096)
-            .max(1);
-        let region = cfg.region.max(stride) / stride * stride;
-        let cq = dev.create_cq(cfg.outstanding + 64)?;
-        let mut qp = dev.create_qp(&cq, &cq, opts)?;
-        let mut rqp = rx_dev.create_qp(&rx_cq, &rx_cq, opts)?;
-        let (a, b) = (qp.remote_info(), rqp.remote_info());
-        // Next hops: the switch port each NIC is cabled to.
-        qp.connect(&RemoteQp {
-            mac: Some(SWITCH_MAC(i)),
-            ..b
-        })?;
-        rqp.connect(&RemoteQp {
-            mac: Some(SWITCH_MAC(255)),
-            ..a
-        })?;
-        let src = dev.reg_mr(region, Access::LOCAL_WRITE)?;
-        fill_pattern(&src, i as u8);
-        let dst = rx_dev.reg_mr(region, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-        senders.push(SenderIo {
-            qp,
-            cq,
-            dst_va: dst.va(),
-            rkey: dst.rkey(),
-            src,
-            flows: (0..w.flows.len())
-                .filter(|&f| w.flows[f].sender == i)
-                .collect(),
-            cursor: 0,
-            inflight: VecDeque::with_capacity(cfg.outstanding + 1),
-            stride,
-            slots: region / stride,
-            msgs: 0,
-            slot_len: vec![0; region / stride],
-        });
-        rx_qps.push(rqp);
-        rx_mrs.push(dst);
-    }
+    let Receivers {
+        rx_cq,
+        rx_qps,
+        rx_mrs,
+        senders,
+    } = connect_senders(cfg, w, opts, &tx_devs, &rx_dev)?;
 
     let progress = Arc::new(AtomicU64::new(0));
     let p2 = progress.clone();
@@ -455,8 +387,150 @@ pub fn run(
     }
     let receiver_nic = rx_dev.counters();
 
+    let (data, dp, senders) = run_data(cc, rx_id, out, &rx_mrs, senders_nic, receiver_nic);
+    // Tear down: QPs first, then the devices (the engine thread ends with
+    // the last), then the switch's ports.
+    drop(senders);
+    drop(rx_qps);
+    drop(rx_mrs);
+    drop(rx_cq);
+    for d in tx_devs {
+        d.close();
+    }
+    rx_dev.close();
+    drop(dp);
+    Ok(data)
+}
+
+/// The switch side of a run: one ring pair per sender and one to the receiver, the
+/// switch core configured for them on its own pool, in a dataplane. The NICs' ends
+/// of the rings, the receiver's, the switch's port ids of the senders and of the
+/// receiver.
+#[allow(clippy::type_complexity)]
+fn build_switch(
+    eal: &'static Eal,
+    cfg: &FabricConfig,
+    n: usize,
+    tag: &str,
+) -> Result<(Dataplane, Vec<Port>, Port, Vec<u16>, u16), TestbedError> {
+    let pool = Mempool::new(
+        eal,
+        &format!("tb{tag}sw"),
+        1023,
+        32,
+        Mempool::DEFAULT_DATA_ROOM,
+    )?;
+    let mut nic_ports = Vec::with_capacity(n + 1);
+    let mut sw_ports = Vec::with_capacity(n + 1);
+    for i in 0..n {
+        let (a, b) = Port::ring_pair(eal, &format!("tb{tag}s{i}"), 4096)?;
+        nic_ports.push(a);
+        sw_ports.push(b);
+    }
+    let (rx_nic, rx_sw) = Port::ring_pair(eal, &format!("tb{tag}r"), 4096)?;
+    let sender_ids: Vec<u16> = sw_ports.iter().map(|p| p.id()).collect();
+    let rx_id = rx_sw.id();
+    let settings = Config::load_str(&switch_config(cfg, &sender_ids, rx_id))?;
+    let sw: Switch<Mbuf> = Switch::new(&settings);
+    let mut ios = Vec::with_capacity(n + 1);
+    for mut p in sw_ports.into_iter().chain(std::iter::once(rx_sw)) {
+        let (rx, tx) = p.configure_single(&pool)?;
+        ios.push(PortIo::new(p.id(), rx, tx));
+    }
+    let dp = Dataplane::new(sw, ios, TscClock::new(eal));
+
+    Ok((dp, nic_ports, rx_nic, sender_ids, rx_id))
+}
+
+/// The receiver's side of every sender's QP, and the senders.
+struct Receivers {
+    rx_cq: CompletionQueue,
+    rx_qps: Vec<QueuePair>,
+    rx_mrs: Vec<MemoryRegion>,
+    senders: Vec<SenderIo>,
+}
+
+/// One connected QP pair per sender (its next hop the switch port it is cabled
+/// to), its source region filled with its pattern, its destination region at the
+/// receiver.
+fn connect_senders(
+    cfg: &FabricConfig,
+    w: &Workload,
+    opts: QpOptions,
+    tx_devs: &[Device],
+    rx_dev: &Device,
+) -> Result<Receivers, TestbedError> {
+    let n = tx_devs.len();
+    let rx_cq = rx_dev.create_cq(1024)?;
+    let mut rx_qps = Vec::with_capacity(n);
+    let mut rx_mrs = Vec::with_capacity(n);
+    let mut senders = Vec::with_capacity(n);
+    for (i, dev) in tx_devs.iter().enumerate() {
+        let stride = w
+            .flows
+            .iter()
+            .filter(|f| f.sender == i)
+            .map(|f| f.msg as usize)
+            .max()
+            .unwrap_or(4096)
+            .max(1);
+        let region = cfg.region.max(stride) / stride * stride;
+        let cq = dev.create_cq(cfg.outstanding + 64)?;
+        let mut qp = dev.create_qp(&cq, &cq, opts)?;
+        let mut rqp = rx_dev.create_qp(&rx_cq, &rx_cq, opts)?;
+        let (a, b) = (qp.remote_info(), rqp.remote_info());
+        // Next hops: the switch port each NIC is cabled to.
+        qp.connect(&RemoteQp {
+            mac: Some(SWITCH_MAC(i)),
+            ..b
+        })?;
+        rqp.connect(&RemoteQp {
+            mac: Some(SWITCH_MAC(255)),
+            ..a
+        })?;
+        let src = dev.reg_mr(region, Access::LOCAL_WRITE)?;
+        fill_pattern(&src, i as u8);
+        let dst = rx_dev.reg_mr(region, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        senders.push(SenderIo {
+            qp,
+            cq,
+            dst_va: dst.va(),
+            rkey: dst.rkey(),
+            src,
+            flows: (0..w.flows.len())
+                .filter(|&f| w.flows[f].sender == i)
+                .collect(),
+            cursor: 0,
+            inflight: VecDeque::with_capacity(cfg.outstanding + 1),
+            stride,
+            slots: region / stride,
+            msgs: 0,
+            slot_len: vec![0; region / stride],
+        });
+        rx_qps.push(rqp);
+        rx_mrs.push(dst);
+    }
+    Ok(Receivers {
+        rx_cq,
+        rx_qps,
+        rx_mrs,
+        senders,
+    })
+}
+
+/// The run's figures from what the driver returned: the data checked against the
+/// patterns, the bottleneck's counters and what the senders offered; the dataplane
+/// and the senders back for the teardown.
+fn run_data(
+    cc: CcKind,
+    rx_id: u16,
+    out: DriverOut,
+    rx_mrs: &[MemoryRegion],
+    senders_nic: Counters,
+    receiver_nic: Counters,
+) -> (RunData, Dataplane, Vec<SenderIo>) {
     let mut verified = out.errors.is_empty() && !out.timed_out;
-    for (s, dst) in out.senders.iter().zip(&rx_mrs) {
+    for (s, dst) in out.senders.iter().zip(rx_mrs) {
         verified &= verify(s, dst);
     }
     let bn = *out
@@ -504,19 +578,8 @@ pub fn run(
         receiver_nic,
         verified,
     };
-    // Tear down: QPs first, then the devices (the engine thread ends with
-    // the last), then the switch's ports.
     let DriverOut { dp, senders, .. } = out;
-    drop(senders);
-    drop(rx_qps);
-    drop(rx_mrs);
-    drop(rx_cq);
-    for d in tx_devs {
-        d.close();
-    }
-    rx_dev.close();
-    drop(dp);
-    Ok(data)
+    (data, dp, senders)
 }
 
 struct DriveParams {
