@@ -11,8 +11,29 @@ use rdma::transport::{SendOp, SendWr, Sge, WcStatus};
 use switch::dataplane::Dataplane;
 use switch::PortCounters;
 
-use super::fabric::{Completion, NO_SAMPLE, QUEUE_BUCKET, STALL_NS};
 use super::{FlowSpec, Stop};
+
+/// A gap between two switch loop turns longer than this is counted as the
+/// thread being descheduled (a busy turn takes well under 100 us; a CFS
+/// preemption takes milliseconds).
+pub const STALL_NS: u64 = 500_000;
+
+/// Queue histogram bucket width (bytes).
+pub const QUEUE_BUCKET: u64 = 64;
+
+/// A `queue_series` bin in which the switch loop took no sample (it was descheduled).
+pub const NO_SAMPLE: u32 = u32::MAX;
+
+/// One WRITE completion.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion {
+    /// Index of the flow in the workload.
+    pub flow: u32,
+    /// Time (ns after the workload's start).
+    pub t_ns: u64,
+    /// Bytes.
+    pub bytes: u32,
+}
 
 pub(super) struct SenderIo {
     pub(super) qp: QueuePair,

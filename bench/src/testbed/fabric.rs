@@ -30,21 +30,11 @@ use switch::dataplane::{Dataplane, PortIo};
 use switch::{Config, PortCounters, Switch};
 
 use super::driver::{drive, DriveParams, DriverOut, FlowState, SenderIo};
+pub use super::driver::{Completion, NO_SAMPLE, QUEUE_BUCKET, STALL_NS};
 use super::{FlowSpec, TestbedError, Workload};
-
-/// A gap between two switch loop turns longer than this is counted as the
-/// thread being descheduled (a busy turn takes well under 100 us; a CFS
-/// preemption takes milliseconds).
-pub const STALL_NS: u64 = 500_000;
 
 /// Most senders a fabric can have.
 pub const MAX_SENDERS: usize = 15;
-
-/// Queue histogram bucket width (bytes).
-pub const QUEUE_BUCKET: u64 = 64;
-
-/// A `queue_series` bin in which the switch loop took no sample (it was descheduled).
-pub const NO_SAMPLE: u32 = u32::MAX;
 
 /// The fabric's settings (the CLI's flags).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -81,17 +71,6 @@ pub struct FabricConfig {
     pub seed: u64,
     /// A run that has not finished after this long is stopped, ns.
     pub timeout_ns: u64,
-}
-
-/// One WRITE completion.
-#[derive(Debug, Clone, Copy)]
-pub struct Completion {
-    /// Index of the flow in the workload.
-    pub flow: u32,
-    /// Time (ns after the workload's start).
-    pub t_ns: u64,
-    /// Bytes.
-    pub bytes: u32,
 }
 
 /// What became of one flow.

@@ -1,4 +1,4 @@
-//! The key exchange of a session (see [`super::setup`]): this end's QPs and buffer
+//! The key exchange of a session (see [`crate::setup`]): this end's QPs and buffer
 //! told to the peer and the peer's read back, in perftest's key messages or in our
 //! `RSNIC1` lines, each checked.
 
@@ -10,8 +10,8 @@ use nic::verbs::{Device, MemoryRegion, QpOptions, QueuePair};
 use oob::exchange::{check_compatible, ConnInfo};
 use oob::perftest::{KeyMsg, PerftestConn};
 
-use super::setup::{read_line, Layout, Link, Remote};
 use crate::cli::{Opts, Test};
+use crate::link::{read_line, Layout, Link, Remote};
 use crate::Res;
 
 /// What this end tells the peer about its QPs.

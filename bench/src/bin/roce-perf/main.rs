@@ -21,6 +21,7 @@ mod bw;
 mod cli;
 mod keys;
 mod lat;
+mod link;
 mod setup;
 
 use std::net::{Ipv4Addr, TcpListener};
