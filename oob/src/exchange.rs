@@ -223,186 +223,215 @@ impl ConnInfo {
     /// Parses one message line (with its trailing `\n`; a `\r\n` is accepted
     /// too). Strict; see the module docs and `docs/connection.md`.
     pub fn parse(line: &str) -> Result<ConnInfo, ParseError> {
-        if line.len() > MAX_LINE {
-            return Err(ParseError::TooLong);
-        }
-        let body = line.strip_suffix('\n').ok_or(ParseError::NoNewline)?;
-        let body = body.strip_suffix('\r').unwrap_or(body);
-        let mut words = body.split(' ');
-        let magic = words.next().unwrap_or("");
-        if magic != MAGIC {
-            return Err(ParseError::BadMagic(magic.chars().take(32).collect()));
-        }
-        const KEYS: [&str; 12] = [
-            "qpn",
-            "psn",
-            "ip",
-            "mac",
-            "rkey",
-            "va",
-            "len",
-            "mtu",
-            "cc",
-            "ext",
-            "udp_sport",
-            "test",
-        ];
-        let mut vals: [Option<&str>; 12] = [None; 12];
-        for w in words {
-            let (k, v) = w
-                .split_once('=')
-                .ok_or_else(|| ParseError::Malformed(w.chars().take(64).collect()))?;
-            if k.is_empty() {
-                return Err(ParseError::Malformed(w.chars().take(64).collect()));
-            }
-            let i = KEYS
-                .iter()
-                .position(|&key| key == k)
-                .ok_or_else(|| ParseError::UnknownKey(k.chars().take(64).collect()))?;
-            if vals[i].replace(v).is_some() {
-                return Err(ParseError::DuplicateKey(KEYS[i]));
-            }
-        }
-        let get = |i: usize| vals[i].ok_or(ParseError::MissingKey(KEYS[i]));
-        for i in 0..KEYS.len() {
-            get(i)?;
-        }
-        let bad = |key: &'static str, value: &str, why: &'static str| ParseError::BadValue {
-            key,
-            value: value.chars().take(64).collect(),
-            why,
-        };
-        let hex =
-            |i: usize, digits: usize, max: u64, why: &'static str| -> Result<u64, ParseError> {
-                let v = get(i)?;
-                let h = v.strip_prefix("0x").ok_or_else(|| bad(KEYS[i], v, why))?;
-                if h.is_empty() || h.len() > digits || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(bad(KEYS[i], v, why));
-                }
-                let n = u64::from_str_radix(h, 16).map_err(|_| bad(KEYS[i], v, why))?;
-                if n > max {
-                    return Err(bad(KEYS[i], v, why));
-                }
-                Ok(n)
-            };
-        let dec = |i: usize, max: u64, why: &'static str| -> Result<u64, ParseError> {
-            let v = get(i)?;
-            if v.is_empty()
-                || v.len() > 20
-                || !v.bytes().all(|b| b.is_ascii_digit())
-                || (v.len() > 1 && v.starts_with('0'))
-            {
-                return Err(bad(KEYS[i], v, why));
-            }
-            let n: u64 = v.parse().map_err(|_| bad(KEYS[i], v, why))?;
-            if n > max {
-                return Err(bad(KEYS[i], v, why));
-            }
-            Ok(n)
-        };
+        let v = split_keys(line)?;
         let qpn = hex(
-            0,
+            "qpn",
+            v[0],
             6,
             0xff_ffff,
             "expected 0x and 1-6 hex digits (24-bit QPN)",
-        )? as u32;
+        )?;
         let psn = hex(
-            1,
+            "psn",
+            v[1],
             6,
             0xff_ffff,
             "expected 0x and 1-6 hex digits (24-bit PSN)",
-        )? as u32;
-        let ip_s = get(2)?;
+        )?;
         // Ipv4Addr's parser is strict dotted-quad (no leading zeros, 4 parts).
-        let ip: Ipv4Addr = ip_s
+        let ip: Ipv4Addr = v[2]
             .parse()
-            .map_err(|_| bad("ip", ip_s, "expected a dotted-quad IPv4 address"))?;
-        let mac_s = get(3)?;
-        let mut mac = [0u8; 6];
-        {
-            let why = "expected six two-digit hex bytes separated by ':'";
-            let parts: Vec<&str> = mac_s.split(':').collect();
-            if parts.len() != 6 {
-                return Err(bad("mac", mac_s, why));
-            }
-            for (m, p) in mac.iter_mut().zip(parts) {
-                if p.len() != 2 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(bad("mac", mac_s, why));
-                }
-                *m = u8::from_str_radix(p, 16).map_err(|_| bad("mac", mac_s, why))?;
-            }
-        }
+            .map_err(|_| bad("ip", v[2], "expected a dotted-quad IPv4 address"))?;
+        let mac = parse_mac(v[3])?;
         let rkey = hex(
-            4,
+            "rkey",
+            v[4],
             8,
             u32::MAX as u64,
             "expected 0x and 1-8 hex digits (32-bit rkey)",
-        )? as u32;
+        )?;
         let va = hex(
-            5,
+            "va",
+            v[5],
             16,
             u64::MAX,
             "expected 0x and 1-16 hex digits (64-bit address)",
         )?;
-        let len = dec(6, u64::MAX, "expected a decimal byte count")?;
-        let mtu = dec(7, 4096, "expected one of 256, 512, 1024, 2048, 4096")?;
+        let len = dec("len", v[6], u64::MAX, "expected a decimal byte count")?;
+        let mtu_why = "expected one of 256, 512, 1024, 2048, 4096";
+        let mtu = dec("mtu", v[7], 4096, mtu_why)?;
         if !MTUS.contains(&(mtu as u16)) {
-            return Err(bad(
-                "mtu",
-                get(7)?,
-                "expected one of 256, 512, 1024, 2048, 4096",
-            ));
+            return Err(bad("mtu", v[7], mtu_why));
         }
-        let cc_s = get(8)?;
-        let cc = CcName::from_wire(cc_s)
-            .ok_or_else(|| bad("cc", cc_s, "expected none, dcqcn, hpcc, rx-hpcc or ldcp"))?;
-        let ext_s = get(9)?;
-        let mut ext: Vec<String> = Vec::new();
-        if ext_s != "none" {
-            for e in ext_s.split(',') {
-                if !valid_token(e, 16, b"-_") || e == "none" {
-                    return Err(bad(
-                        "ext",
-                        ext_s,
-                        "expected 'none' or comma-separated lower-case tokens",
-                    ));
-                }
-                if ext.iter().any(|x| x == e) {
-                    return Err(bad("ext", ext_s, "duplicate extension"));
-                }
-                if ext.len() == 16 {
-                    return Err(bad("ext", ext_s, "at most 16 extensions"));
-                }
-                ext.push(e.to_string());
-            }
-        }
-        let udp_sport = dec(10, 65535, "expected a UDP port 1-65535")? as u16;
+        let cc = CcName::from_wire(v[8])
+            .ok_or_else(|| bad("cc", v[8], "expected none, dcqcn, hpcc, rx-hpcc or ldcp"))?;
+        let ext = parse_ext(v[9])?;
+        let sport_why = "expected a UDP port 1-65535";
+        let udp_sport = dec("udp_sport", v[10], 65535, sport_why)? as u16;
         if udp_sport == 0 {
-            return Err(bad("udp_sport", get(10)?, "expected a UDP port 1-65535"));
+            return Err(bad("udp_sport", v[10], sport_why));
         }
-        let test_s = get(11)?;
-        if !valid_token(test_s, 32, b"_-") {
+        if !valid_token(v[11], 32, b"_-") {
             return Err(bad(
                 "test",
-                test_s,
+                v[11],
                 "expected a lower-case token of at most 32 characters",
             ));
         }
         Ok(ConnInfo {
-            qpn,
-            psn,
+            qpn: qpn as u32,
+            psn: psn as u32,
             ip,
             mac,
-            rkey,
+            rkey: rkey as u32,
             va,
             len,
             mtu: mtu as u16,
             cc,
             ext,
             udp_sport,
-            test: test_s.to_string(),
+            test: v[11].to_string(),
         })
     }
+}
+
+/// The keys of a message line, in the order of [`split_keys`]' answer.
+const KEYS: [&str; 12] = [
+    "qpn",
+    "psn",
+    "ip",
+    "mac",
+    "rkey",
+    "va",
+    "len",
+    "mtu",
+    "cc",
+    "ext",
+    "udp_sport",
+    "test",
+];
+
+/// The value of every key of a message line, in [`KEYS`] order: the line bounded
+/// and ended by a newline, the magic word first, then every key exactly once, in any
+/// order, nothing unknown.
+fn split_keys(line: &str) -> Result<[&str; 12], ParseError> {
+    if line.len() > MAX_LINE {
+        return Err(ParseError::TooLong);
+    }
+    let body = line.strip_suffix('\n').ok_or(ParseError::NoNewline)?;
+    let body = body.strip_suffix('\r').unwrap_or(body);
+    let mut words = body.split(' ');
+    let magic = words.next().unwrap_or("");
+    if magic != MAGIC {
+        return Err(ParseError::BadMagic(magic.chars().take(32).collect()));
+    }
+    let mut vals: [Option<&str>; 12] = [None; 12];
+    for w in words {
+        let (k, v) = w
+            .split_once('=')
+            .ok_or_else(|| ParseError::Malformed(w.chars().take(64).collect()))?;
+        if k.is_empty() {
+            return Err(ParseError::Malformed(w.chars().take(64).collect()));
+        }
+        let i = KEYS
+            .iter()
+            .position(|&key| key == k)
+            .ok_or_else(|| ParseError::UnknownKey(k.chars().take(64).collect()))?;
+        if vals[i].replace(v).is_some() {
+            return Err(ParseError::DuplicateKey(KEYS[i]));
+        }
+    }
+    let mut out = [""; 12];
+    for (i, (o, v)) in out.iter_mut().zip(vals).enumerate() {
+        *o = v.ok_or(ParseError::MissingKey(KEYS[i]))?;
+    }
+    Ok(out)
+}
+
+/// A value refused: which key, what it was (cut to 64 characters), why.
+fn bad(key: &'static str, value: &str, why: &'static str) -> ParseError {
+    ParseError::BadValue {
+        key,
+        value: value.chars().take(64).collect(),
+        why,
+    }
+}
+
+/// `0x` and 1 to `digits` hex digits, at most `max`.
+fn hex(
+    key: &'static str,
+    v: &str,
+    digits: usize,
+    max: u64,
+    why: &'static str,
+) -> Result<u64, ParseError> {
+    let h = v.strip_prefix("0x").ok_or_else(|| bad(key, v, why))?;
+    if h.is_empty() || h.len() > digits || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad(key, v, why));
+    }
+    let n = u64::from_str_radix(h, 16).map_err(|_| bad(key, v, why))?;
+    if n > max {
+        return Err(bad(key, v, why));
+    }
+    Ok(n)
+}
+
+/// A decimal number without leading zeros, at most `max`.
+fn dec(key: &'static str, v: &str, max: u64, why: &'static str) -> Result<u64, ParseError> {
+    if v.is_empty()
+        || v.len() > 20
+        || !v.bytes().all(|b| b.is_ascii_digit())
+        || (v.len() > 1 && v.starts_with('0'))
+    {
+        return Err(bad(key, v, why));
+    }
+    let n: u64 = v.parse().map_err(|_| bad(key, v, why))?;
+    if n > max {
+        return Err(bad(key, v, why));
+    }
+    Ok(n)
+}
+
+/// Six two-digit hex bytes separated by `:`.
+fn parse_mac(v: &str) -> Result<[u8; 6], ParseError> {
+    let why = "expected six two-digit hex bytes separated by ':'";
+    let parts: Vec<&str> = v.split(':').collect();
+    if parts.len() != 6 {
+        return Err(bad("mac", v, why));
+    }
+    let mut mac = [0u8; 6];
+    for (m, p) in mac.iter_mut().zip(parts) {
+        if p.len() != 2 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad("mac", v, why));
+        }
+        *m = u8::from_str_radix(p, 16).map_err(|_| bad("mac", v, why))?;
+    }
+    Ok(mac)
+}
+
+/// `none`, or up to 16 distinct comma-separated lower-case tokens.
+fn parse_ext(v: &str) -> Result<Vec<String>, ParseError> {
+    let mut ext: Vec<String> = Vec::new();
+    if v == "none" {
+        return Ok(ext);
+    }
+    for e in v.split(',') {
+        if !valid_token(e, 16, b"-_") || e == "none" {
+            return Err(bad(
+                "ext",
+                v,
+                "expected 'none' or comma-separated lower-case tokens",
+            ));
+        }
+        if ext.iter().any(|x| x == e) {
+            return Err(bad("ext", v, "duplicate extension"));
+        }
+        if ext.len() == 16 {
+            return Err(bad("ext", v, "at most 16 extensions"));
+        }
+        ext.push(e.to_string());
+    }
+    Ok(ext)
 }
 
 /// Whether a server and a client can run together: same test, MTU, CC and

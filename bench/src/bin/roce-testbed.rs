@@ -242,8 +242,9 @@ fn write_file(path: &std::path::Path, data: &str) -> Result<(), TestbedError> {
     })
 }
 
-fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedError> {
-    let (name, c, params) = match &cli.scenario {
+/// The scenario's name, its common flags and its own parameters (for the report).
+fn scenario_parts(cli: &Cli) -> (&'static str, Common, Vec<(String, String)>) {
+    match &cli.scenario {
         Scenario::Incast { size, common } => (
             "incast",
             common.clone(),
@@ -268,24 +269,12 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
                 ("load".to_string(), load.to_string()),
             ],
         ),
-    };
-    let ccs = parse_ccs(&c.cc)?;
-    let senders = c.senders.unwrap_or(if name == "incast" { 8 } else { 4 });
-    let msg = u32::try_from(c.msg)
-        .ok()
-        .filter(|&m| (1..=1 << 24).contains(&m))
-        .ok_or_else(|| TestbedError::Config(format!("--msg {}: must be 1 B .. 16 MiB", c.msg)))?;
-    if !(c.sample_us > 0.0 && c.sample_us <= 10_000.0) {
-        return Err(TestbedError::Config(
-            "--sample-us must be in (0, 10000]".into(),
-        ));
     }
-    if !(0.0..=1.0).contains(&c.rtt_percentile) {
-        return Err(TestbedError::Config(
-            "--rtt-percentile must be in [0, 1]".into(),
-        ));
-    }
-    let base_rtt_us: Option<f64> = if c.base_rtt_us.trim().eq_ignore_ascii_case("auto") {
+}
+
+/// `--base-rtt-us`: microseconds, or `auto` (None: measured by the calibration).
+fn base_rtt_us(c: &Common) -> Result<Option<f64>, TestbedError> {
+    Ok(if c.base_rtt_us.trim().eq_ignore_ascii_case("auto") {
         None
     } else {
         match c.base_rtt_us.trim().parse::<f64>() {
@@ -297,13 +286,12 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
                 )))
             }
         }
-    };
-    if c.no_calibrate && base_rtt_us.is_none() {
-        return Err(TestbedError::Config(
-            "--base-rtt-us auto needs the calibration (drop --no-calibrate)".into(),
-        ));
-    }
-    let workload = match &cli.scenario {
+    })
+}
+
+/// The scenario's flows, its flags checked.
+fn workload(cli: &Cli, c: &Common, senders: usize, msg: u32) -> Result<Workload, TestbedError> {
+    Ok(match &cli.scenario {
         Scenario::Incast { size, .. } => {
             if *size == 0 {
                 return Err(TestbedError::Config("--size must be > 0".into()));
@@ -342,7 +330,98 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
                 c.seed,
             )
         }
-    };
+    })
+}
+
+/// The calibration run with CC none: the idle RTT and what the senders' CPU can
+/// offer; with `--base-rtt-us auto` the CCs' base RTT becomes the idle RTT's
+/// `--rtt-percentile`. The calibration, the idle RTT (ns) and where the base RTT
+/// came from.
+fn calibrate(
+    eal: &'static Eal,
+    cfg: &mut FabricConfig,
+    c: &Common,
+    senders: usize,
+    base_rtt_us: Option<f64>,
+    progress: &mut Progress,
+    tag: u32,
+) -> Result<(Calibration, u64, String), TestbedError> {
+    let mut rtt_source = "set with --base-rtt-us".to_string();
+    let w = Workload::calibration(senders, 40, 300_000, cfg.mtu, c.calib_ms.max(1) * 1_000_000);
+    let mut ccfg = cfg.clone();
+    ccfg.timeout_ns = w.planned_ns * 4 + 2_000_000_000;
+    let d = fabric::run(eal, &ccfg, CcKind::None, &w, &format!("{tag}"), &mut |f| {
+        progress.draw("calibration", f)
+    })?;
+    progress.clear();
+    let cal = analyze::calibration(&d, &ccfg, &w);
+    let mut rtts: Vec<f64> = d
+        .flows
+        .iter()
+        .filter(|f| f.spec.kind == bench::testbed::FlowKind::Short)
+        .filter_map(|f| Some((f.end_ns? - f.spec.start_ns) as f64))
+        .collect();
+    rtts.sort_by(f64::total_cmp);
+    let idle_rtt_ns = (cal.rtt_min_us.max(1.0) * 1e3) as u64;
+    if base_rtt_us.is_none() {
+        let p = analyze::percentile(&rtts, c.rtt_percentile).unwrap_or(100_000.0);
+        cfg.base_rtt_ns = (p as u64).max(1_000);
+        rtt_source = format!("measured: idle RTT p{:.0}", c.rtt_percentile * 100.0);
+    }
+    Ok((cal, idle_rtt_ns, rtt_source))
+}
+
+/// The report as JSON (in `--out` and `--out-json`), the table and where things
+/// went.
+fn write_report(rep: &Report, c: &Common) -> Result<(), TestbedError> {
+    let json = serde_json::to_string_pretty(rep)
+        .map_err(|e| TestbedError::Config(format!("JSON: {e}")))?;
+    let report_path = c.out.join("report.json");
+    write_file(&report_path, &json)?;
+    if let Some(p) = &c.out_json {
+        write_file(p, &json)?;
+    }
+    let table = report::table(rep);
+    let mut where_ = format!("report: {}", report_path.display());
+    for p in &rep.plots {
+        where_ += &format!("\nplot:   {p}");
+    }
+    if c.json {
+        eprint!("{table}");
+        eprintln!("{where_}");
+        println!("{json}");
+    } else {
+        print!("{table}");
+        println!("{where_}");
+    }
+    Ok(())
+}
+
+fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedError> {
+    let (name, c, params) = scenario_parts(&cli);
+    let ccs = parse_ccs(&c.cc)?;
+    let senders = c.senders.unwrap_or(if name == "incast" { 8 } else { 4 });
+    let msg = u32::try_from(c.msg)
+        .ok()
+        .filter(|&m| (1..=1 << 24).contains(&m))
+        .ok_or_else(|| TestbedError::Config(format!("--msg {}: must be 1 B .. 16 MiB", c.msg)))?;
+    if !(c.sample_us > 0.0 && c.sample_us <= 10_000.0) {
+        return Err(TestbedError::Config(
+            "--sample-us must be in (0, 10000]".into(),
+        ));
+    }
+    if !(0.0..=1.0).contains(&c.rtt_percentile) {
+        return Err(TestbedError::Config(
+            "--rtt-percentile must be in [0, 1]".into(),
+        ));
+    }
+    let base_rtt_us = base_rtt_us(&c)?;
+    if c.no_calibrate && base_rtt_us.is_none() {
+        return Err(TestbedError::Config(
+            "--base-rtt-us auto needs the calibration (drop --no-calibrate)".into(),
+        ));
+    }
+    let workload = workload(&cli, &c, senders, msg)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let pin = !c.no_pin && cpus >= 2;
     let mut cfg = FabricConfig {
@@ -371,34 +450,14 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
     let mut tag = 0u32;
 
     // Calibration: idle RTT and what the CPU can offer, with CC none.
-    let mut calibration: Option<Calibration> = None;
-    let mut idle_rtt_ns = cfg.base_rtt_ns;
-    let mut rtt_source = "set with --base-rtt-us".to_string();
-    if !c.no_calibrate {
-        let w = Workload::calibration(senders, 40, 300_000, cfg.mtu, c.calib_ms.max(1) * 1_000_000);
-        let mut ccfg = cfg.clone();
-        ccfg.timeout_ns = w.planned_ns * 4 + 2_000_000_000;
-        let d = fabric::run(eal, &ccfg, CcKind::None, &w, &format!("{tag}"), &mut |f| {
-            progress.draw("calibration", f)
-        })?;
+    let (calibration, idle_rtt_ns, rtt_source) = if c.no_calibrate {
+        (None, cfg.base_rtt_ns, "set with --base-rtt-us".to_string())
+    } else {
+        let (cal, idle, source) =
+            calibrate(eal, &mut cfg, &c, senders, base_rtt_us, &mut progress, tag)?;
         tag += 1;
-        progress.clear();
-        let cal = analyze::calibration(&d, &ccfg, &w);
-        let mut rtts: Vec<f64> = d
-            .flows
-            .iter()
-            .filter(|f| f.spec.kind == bench::testbed::FlowKind::Short)
-            .filter_map(|f| Some((f.end_ns? - f.spec.start_ns) as f64))
-            .collect();
-        rtts.sort_by(f64::total_cmp);
-        idle_rtt_ns = (cal.rtt_min_us.max(1.0) * 1e3) as u64;
-        if base_rtt_us.is_none() {
-            let p = analyze::percentile(&rtts, c.rtt_percentile).unwrap_or(100_000.0);
-            cfg.base_rtt_ns = (p as u64).max(1_000);
-            rtt_source = format!("measured: idle RTT p{:.0}", c.rtt_percentile * 100.0);
-        }
-        calibration = Some(cal);
-    }
+        (Some(cal), idle, source)
+    };
 
     let mut results: Vec<CcResult> = Vec::new();
     for (i, &cc) in ccs.iter().enumerate() {
@@ -435,25 +494,5 @@ fn run(cli: Cli, eal_args: Vec<String>, command: String) -> Result<(), TestbedEr
         )?;
         rep.plots = files.iter().map(|p| p.display().to_string()).collect();
     }
-    let json = serde_json::to_string_pretty(&rep)
-        .map_err(|e| TestbedError::Config(format!("JSON: {e}")))?;
-    let report_path = c.out.join("report.json");
-    write_file(&report_path, &json)?;
-    if let Some(p) = &c.out_json {
-        write_file(p, &json)?;
-    }
-    let table = report::table(&rep);
-    let mut where_ = format!("report: {}", report_path.display());
-    for p in &rep.plots {
-        where_ += &format!("\nplot:   {p}");
-    }
-    if c.json {
-        eprint!("{table}");
-        eprintln!("{where_}");
-        println!("{json}");
-    } else {
-        print!("{table}");
-        println!("{where_}");
-    }
-    Ok(())
+    write_report(&rep, &c)
 }

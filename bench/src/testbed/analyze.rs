@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::fabric::{FabricConfig, RunData, NO_SAMPLE, QUEUE_BUCKET};
+use super::fabric::{FabricConfig, FlowResult, RunData, NO_SAMPLE, QUEUE_BUCKET};
 use super::{wire_bytes, FlowKind, Stop, Workload};
 
 /// Below this bottleneck utilisation a run is not link-limited.
@@ -250,7 +250,73 @@ pub fn analyze(
         1.0
     };
 
-    // FCTs of the judged flows.
+    let (fcts, slow) = judged_fcts(d, cfg, w, idle_rtt_ns);
+    let (jain_all, jain_phases) = jain_of(d, w, dur);
+    let (rate_bin, rates) = rates_over_time(d, dur);
+    let queue_series = downsampled_queue(d);
+    let stall = d.stall_ns as f64 / dur as f64;
+    let cc_name = d.cc.to_string();
+    let (limit, note) = limit_of(
+        d,
+        Load {
+            util,
+            stall,
+            empty_frac,
+            secs,
+            bottleneck_bps: b,
+        },
+        calib,
+    );
+    let flows = d.flows.iter().map(flow_figures).collect();
+    CcResult {
+        cc: cc_name,
+        duration_s: secs,
+        bytes_sent: sent,
+        bytes_delivered: delivered,
+        data_verified: d.verified,
+        goodput_gbps: delivered as f64 * 8.0 / secs / 1e9,
+        utilisation: util,
+        offered_gbps: d.offered_bytes as f64 * 8.0 / secs / 1e9,
+        queue_p50_bytes: hist_percentile(h, QUEUE_BUCKET, 0.5),
+        queue_p99_bytes: hist_percentile(h, QUEUE_BUCKET, 0.99),
+        queue_max_bytes: d.queue_max,
+        queue_empty_fraction: empty_frac,
+        tail_drops: d.bottleneck.tail_drops,
+        wred_drops: d.bottleneck.wred_drops,
+        ce_marks: d.bottleneck.ce_marked,
+        int_records: d.bottleneck.int_pushed,
+        retransmits: d.senders_nic.retransmits,
+        timeouts: d.senders_nic.timeouts,
+        cnps: d.senders_nic.rx_cnps,
+        fct_p50_us: percentile(&fcts, 0.5),
+        fct_p99_us: percentile(&fcts, 0.99),
+        slowdown_p50: percentile(&slow, 0.5),
+        slowdown_p99: percentile(&slow, 0.99),
+        jain: jain_all,
+        jain_phases,
+        limit,
+        limit_note: note,
+        switch_stall_fraction: stall,
+        timed_out: d.timed_out,
+        errors: d.errors.clone(),
+        flows,
+        fcts_us: fcts.iter().take(20_000).copied().collect(),
+        queue_series,
+        rate_bin_ms: rate_bin as f64 / 1e6,
+        rates,
+    }
+}
+
+/// The FCTs (us) and slowdowns of the flows the scenario judges (the short flows of
+/// `longshort`, none of `fairness`, every flow otherwise), each sorted. The ideal
+/// FCT is the idle RTT plus the flow's wire bytes at the bottleneck rate.
+fn judged_fcts(
+    d: &RunData,
+    cfg: &FabricConfig,
+    w: &Workload,
+    idle_rtt_ns: u64,
+) -> (Vec<f64>, Vec<f64>) {
+    let b = cfg.bottleneck_bps as f64;
     let judged: Vec<usize> = match w.name.as_str() {
         "longshort" => (0..d.flows.len())
             .filter(|&i| d.flows[i].spec.kind == FlowKind::Short)
@@ -272,7 +338,12 @@ pub fn analyze(
     fcts.sort_by(f64::total_cmp);
     slow.sort_by(f64::total_cmp);
 
-    // Jain.
+    (fcts, slow)
+}
+
+/// Jain's fairness index of the run (incast: over the window where all flows were
+/// active; fairness: the mean over its phases) and of each fairness phase.
+fn jain_of(d: &RunData, w: &Workload, dur: u64) -> (Option<f64>, Vec<f64>) {
     let mut jain_phases = Vec::new();
     let jain_all = match w.name.as_str() {
         "incast" => {
@@ -337,8 +408,13 @@ pub fn analyze(
         _ => None,
     };
 
-    // Rates over time.
-    // About 60 bins: wide enough for several WRITEs per flow per bin.
+    (jain_all, jain_phases)
+}
+
+/// Goodput over time in about 60 bins (wide enough for several WRITEs per flow per
+/// bin), one row per long flow and one for all short WRITEs: the bin width (ns)
+/// and the rows in Gbit/s.
+fn rates_over_time(d: &RunData, dur: u64) -> (u64, Vec<(String, Vec<f64>)>) {
     let rate_bin = (dur / 60).max(100_000);
     let bins = (dur / rate_bin + 1) as usize;
     let long: Vec<usize> = (0..d.flows.len())
@@ -363,10 +439,14 @@ pub fn analyze(
         rates[row].1[bin] += f64::from(c.bytes) * scale;
     }
 
-    // Queue series, downsampled to at most ~800 points (max per group).
+    (rate_bin, rates)
+}
+
+/// The bottleneck queue series downsampled to at most ~800 points (the maximum of
+/// each group): (ms, bytes).
+fn downsampled_queue(d: &RunData) -> Vec<(f64, u64)> {
     let step = d.queue_series.len().div_ceil(800).max(1);
-    let queue_series: Vec<(f64, u64)> = d
-        .queue_series
+    d.queue_series
         .chunks(step)
         .enumerate()
         .filter_map(|(k, c)| {
@@ -376,11 +456,28 @@ pub fn analyze(
                 u64::from(q),
             ))
         })
-        .collect();
+        .collect()
+}
 
-    let stall = d.stall_ns as f64 / dur as f64;
+/// What the run's load looked like, for [`limit_of`].
+struct Load {
+    /// Bottleneck utilisation.
+    util: f64,
+    /// Fraction of the run the switch thread was descheduled.
+    stall: f64,
+    /// Fraction of the queue samples that were (nearly) empty.
+    empty_frac: f64,
+    /// The run's length in seconds.
+    secs: f64,
+    bottleneck_bps: f64,
+}
+
+/// What limited the run (the link, the CPU or the CC) and why, in words.
+fn limit_of(d: &RunData, l: Load, calib: Option<&Calibration>) -> (Limit, String) {
+    let (util, stall, empty_frac, secs, b) =
+        (l.util, l.stall, l.empty_frac, l.secs, l.bottleneck_bps);
     let cc_name = d.cc.to_string();
-    let (limit, note) = if util >= LINK_LIMITED {
+    if util >= LINK_LIMITED {
         (
             Limit::Link,
             format!("bottleneck {:.0} % busy", util * 100.0),
@@ -412,60 +509,21 @@ pub fn analyze(
                 empty_frac * 100.0
             ),
         )
-    };
+    }
+}
 
-    let flows = d
-        .flows
-        .iter()
-        .map(|f| FlowFigures {
-            sender: f.spec.sender,
-            kind: f.spec.kind,
-            start_ms: f.spec.start_ns as f64 / 1e6,
-            bytes_sent: f.bytes_posted,
-            bytes_delivered: f.bytes_done,
-            fct_us: f.end_ns.map(|e| (e - f.spec.start_ns) as f64 / 1e3),
-            goodput_gbps: f
-                .end_ns
-                .map(|e| f.bytes_done as f64 * 8.0 / (e - f.spec.start_ns).max(1) as f64),
-        })
-        .collect();
-
-    CcResult {
-        cc: cc_name,
-        duration_s: secs,
-        bytes_sent: sent,
-        bytes_delivered: delivered,
-        data_verified: d.verified,
-        goodput_gbps: delivered as f64 * 8.0 / secs / 1e9,
-        utilisation: util,
-        offered_gbps: d.offered_bytes as f64 * 8.0 / secs / 1e9,
-        queue_p50_bytes: hist_percentile(h, QUEUE_BUCKET, 0.5),
-        queue_p99_bytes: hist_percentile(h, QUEUE_BUCKET, 0.99),
-        queue_max_bytes: d.queue_max,
-        queue_empty_fraction: empty_frac,
-        tail_drops: d.bottleneck.tail_drops,
-        wred_drops: d.bottleneck.wred_drops,
-        ce_marks: d.bottleneck.ce_marked,
-        int_records: d.bottleneck.int_pushed,
-        retransmits: d.senders_nic.retransmits,
-        timeouts: d.senders_nic.timeouts,
-        cnps: d.senders_nic.rx_cnps,
-        fct_p50_us: percentile(&fcts, 0.5),
-        fct_p99_us: percentile(&fcts, 0.99),
-        slowdown_p50: percentile(&slow, 0.5),
-        slowdown_p99: percentile(&slow, 0.99),
-        jain: jain_all,
-        jain_phases,
-        limit,
-        limit_note: note,
-        switch_stall_fraction: stall,
-        timed_out: d.timed_out,
-        errors: d.errors.clone(),
-        flows,
-        fcts_us: fcts.iter().take(20_000).copied().collect(),
-        queue_series,
-        rate_bin_ms: rate_bin as f64 / 1e6,
-        rates,
+/// One flow's figures for the report.
+fn flow_figures(f: &FlowResult) -> FlowFigures {
+    FlowFigures {
+        sender: f.spec.sender,
+        kind: f.spec.kind,
+        start_ms: f.spec.start_ns as f64 / 1e6,
+        bytes_sent: f.bytes_posted,
+        bytes_delivered: f.bytes_done,
+        fct_us: f.end_ns.map(|e| (e - f.spec.start_ns) as f64 / 1e3),
+        goodput_gbps: f
+            .end_ns
+            .map(|e| f.bytes_done as f64 * 8.0 / (e - f.spec.start_ns).max(1) as f64),
     }
 }
 

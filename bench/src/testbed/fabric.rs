@@ -25,25 +25,16 @@ use nic::counters::Counters;
 use nic::verbs::{
     CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QueuePair, RemoteQp,
 };
-use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
+use rdma::transport::Access;
 use switch::dataplane::{Dataplane, PortIo};
 use switch::{Config, PortCounters, Switch};
 
-use super::{FlowSpec, Stop, TestbedError, Workload};
-
-/// A gap between two switch loop turns longer than this is counted as the
-/// thread being descheduled (a busy turn takes well under 100 us; a CFS
-/// preemption takes milliseconds).
-pub const STALL_NS: u64 = 500_000;
+use super::driver::{drive, DriveParams, DriverOut, FlowState, SenderIo};
+pub use super::driver::{Completion, NO_SAMPLE, QUEUE_BUCKET, STALL_NS};
+use super::{FlowSpec, TestbedError, Workload};
 
 /// Most senders a fabric can have.
 pub const MAX_SENDERS: usize = 15;
-
-/// Queue histogram bucket width (bytes).
-pub const QUEUE_BUCKET: u64 = 64;
-
-/// A `queue_series` bin in which the switch loop took no sample (it was descheduled).
-pub const NO_SAMPLE: u32 = u32::MAX;
 
 /// The fabric's settings (the CLI's flags).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -80,17 +71,6 @@ pub struct FabricConfig {
     pub seed: u64,
     /// A run that has not finished after this long is stopped, ns.
     pub timeout_ns: u64,
-}
-
-/// One WRITE completion.
-#[derive(Debug, Clone, Copy)]
-pub struct Completion {
-    /// Index of the flow in the workload.
-    pub flow: u32,
-    /// Time (ns after the workload's start).
-    pub t_ns: u64,
-    /// Bytes.
-    pub bytes: u32,
 }
 
 /// What became of one flow.
@@ -234,51 +214,6 @@ pub fn check_config(cfg: &FabricConfig, senders: usize) -> Result<(), TestbedErr
     Ok(())
 }
 
-struct SenderIo {
-    qp: QueuePair,
-    cq: CompletionQueue,
-    src: MemoryRegion,
-    dst_va: u64,
-    rkey: u32,
-    /// Flow indices of this sender, in start order.
-    flows: Vec<usize>,
-    cursor: usize,
-    inflight: VecDeque<(usize, u32)>,
-    stride: usize,
-    slots: usize,
-    msgs: u64,
-    /// Longest write per slot (for the verification).
-    slot_len: Vec<u32>,
-}
-
-struct FlowState {
-    spec: FlowSpec,
-    posted: u64,
-    done: u64,
-    posting_done: bool,
-    first_post: Option<u64>,
-    end: Option<u64>,
-}
-
-/// What the driver thread hands back.
-struct DriverOut {
-    dp: Dataplane,
-    senders: Vec<SenderIo>,
-    flows: Vec<FlowState>,
-    completions: Vec<Completion>,
-    hist: Vec<u64>,
-    series: Vec<u32>,
-    series_bin_ns: u64,
-    queue_max: u64,
-    duration_ns: u64,
-    turns: u64,
-    stall_ns: u64,
-    timed_out: bool,
-    errors: Vec<String>,
-    bn0: PortCounters,
-    offered0: u64,
-}
-
 /// Builds the fabric with every QP on `cc`, runs `w`, tears it down. `tag`
 /// makes the DPDK object names unique in the process. `wait` is called about
 /// every 100 ms with the progress (0..1) while the run goes on.
@@ -292,32 +227,7 @@ pub fn run(
 ) -> Result<RunData, TestbedError> {
     let n = w.senders;
     check_config(cfg, n)?;
-    // Switch side.
-    let pool = Mempool::new(
-        eal,
-        &format!("tb{tag}sw"),
-        1023,
-        32,
-        Mempool::DEFAULT_DATA_ROOM,
-    )?;
-    let mut nic_ports = Vec::with_capacity(n + 1);
-    let mut sw_ports = Vec::with_capacity(n + 1);
-    for i in 0..n {
-        let (a, b) = Port::ring_pair(eal, &format!("tb{tag}s{i}"), 4096)?;
-        nic_ports.push(a);
-        sw_ports.push(b);
-    }
-    let (rx_nic, rx_sw) = Port::ring_pair(eal, &format!("tb{tag}r"), 4096)?;
-    let sender_ids: Vec<u16> = sw_ports.iter().map(|p| p.id()).collect();
-    let rx_id = rx_sw.id();
-    let settings = Config::load_str(&switch_config(cfg, &sender_ids, rx_id))?;
-    let sw: Switch<Mbuf> = Switch::new(&settings);
-    let mut ios = Vec::with_capacity(n + 1);
-    for mut p in sw_ports.into_iter().chain(std::iter::once(rx_sw)) {
-        let (rx, tx) = p.configure_single(&pool)?;
-        ios.push(PortIo::new(p.id(), rx, tx));
-    }
-    let dp = Dataplane::new(sw, ios, TscClock::new(eal));
+    let (dp, nic_ports, rx_nic, sender_ids, rx_id) = build_switch(eal, cfg, n, tag)?;
 
     // NICs: all engines on one thread.
     let dev_cfg = |ip: [u8; 4], mac: [u8; 6], pool: u32| {
@@ -347,55 +257,12 @@ pub fn run(
         rq_depth: 16,
         ..QpOptions::default()
     };
-    let rx_cq = rx_dev.create_cq(1024)?;
-    let mut rx_qps = Vec::with_capacity(n);
-    let mut rx_mrs = Vec::with_capacity(n);
-    let mut senders = Vec::with_capacity(n);
-    for (i, dev) in tx_devs.iter().enumerate() {
-        let stride = w
-            .flows
-            .iter()
-            .filter(|f| f.sender == i)
-            .map(|f| f.msg as usize)
-            .max()
-            .unwrap_or(4096)
-            .max(1);
-        let region = cfg.region.max(stride) / stride * stride;
-        let cq = dev.create_cq(cfg.outstanding + 64)?;
-        let mut qp = dev.create_qp(&cq, &cq, opts)?;
-        let mut rqp = rx_dev.create_qp(&rx_cq, &rx_cq, opts)?;
-        let (a, b) = (qp.remote_info(), rqp.remote_info());
-        // Next hops: the switch port each NIC is cabled to.
-        qp.connect(&RemoteQp {
-            mac: Some(SWITCH_MAC(i)),
-            ..b
-        })?;
-        rqp.connect(&RemoteQp {
-            mac: Some(SWITCH_MAC(255)),
-            ..a
-        })?;
-        let src = dev.reg_mr(region, Access::LOCAL_WRITE)?;
-        fill_pattern(&src, i as u8);
-        let dst = rx_dev.reg_mr(region, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-        senders.push(SenderIo {
-            qp,
-            cq,
-            dst_va: dst.va(),
-            rkey: dst.rkey(),
-            src,
-            flows: (0..w.flows.len())
-                .filter(|&f| w.flows[f].sender == i)
-                .collect(),
-            cursor: 0,
-            inflight: VecDeque::with_capacity(cfg.outstanding + 1),
-            stride,
-            slots: region / stride,
-            msgs: 0,
-            slot_len: vec![0; region / stride],
-        });
-        rx_qps.push(rqp);
-        rx_mrs.push(dst);
-    }
+    let Receivers {
+        rx_cq,
+        rx_qps,
+        rx_mrs,
+        senders,
+    } = connect_senders(cfg, w, opts, &tx_devs, &rx_dev)?;
 
     let progress = Arc::new(AtomicU64::new(0));
     let p2 = progress.clone();
@@ -455,8 +322,150 @@ pub fn run(
     }
     let receiver_nic = rx_dev.counters();
 
+    let (data, dp, senders) = run_data(cc, rx_id, out, &rx_mrs, senders_nic, receiver_nic);
+    // Tear down: QPs first, then the devices (the engine thread ends with
+    // the last), then the switch's ports.
+    drop(senders);
+    drop(rx_qps);
+    drop(rx_mrs);
+    drop(rx_cq);
+    for d in tx_devs {
+        d.close();
+    }
+    rx_dev.close();
+    drop(dp);
+    Ok(data)
+}
+
+/// The switch side of a run: one ring pair per sender and one to the receiver, the
+/// switch core configured for them on its own pool, in a dataplane. The NICs' ends
+/// of the rings, the receiver's, the switch's port ids of the senders and of the
+/// receiver.
+#[allow(clippy::type_complexity)]
+fn build_switch(
+    eal: &'static Eal,
+    cfg: &FabricConfig,
+    n: usize,
+    tag: &str,
+) -> Result<(Dataplane, Vec<Port>, Port, Vec<u16>, u16), TestbedError> {
+    let pool = Mempool::new(
+        eal,
+        &format!("tb{tag}sw"),
+        1023,
+        32,
+        Mempool::DEFAULT_DATA_ROOM,
+    )?;
+    let mut nic_ports = Vec::with_capacity(n + 1);
+    let mut sw_ports = Vec::with_capacity(n + 1);
+    for i in 0..n {
+        let (a, b) = Port::ring_pair(eal, &format!("tb{tag}s{i}"), 4096)?;
+        nic_ports.push(a);
+        sw_ports.push(b);
+    }
+    let (rx_nic, rx_sw) = Port::ring_pair(eal, &format!("tb{tag}r"), 4096)?;
+    let sender_ids: Vec<u16> = sw_ports.iter().map(|p| p.id()).collect();
+    let rx_id = rx_sw.id();
+    let settings = Config::load_str(&switch_config(cfg, &sender_ids, rx_id))?;
+    let sw: Switch<Mbuf> = Switch::new(&settings);
+    let mut ios = Vec::with_capacity(n + 1);
+    for mut p in sw_ports.into_iter().chain(std::iter::once(rx_sw)) {
+        let (rx, tx) = p.configure_single(&pool)?;
+        ios.push(PortIo::new(p.id(), rx, tx));
+    }
+    let dp = Dataplane::new(sw, ios, TscClock::new(eal));
+
+    Ok((dp, nic_ports, rx_nic, sender_ids, rx_id))
+}
+
+/// The receiver's side of every sender's QP, and the senders.
+struct Receivers {
+    rx_cq: CompletionQueue,
+    rx_qps: Vec<QueuePair>,
+    rx_mrs: Vec<MemoryRegion>,
+    senders: Vec<SenderIo>,
+}
+
+/// One connected QP pair per sender (its next hop the switch port it is cabled
+/// to), its source region filled with its pattern, its destination region at the
+/// receiver.
+fn connect_senders(
+    cfg: &FabricConfig,
+    w: &Workload,
+    opts: QpOptions,
+    tx_devs: &[Device],
+    rx_dev: &Device,
+) -> Result<Receivers, TestbedError> {
+    let n = tx_devs.len();
+    let rx_cq = rx_dev.create_cq(1024)?;
+    let mut rx_qps = Vec::with_capacity(n);
+    let mut rx_mrs = Vec::with_capacity(n);
+    let mut senders = Vec::with_capacity(n);
+    for (i, dev) in tx_devs.iter().enumerate() {
+        let stride = w
+            .flows
+            .iter()
+            .filter(|f| f.sender == i)
+            .map(|f| f.msg as usize)
+            .max()
+            .unwrap_or(4096)
+            .max(1);
+        let region = cfg.region.max(stride) / stride * stride;
+        let cq = dev.create_cq(cfg.outstanding + 64)?;
+        let mut qp = dev.create_qp(&cq, &cq, opts)?;
+        let mut rqp = rx_dev.create_qp(&rx_cq, &rx_cq, opts)?;
+        let (a, b) = (qp.remote_info(), rqp.remote_info());
+        // Next hops: the switch port each NIC is cabled to.
+        qp.connect(&RemoteQp {
+            mac: Some(SWITCH_MAC(i)),
+            ..b
+        })?;
+        rqp.connect(&RemoteQp {
+            mac: Some(SWITCH_MAC(255)),
+            ..a
+        })?;
+        let src = dev.reg_mr(region, Access::LOCAL_WRITE)?;
+        fill_pattern(&src, i as u8);
+        let dst = rx_dev.reg_mr(region, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        senders.push(SenderIo {
+            qp,
+            cq,
+            dst_va: dst.va(),
+            rkey: dst.rkey(),
+            src,
+            flows: (0..w.flows.len())
+                .filter(|&f| w.flows[f].sender == i)
+                .collect(),
+            cursor: 0,
+            inflight: VecDeque::with_capacity(cfg.outstanding + 1),
+            stride,
+            slots: region / stride,
+            msgs: 0,
+            slot_len: vec![0; region / stride],
+        });
+        rx_qps.push(rqp);
+        rx_mrs.push(dst);
+    }
+    Ok(Receivers {
+        rx_cq,
+        rx_qps,
+        rx_mrs,
+        senders,
+    })
+}
+
+/// The run's figures from what the driver returned: the data checked against the
+/// patterns, the bottleneck's counters and what the senders offered; the dataplane
+/// and the senders back for the teardown.
+fn run_data(
+    cc: CcKind,
+    rx_id: u16,
+    out: DriverOut,
+    rx_mrs: &[MemoryRegion],
+    senders_nic: Counters,
+    receiver_nic: Counters,
+) -> (RunData, Dataplane, Vec<SenderIo>) {
     let mut verified = out.errors.is_empty() && !out.timed_out;
-    for (s, dst) in out.senders.iter().zip(&rx_mrs) {
+    for (s, dst) in out.senders.iter().zip(rx_mrs) {
         verified &= verify(s, dst);
     }
     let bn = *out
@@ -504,230 +513,8 @@ pub fn run(
         receiver_nic,
         verified,
     };
-    // Tear down: QPs first, then the devices (the engine thread ends with
-    // the last), then the switch's ports.
     let DriverOut { dp, senders, .. } = out;
-    drop(senders);
-    drop(rx_qps);
-    drop(rx_mrs);
-    drop(rx_cq);
-    for d in tx_devs {
-        d.close();
-    }
-    rx_dev.close();
-    drop(dp);
-    Ok(data)
-}
-
-struct DriveParams {
-    rx_port: u16,
-    sender_ports: Vec<u16>,
-    sample_ns: u64,
-    series_bin_ns: u64,
-    hist_len: usize,
-    timeout: u64,
-    outstanding: usize,
-    total_bytes: Option<u64>,
-    planned: u64,
-}
-
-/// The switch thread: poll, sample, post, complete.
-fn drive(
-    mut dp: Dataplane,
-    mut senders: Vec<SenderIo>,
-    mut flows: Vec<FlowState>,
-    p: DriveParams,
-    progress: &AtomicU64,
-) -> DriverOut {
-    let clock = *dp.clock();
-    let bn0 = *dp
-        .switch
-        .counters(p.rx_port)
-        .unwrap_or(&PortCounters::default());
-    let offered0: u64 = p
-        .sender_ports
-        .iter()
-        .filter_map(|&id| dp.switch.counters(id))
-        .map(|c| c.rx_bytes)
-        .sum();
-    let mut hist = vec![0u64; p.hist_len];
-    let series_len = (p.timeout / p.series_bin_ns + 2) as usize;
-    let mut series: Vec<u32> = Vec::with_capacity((p.planned / p.series_bin_ns + 16) as usize);
-    let mut completions = Vec::with_capacity(1 << 16);
-    let mut errors = Vec::new();
-    let t0 = clock.now_ns();
-    let mut next_sample = t0;
-    let mut last = t0;
-    let (mut turns, mut stall_ns, mut queue_max) = (0u64, 0u64, 0u64);
-    let mut ended = 0usize;
-    let mut done_bytes = 0u64;
-    let mut timed_out = false;
-    let mut failed = false;
-    let mut end_rel = 0u64;
-    loop {
-        let now = clock.now_ns();
-        let gap = now.saturating_sub(last);
-        if gap > STALL_NS {
-            stall_ns += gap;
-        }
-        last = now;
-        dp.poll(now);
-        turns += 1;
-        if now >= next_sample {
-            let q = dp.switch.queue_bytes(p.rx_port).unwrap_or(0);
-            let k = (now - next_sample) / p.sample_ns + 1;
-            let b = ((q / QUEUE_BUCKET) as usize).min(hist.len() - 1);
-            hist[b] += k;
-            next_sample += k * p.sample_ns;
-            queue_max = queue_max.max(q);
-            let bin = ((now - t0) / p.series_bin_ns) as usize;
-            if bin < series_len {
-                if series.len() <= bin {
-                    series.resize(bin + 1, NO_SAMPLE);
-                }
-                let q32 = q.min(u64::from(NO_SAMPLE - 1)) as u32;
-                series[bin] = if series[bin] == NO_SAMPLE {
-                    q32
-                } else {
-                    series[bin].max(q32)
-                };
-            }
-        }
-        if turns % 8 != 0 {
-            continue;
-        }
-        let rel = now - t0;
-        for io in senders.iter_mut() {
-            while let Some(wc) = io.cq.poll_one() {
-                let Some((fi, len)) = io.inflight.pop_front() else {
-                    errors.push(format!("unexpected completion {wc:?}"));
-                    failed = true;
-                    continue;
-                };
-                if wc.status != WcStatus::Success {
-                    if errors.len() < 16 {
-                        errors.push(format!("sender {}: {:?}", flows[fi].spec.sender, wc.status));
-                    }
-                    failed = true;
-                    continue;
-                }
-                let f = &mut flows[fi];
-                f.done += u64::from(len);
-                done_bytes += u64::from(len);
-                completions.push(Completion {
-                    flow: fi as u32,
-                    t_ns: rel,
-                    bytes: len,
-                });
-                if f.posting_done && f.done == f.posted && f.end.is_none() {
-                    f.end = Some(rel);
-                    end_rel = end_rel.max(rel);
-                    ended += 1;
-                }
-            }
-            // Post what the flows ask for, one flow of this sender at a time.
-            while io.inflight.len() < p.outstanding && !failed {
-                let Some(&fi) = io.flows.get(io.cursor) else {
-                    break;
-                };
-                let f = &mut flows[fi];
-                if rel < f.spec.start_ns {
-                    break;
-                }
-                let len = match f.spec.stop {
-                    Stop::Bytes(b) => (b - f.posted).min(u64::from(f.spec.msg)) as u32,
-                    Stop::At(t) if rel < t => f.spec.msg,
-                    Stop::At(_) => 0,
-                };
-                if len == 0 {
-                    f.posting_done = true;
-                    io.cursor += 1;
-                    if f.done == f.posted && f.end.is_none() {
-                        // Nothing in flight (or a zero-byte flow).
-                        let e = match f.spec.stop {
-                            Stop::At(t) => rel.max(t),
-                            Stop::Bytes(_) => rel,
-                        };
-                        f.end = Some(e);
-                        end_rel = end_rel.max(e);
-                        ended += 1;
-                    }
-                    continue;
-                }
-                let slot = (io.msgs % io.slots as u64) as usize;
-                let off = (slot * io.stride) as u64;
-                let wr = SendWr {
-                    wr_id: io.msgs,
-                    op: SendOp::Write {
-                        remote_va: io.dst_va + off,
-                        rkey: io.rkey,
-                    },
-                    sge: Sge {
-                        addr: io.src.va() + off,
-                        len,
-                        lkey: io.src.lkey(),
-                    },
-                    signaled: true,
-                    solicited: false,
-                };
-                match io.qp.post_send(wr) {
-                    Ok(()) => {}
-                    Err(nic::verbs::VerbsError::QueueFull) => break,
-                    Err(e) => {
-                        errors.push(format!("sender {}: post_send: {e}", f.spec.sender));
-                        failed = true;
-                        break;
-                    }
-                }
-                io.slot_len[slot] = io.slot_len[slot].max(len);
-                io.msgs += 1;
-                io.inflight.push_back((fi, len));
-                f.first_post.get_or_insert(rel);
-                f.posted += u64::from(len);
-                if matches!(f.spec.stop, Stop::Bytes(b) if f.posted >= b) {
-                    f.posting_done = true;
-                    io.cursor += 1;
-                }
-            }
-        }
-        if turns % 1024 == 0 {
-            let frac = match p.total_bytes {
-                Some(t) if t > 0 => done_bytes as f64 / t as f64,
-                _ => rel as f64 / p.planned as f64,
-            };
-            progress.store((frac.min(0.999) * 1e6) as u64, Ordering::Relaxed);
-        }
-        if ended == flows.len() {
-            break;
-        }
-        if failed {
-            end_rel = rel;
-            break;
-        }
-        if rel > p.timeout {
-            timed_out = true;
-            end_rel = rel;
-            break;
-        }
-    }
-    series.truncate(((end_rel / p.series_bin_ns) + 1) as usize);
-    DriverOut {
-        dp,
-        senders,
-        flows,
-        completions,
-        hist,
-        series,
-        series_bin_ns: p.series_bin_ns,
-        queue_max,
-        duration_ns: end_rel,
-        turns,
-        stall_ns,
-        timed_out,
-        errors,
-        bn0,
-        offered0,
-    }
+    (data, dp, senders)
 }
 
 fn fill_pattern(m: &MemoryRegion, seed: u8) {

@@ -20,6 +20,7 @@
 //! * [`plot`]: SVG plots (queue over time, per-flow rate, FCT CDF).
 
 pub mod analyze;
+mod driver;
 pub mod fabric;
 pub mod plot;
 pub mod report;

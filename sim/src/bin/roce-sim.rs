@@ -250,32 +250,8 @@ fn run_all(
     let mut loops = Vec::new();
     let mut invariants = Vec::new();
     for k in kinds {
-        let start = Instant::now();
-        let quiet = c.quiet;
-        let mut last_print = 0.0f64;
-        let progress = |now: u64, done: usize, total: usize| {
-            if quiet {
-                return;
-            }
-            let el = start.elapsed().as_secs_f64();
-            if el - last_print < 0.5 && done < total {
-                return;
-            }
-            last_print = el;
-            let frac = done as f64 / total.max(1) as f64;
-            let bar: String = (0..30)
-                .map(|i| if (i as f64) < frac * 30.0 { '#' } else { '.' })
-                .collect();
-            eprint!(
-                "\r{:<8} [{bar}] {done}/{total} flows, {:.2} ms simulated, {:.0} s",
-                k.as_str(),
-                now as f64 / 1e6,
-                el
-            );
-            let _ = std::io::stderr().flush();
-        };
-        let r = scenario::run(topo, flows, k, p, progress)?;
-        if !quiet {
+        let r = scenario::run(topo, flows, k, p, progress_bar(k, c.quiet))?;
+        if !c.quiet {
             eprintln!();
         }
         if r.totals.late_messages > 0 {
@@ -302,8 +278,63 @@ fn run_all(
     }
     // Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.
     let mut out = std::io::stdout().lock();
-    let _ = write!(out, "{}", table(&reports));
-    let t = &reports;
+    print_results(&mut out, &reports, &loops, p);
+    if let Some(path) = &c.out_json {
+        write_json(path, title, topo, flows, c.seed, extra, &reports)?;
+        let _ = writeln!(out, "json: {}", path.display());
+    }
+    if !c.no_plots {
+        std::fs::create_dir_all(&c.out).map_err(|e| format!("{}: {e}", c.out.display()))?;
+        let s = c.out.join("slowdown.svg");
+        plot_slowdown(&s, &reports, title)?;
+        let q = c.out.join("queue_cdf.svg");
+        plot_queue_cdf(&q, &reports, title)?;
+        let _ = writeln!(out, "plots: {} {}", s.display(), q.display());
+    }
+    if invariants.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("invariants broken: {}", invariants.join("; ")))
+    }
+}
+
+/// The progress bar of one CC's run on stderr (none with `--quiet`): at most two
+/// redraws a second.
+fn progress_bar(k: CcKind, quiet: bool) -> impl FnMut(u64, usize, usize) {
+    let start = Instant::now();
+    let mut last_print = 0.0f64;
+    move |now: u64, done: usize, total: usize| {
+        if quiet {
+            return;
+        }
+        let el = start.elapsed().as_secs_f64();
+        if el - last_print < 0.5 && done < total {
+            return;
+        }
+        last_print = el;
+        let frac = done as f64 / total.max(1) as f64;
+        let bar: String = (0..30)
+            .map(|i| if (i as f64) < frac * 30.0 { '#' } else { '.' })
+            .collect();
+        eprint!(
+            "\r{:<8} [{bar}] {done}/{total} flows, {:.2} ms simulated, {:.0} s",
+            k.as_str(),
+            now as f64 / 1e6,
+            el
+        );
+        let _ = std::io::stderr().flush();
+    }
+}
+
+/// The tables, drops and PFC pauses, and per CC its events, time and the parallel
+/// loop's partitions.
+fn print_results(
+    out: &mut impl Write,
+    t: &[CcReport],
+    loops: &[sim::fabric::RunTotals],
+    p: &Params,
+) {
+    let _ = write!(out, "{}", table(t));
     let _ = writeln!(
         out,
         "drops: {}; PFC pause time: {}; events/s measured on a shared machine",
@@ -325,7 +356,7 @@ fn run_all(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    for (r, x) in t.iter().zip(&loops) {
+    for (r, x) in t.iter().zip(loops) {
         let _ = writeln!(
             out,
             "{}: {} events in {:.1} s wall, {:.1} s CPU on {} thread{} ({:.2} M events per wall second, {:.2} M per CPU second), {:.3} ms simulated, {} retransmissions, {} timeouts, {} CNPs, {} CE marks",
@@ -349,37 +380,33 @@ fn run_all(
             r.cc, x.partitions, x.lookahead_ns, x.windows, x.cross_messages
         );
     }
-    if let Some(path) = &c.out_json {
-        let results: serde_json::Map<String, serde_json::Value> = reports
-            .iter()
-            .map(|r| (r.cc.clone(), serde_json::to_value(r).unwrap_or_default()))
-            .collect();
-        let doc = json!({
-            "scenario": title,
-            "topology": topo.name,
-            "hosts": topo.hosts(),
-            "flows": flows.len(),
-            "seed": c.seed,
-            "params": extra,
-            "results": results,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let _ = writeln!(out, "json: {}", path.display());
-    }
-    if !c.no_plots {
-        std::fs::create_dir_all(&c.out).map_err(|e| format!("{}: {e}", c.out.display()))?;
-        let s = c.out.join("slowdown.svg");
-        plot_slowdown(&s, &reports, title)?;
-        let q = c.out.join("queue_cdf.svg");
-        plot_queue_cdf(&q, &reports, title)?;
-        let _ = writeln!(out, "plots: {} {}", s.display(), q.display());
-    }
-    if invariants.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("invariants broken: {}", invariants.join("; ")))
-    }
+}
+
+/// The run as JSON at `path`: the scenario, its parameters and each CC's report.
+fn write_json(
+    path: &std::path::Path,
+    title: &str,
+    topo: &Topology,
+    flows: &[Flow],
+    seed: u64,
+    extra: serde_json::Value,
+    reports: &[CcReport],
+) -> Result<(), String> {
+    let results: serde_json::Map<String, serde_json::Value> = reports
+        .iter()
+        .map(|r| (r.cc.clone(), serde_json::to_value(r).unwrap_or_default()))
+        .collect();
+    let doc = json!({
+        "scenario": title,
+        "topology": topo.name,
+        "hosts": topo.hosts(),
+        "flows": flows.len(),
+        "seed": seed,
+        "params": extra,
+        "results": results,
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn fattree(a: FatTree) -> Result<(), String> {

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use dpdk::{lcore, Eal, Mempool, Port, TscClock};
 use switch::dataplane::{pending_total, Dataplane, PortIo, PrintStats};
-use switch::{Config, Quantity, Switch};
+use switch::{Config, Quantity, Switch, SwitchSettings};
 
 /// Command line (clap derive).
 #[derive(Debug, Parser)]
@@ -170,7 +170,9 @@ fn apply_overrides(cfg: &mut Config, a: &Args) -> Result<bool, String> {
     Ok(any)
 }
 
-fn run(args: Args) -> Result<(), String> {
+/// The switch's settings: the configuration file, the command-line overrides,
+/// checked, and the sorted port ids, one per `--port`.
+fn settings(args: &Args) -> Result<(SwitchSettings, Vec<u16>), String> {
     if !(args.stats_interval >= 0.0 && args.stats_interval.is_finite()) {
         return Err("--stats-interval must be a non-negative number".into());
     }
@@ -181,7 +183,7 @@ fn run(args: Args) -> Result<(), String> {
     }
     let mut cfg =
         Config::from_file(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
-    let overridden = apply_overrides(&mut cfg, &args)?;
+    let overridden = apply_overrides(&mut cfg, args)?;
     let settings = cfg.validate().map_err(|e| {
         let with = if overridden {
             " (with the command-line overrides)"
@@ -199,14 +201,18 @@ fn run(args: Args) -> Result<(), String> {
             args.ports.len()
         ));
     }
+    Ok((settings, ids))
+}
 
-    // No hugepages needed for a software switch of this size (docs/design.md
-    // §10); its ports may be PCI devices, so the PCI bus is scanned.
-    let eal = Eal::init(&dpdk::tool_args("roce-switch", &args.eal, true))
-        .map_err(|e| format!("EAL: {e}"))?;
-
-    // Enough mbufs for every queue slot of every port (one per 64 bytes of buffer),
-    // the RX/TX descriptor rings and the bursts in flight.
+/// Opens every `--port` in port-id order on one pool sized for every queue slot of
+/// every port (one mbuf per 64 bytes of buffer), the descriptor rings and the
+/// bursts in flight.
+fn open_ports(
+    eal: &'static Eal,
+    args: &Args,
+    settings: &SwitchSettings,
+    ids: &[u16],
+) -> Result<(Vec<Port>, Vec<PortIo>), String> {
     let mbufs: u64 = settings
         .ports
         .iter()
@@ -221,10 +227,9 @@ fn run(args: Args) -> Result<(), String> {
         Mempool::DEFAULT_DATA_ROOM,
     )
     .map_err(|e| format!("mempool of {mbufs} mbufs: {e}"))?;
-
     let mut ports = Vec::new();
     let mut ios = Vec::new();
-    for (devargs, &want) in args.ports.iter().zip(&ids) {
+    for (devargs, &want) in args.ports.iter().zip(ids) {
         let mut port = Port::open(eal, devargs).map_err(|e| {
             format!(
                 "port {devargs:?}: {e} (unknown driver, bad devargs, or a device that does \
@@ -247,6 +252,41 @@ fn run(args: Args) -> Result<(), String> {
         ios.push(PortIo::new(want, rx, tx));
         ports.push(port);
     }
+    Ok((ports, ios))
+}
+
+/// The final counters of every port: the switch core's and the driver's.
+fn print_final(dp: &Dataplane, ports: &[Port], ids: &[u16], secs: f64) {
+    println!("final counters ({secs:.1} s):");
+    for &id in ids {
+        if let Some(c) = dp.switch.counters(id) {
+            let fields: Vec<String> = c.fields().iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!("  port {id}: {}", fields.join(" "));
+        }
+        if let Some(p) = ports.iter().find(|p| p.id() == id) {
+            if let Ok(s) = p.stats() {
+                println!(
+                    "  port {id} (driver): rx {} tx {} rx_missed {} tx_errors {}",
+                    s.rx_packets, s.tx_packets, s.rx_missed, s.tx_errors
+                );
+            }
+        }
+    }
+    println!(
+        "  unknown-port rx {} | tx pending at exit {}",
+        dp.switch.unknown_port_rx(),
+        pending_total(&dp.ports)
+    );
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let (settings, ids) = settings(&args)?;
+    // No hugepages needed for a software switch of this size (docs/design.md
+    // §10); its ports may be PCI devices, so the PCI bus is scanned.
+    let eal = Eal::init(&dpdk::tool_args("roce-switch", &args.eal, true))
+        .map_err(|e| format!("EAL: {e}"))?;
+
+    let (ports, ios) = open_ports(eal, &args, &settings, &ids)?;
 
     let sw: Switch<dpdk::Mbuf> = Switch::new(&settings);
     let clock = TscClock::new(eal);
@@ -283,26 +323,7 @@ fn run(args: Args) -> Result<(), String> {
         .join()
         .map_err(|_| "the switching lcore panicked".to_owned())?;
 
-    println!("final counters ({:.1} s):", start.elapsed().as_secs_f64());
-    for &id in &ids {
-        if let Some(c) = dp.switch.counters(id) {
-            let fields: Vec<String> = c.fields().iter().map(|(k, v)| format!("{k}={v}")).collect();
-            println!("  port {id}: {}", fields.join(" "));
-        }
-        if let Some(p) = ports.iter().find(|p| p.id() == id) {
-            if let Ok(s) = p.stats() {
-                println!(
-                    "  port {id} (driver): rx {} tx {} rx_missed {} tx_errors {}",
-                    s.rx_packets, s.tx_packets, s.rx_missed, s.tx_errors
-                );
-            }
-        }
-    }
-    println!(
-        "  unknown-port rx {} | tx pending at exit {}",
-        dp.switch.unknown_port_rx(),
-        pending_total(&dp.ports)
-    );
+    print_final(&dp, &ports, &ids, start.elapsed().as_secs_f64());
     drop(dp);
     drop(ports);
     Ok(())

@@ -19,7 +19,9 @@
 
 mod bw;
 mod cli;
+mod keys;
 mod lat;
+mod link;
 mod setup;
 
 use std::net::{Ipv4Addr, TcpListener};

@@ -8,8 +8,7 @@
 //! every step. Items of the setup must arrive within [`EXCHANGE_TIMEOUT`]; the
 //! waits for the peer's end of a test are unbounded unless `--timeout`.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use bench::perftest::{self, AddressLine};
@@ -17,11 +16,12 @@ use dpdk::{Eal, Port};
 use nic::verbs::{
     CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QueuePair, RemoteQp,
 };
-use oob::exchange::{check_compatible, ConnInfo};
-use oob::perftest::{self as pt, BwReport, KeyMsg, PerftestConn, Protocol, Role};
+use oob::perftest::{self as pt, PerftestConn, Protocol, Role};
 use rdma::transport::{Access, WcStatus, WorkCompletion};
 
 use crate::cli::{ExchangeArg, Opts, Test};
+use crate::keys::{exchange_perftest, exchange_rsnic, Exchanged, Mine};
+pub use crate::link::{Layout, Link, Remote};
 use crate::Res;
 
 /// How long one item of the exchange may take to arrive or to be sent
@@ -69,212 +69,6 @@ pub fn wait_wc(cq: &mut Cqs) -> Res<WorkCompletion> {
         return Err(format!("work request failed: {:?}", wc.status).into());
     }
     Ok(wc)
-}
-
-/// perftest's buffer layout (`perftest_resources.c`, `alloc_ctx`,
-/// `set_up_connection`): per QP a unit of `max(size, cycle buffer)` rounded
-/// up to the cache line; the first `nq` units are what we send from, the
-/// next `nq` what the peer writes into, reads from, or sends into.
-#[derive(Debug, Clone, Copy)]
-pub struct Layout {
-    pub unit: u64,
-    pub cycle: u64,
-    pub cache_line: u64,
-    pub nq: u64,
-}
-
-impl Layout {
-    fn new(max_size: u32, cycle: u32, cache_line: u32, nq: usize) -> Layout {
-        let cl = u64::from(cache_line.max(1));
-        let unit = u64::from(max_size).max(u64::from(cycle));
-        Layout {
-            unit: unit.div_ceil(cl) * cl,
-            cycle: u64::from(cycle),
-            cache_line: cl,
-            nq: nq as u64,
-        }
-    }
-    pub fn bytes(&self) -> usize {
-        (2 * self.nq * self.unit) as usize
-    }
-    /// Offset of QP `q`'s send unit.
-    pub fn local(&self, q: usize) -> u64 {
-        q as u64 * self.unit
-    }
-    /// Offset of QP `q`'s receive unit (what the peer is told).
-    pub fn incoming(&self, q: usize) -> u64 {
-        (self.nq + q as u64) * self.unit
-    }
-    /// Offset of the `k`th message of a bandwidth run inside a unit: perftest
-    /// cycles messages of up to half the cycle buffer through it, in steps of
-    /// the size rounded up to the cache line (`increase_rem_addr`).
-    pub fn slot(&self, k: u64, size: u32) -> u64 {
-        let size = u64::from(size);
-        if size > self.cycle / 2 {
-            return 0;
-        }
-        let step = size.div_ceil(self.cache_line).max(1) * self.cache_line;
-        (k % (self.cycle / step).max(1)) * step
-    }
-}
-
-/// The peer's parameters of one QP, from either exchange.
-#[derive(Debug, Clone)]
-pub struct Remote {
-    pub qpn: u32,
-    pub psn: u32,
-    pub ip: Ipv4Addr,
-    pub rkey: u32,
-    pub va: u64,
-}
-
-/// The exchange connection after the key exchange.
-pub enum Link {
-    Rsnic {
-        s: TcpStream,
-        /// We connected (and write first).
-        client: bool,
-    },
-    Perftest {
-        conn: PerftestConn<TcpStream>,
-        /// Our key message of QP 0, sent at every barrier.
-        mine: KeyMsg,
-    },
-}
-
-impl Link {
-    fn stream(&self) -> &TcpStream {
-        match self {
-            Link::Rsnic { s, .. } => s,
-            Link::Perftest { conn, .. } => conn.get_ref(),
-        }
-    }
-
-    pub fn protocol(&self) -> Protocol {
-        match self {
-            Link::Rsnic { .. } => Protocol::Rsnic,
-            Link::Perftest { .. } => Protocol::Perftest,
-        }
-    }
-
-    /// Bounds the reads of what follows: the waits for the peer's end of a
-    /// test (`None`: unbounded, as perftest).
-    pub fn set_wait(&self, limit: Option<Duration>) -> Res<()> {
-        self.stream().set_read_timeout(limit)?;
-        Ok(())
-    }
-
-    /// One barrier (perftest's `ctx_hand_shake` of QP 0; our `SYNC` line).
-    pub fn handshake(&mut self) -> Res<()> {
-        match self {
-            Link::Rsnic { s, client } => {
-                if *client {
-                    s.write_all(b"SYNC\n")?;
-                    expect_line(s, "SYNC")
-                } else {
-                    expect_line(s, "SYNC")?;
-                    s.write_all(b"SYNC\n")?;
-                    Ok(())
-                }
-            }
-            Link::Perftest { conn, mine } => {
-                conn.handshake(mine)?;
-                Ok(())
-            }
-        }
-    }
-
-    /// The bandwidth reports (the server sends zeros, the client its row).
-    pub fn report(&mut self, mine: &BwReport) -> Res<BwReport> {
-        match self {
-            Link::Perftest { conn, .. } => Ok(conn.xchg_report(mine)?),
-            Link::Rsnic { s, client } => {
-                let line = format!(
-                    "REPORT {} {} {} {} {}\n",
-                    mine.size, mine.iters, mine.bw_peak, mine.bw_avg, mine.msg_rate
-                );
-                let theirs = if *client {
-                    s.write_all(line.as_bytes())?;
-                    read_line(s)?
-                } else {
-                    let l = read_line(s)?;
-                    s.write_all(line.as_bytes())?;
-                    l
-                };
-                parse_report(&theirs).ok_or_else(|| format!("bad report line {theirs:?}").into())
-            }
-        }
-    }
-
-    /// The close: a last barrier (perftest then sends `done`).
-    pub fn close(&mut self) -> Res<()> {
-        match self {
-            Link::Perftest { conn, mine } => Ok(conn.close(mine)?),
-            Link::Rsnic { .. } => self.handshake(),
-        }
-    }
-}
-
-fn parse_report(l: &str) -> Option<BwReport> {
-    let mut w = l.split_whitespace();
-    if w.next()? != "REPORT" {
-        return None;
-    }
-    let mut n = || w.next().and_then(|x| x.parse::<f64>().ok());
-    Some(BwReport {
-        size: n()? as u64,
-        iters: n()? as u64,
-        bw_peak: n()?,
-        bw_avg: n()?,
-        msg_rate: n()?,
-    })
-}
-
-/// One line of at most 1 KiB, read a byte at a time so that nothing after
-/// it is consumed.
-pub fn read_line(s: &mut TcpStream) -> Res<String> {
-    let mut line = Vec::new();
-    let mut b = [0u8; 1];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => {
-                return Err(if line.is_empty() {
-                    "the peer closed the connection".into()
-                } else {
-                    "the peer closed the connection in the middle of a line".into()
-                })
-            }
-            Ok(_) => {
-                line.push(b[0]);
-                if b[0] == b'\n' {
-                    return Ok(String::from_utf8_lossy(&line).into_owned());
-                }
-                if line.len() > 1024 {
-                    return Err("the peer's line is longer than 1024 bytes".into());
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    || e.kind() == std::io::ErrorKind::TimedOut =>
-            {
-                return Err(if line.is_empty() {
-                    "the peer sent nothing within the timeout".into()
-                } else {
-                    "the peer sent half a line and then nothing within the timeout".into()
-                });
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-fn expect_line(s: &mut TcpStream, word: &str) -> Res<()> {
-    let l = read_line(s)?;
-    if l.trim_end() != word {
-        return Err(format!("expected {word:?} from the peer, got {l:?}").into());
-    }
-    Ok(())
 }
 
 pub struct Session {
@@ -426,9 +220,88 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         Some(d) => d,
         None => open_device(o, eal)?,
     };
-    // As ibverbs' active_mtu follows the netdev's MTU: a path MTU whose
-    // frames the port would drop is refused up front.
-    let mut mtu = o.mtu.map_or(dev.max_path_mtu(), u32::from);
+    let mut mtu = checked_mtu(o, &dev)?;
+    let (stream, protocol) = open_exchange(o, server, quiet)?;
+    let role = if server { Role::Server } else { Role::Client };
+    let (mut cycle, mut cache_line) = (CYCLE_BUFFER, CACHE_LINE);
+    let mut perftest_conn = None;
+    if protocol == Protocol::Perftest {
+        if o.cc.uses_extensions() {
+            return Err(format!(
+                "--cc {}: perftest peers negotiate no extensions; use --cc none or dcqcn",
+                o.cc
+            )
+            .into());
+        }
+        let mut conn = PerftestConn::new(stream.try_clone()?, role);
+        let hello = conn.hello(CYCLE_BUFFER, CACHE_LINE, mtu)?;
+        (cycle, cache_line, mtu) = (hello.cycle_buffer, hello.cache_line, hello.mtu);
+        perftest_conn = Some(conn);
+    }
+    let (cq, mut qps, qopts) = create_qps(test, o, &dev, mtu)?;
+    let nq = qps.len();
+    let max_size = test.sizes().into_iter().max().unwrap_or(2);
+    let layout = Layout::new(max_size, cycle, cache_line, nq);
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mr = dev.reg_mr(layout.bytes(), access)?;
+    let mine = Mine {
+        qps: &qps,
+        qopts: &qopts,
+        mr: &mr,
+        layout: &layout,
+        mtu,
+        server,
+    };
+    let ex = match perftest_conn {
+        Some(conn) => exchange_perftest(test, o, conn, &mine)?,
+        None => {
+            let test_name = if nq > 1 {
+                format!("{name}-q{nq}")
+            } else {
+                name.to_string()
+            };
+            exchange_rsnic(o, stream, &dev, &test_name, &mine)?
+        }
+    };
+    let Exchanged {
+        mut link,
+        remotes,
+        lines,
+        macs,
+    } = ex;
+    for (q, (qp, r)) in qps.iter_mut().zip(&remotes).enumerate() {
+        qp.connect(&RemoteQp {
+            qpn: r.qpn,
+            psn: r.psn,
+            ip: r.ip.octets(),
+            mac: o.peer_mac.or(macs.get(q).copied()),
+            mtu,
+            cc: o.cc,
+        })?;
+    }
+    barriers(&mut link, test, nq)?;
+    if !quiet {
+        print_preamble(test, o, nq, mtu, &link, &lines);
+    }
+    // What follows waits for the peer's test, as long as it takes.
+    link.set_wait(o.timeout.map(Duration::from_secs))?;
+    Ok(Session {
+        dev,
+        cq,
+        qps,
+        mr,
+        layout,
+        remotes,
+        link,
+        server,
+    })
+}
+
+/// The path MTU: `-m`, or the largest the port carries. As ibverbs' active_mtu
+/// follows the netdev's MTU, a path MTU whose frames the port would drop is refused
+/// up front.
+fn checked_mtu(o: &Opts, dev: &Device) -> Res<u32> {
+    let mtu = o.mtu.map_or(dev.max_path_mtu(), u32::from);
     if mtu > dev.max_path_mtu() {
         return Err(format!(
             "-m {mtu}: {} carries RoCE MTUs up to {} (its frames are too short for more)",
@@ -437,6 +310,13 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         )
         .into());
     }
+    Ok(mtu)
+}
+
+/// The TCP connection of the exchange (accepted as a server, connected as a
+/// client) with its timeouts, and the exchange it speaks: a server detects it, a
+/// client speaks `--exchange`.
+fn open_exchange(o: &Opts, server: bool, quiet: bool) -> Res<(TcpStream, Protocol)> {
     let stream = match o.server {
         None => accept(o, quiet)?,
         Some(addr) => connect(o, addr)?,
@@ -458,24 +338,17 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
             ExchangeArg::Perftest => Protocol::Perftest,
         }
     };
-    let role = if server { Role::Server } else { Role::Client };
-    let kind = o.cc;
-    let (mut cycle, mut cache_line) = (CYCLE_BUFFER, CACHE_LINE);
-    let mut perftest_conn = None;
-    if protocol == Protocol::Perftest {
-        if kind.uses_extensions() {
-            return Err(format!(
-                "--cc {}: perftest peers negotiate no extensions; use --cc none or dcqcn",
-                kind
-            )
-            .into());
-        }
-        let mut conn = PerftestConn::new(stream.try_clone()?, role);
-        let hello = conn.hello(CYCLE_BUFFER, CACHE_LINE, mtu)?;
-        (cycle, cache_line, mtu) = (hello.cycle_buffer, hello.cache_line, hello.mtu);
-        perftest_conn = Some(conn);
-    }
-    // One CQ per shard (a QP completes on its own shard); QP j on CQ j.
+    Ok((stream, protocol))
+}
+
+/// One CQ per shard (a QP completes on its own shard) and `-q` RC QPs, QP j on CQ
+/// j, posted to round robin and sharing the buffer.
+fn create_qps(
+    test: &Test,
+    o: &Opts,
+    dev: &Device,
+    mtu: u32,
+) -> Res<(Cqs, Vec<QueuePair>, QpOptions)> {
     let mut cq = Cqs {
         cqs: Vec::new(),
         next: 0,
@@ -493,203 +366,22 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         sq_depth: o.tx_depth.max(1),
         rq_depth,
         mtu,
-        cc: kind,
+        cc: o.cc,
         timeout_ns: 4_096u64 << o.qp_timeout,
         ..QpOptions::default()
     };
-    // -q N: N RC QPs (bandwidth tests), posted to round robin, sharing the
-    // CQ and the buffer.
     let nq = usize::from(o.qps.max(1));
     let mut qps = Vec::with_capacity(nq);
     for j in 0..nq {
         let c = &cq.cqs[j % cq.cqs.len()];
         qps.push(dev.create_qp(c, c, qopts)?);
     }
-    let max_size = test.sizes().into_iter().max().unwrap_or(2);
-    let layout = Layout::new(max_size, cycle, cache_line, nq);
-    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let mr = dev.reg_mr(layout.bytes(), access)?;
-    let lat_pre = matches!(test, Test::write_lat(_) | Test::read_lat(_));
-    let (mut link, remotes, locals, macs) = match perftest_conn {
-        Some(mut conn) => {
-            let mine: Vec<KeyMsg> = qps
-                .iter()
-                .enumerate()
-                .map(|(q, qp)| {
-                    let me = qp.remote_info();
-                    KeyMsg {
-                        lid: 0,
-                        out_reads: u16::from(qopts.max_rd_atomic),
-                        qpn: me.qpn,
-                        psn: me.psn,
-                        rkey: mr.rkey(),
-                        vaddr: mr.va() + layout.incoming(q),
-                        gid: KeyMsg::gid_of(o.ip),
-                        srqn: 0,
-                    }
-                })
-                .collect();
-            // write_lat and read_lat shake hands once before the keys.
-            if lat_pre {
-                conn.handshake(&mine[0])?;
-            }
-            let mut remotes = Vec::with_capacity(nq);
-            for m in &mine {
-                let r = conn.handshake(m)?;
-                let ip = r.ipv4().ok_or_else(|| {
-                    format!(
-                        "the peer's GID {} is not an IPv4 (RoCEv2) one: run it with -x and its RoCEv2 GID index",
-                        std::net::Ipv6Addr::from(r.gid)
-                    )
-                })?;
-                if matches!(test, Test::read_bw(_) | Test::read_lat(_))
-                    && !server
-                    && r.out_reads < u16::from(qopts.max_rd_atomic)
-                {
-                    return Err(format!(
-                        "the peer takes {} outstanding READs; this NIC issues up to {}",
-                        r.out_reads, qopts.max_rd_atomic
-                    )
-                    .into());
-                }
-                remotes.push(Remote {
-                    qpn: r.qpn,
-                    psn: r.psn,
-                    ip,
-                    rkey: r.rkey,
-                    va: r.vaddr,
-                });
-            }
-            let lines = mine
-                .iter()
-                .zip(&remotes)
-                .map(|(m, r)| {
-                    (
-                        AddressLine {
-                            qpn: m.qpn,
-                            psn: m.psn,
-                            rkey: m.rkey,
-                            vaddr: m.vaddr,
-                            ip: o.ip.octets(),
-                        },
-                        AddressLine {
-                            qpn: r.qpn,
-                            psn: r.psn,
-                            rkey: r.rkey,
-                            vaddr: r.va,
-                            ip: r.ip.octets(),
-                        },
-                    )
-                })
-                .collect::<Vec<_>>();
-            (
-                Link::Perftest {
-                    conn,
-                    mine: mine[0],
-                },
-                remotes,
-                lines,
-                Vec::new(),
-            )
-        }
-        None => {
-            let mut s = stream;
-            let test_name = if nq > 1 {
-                format!("{name}-q{nq}")
-            } else {
-                name.to_string()
-            };
-            let ext: Vec<String> = if kind.uses_extensions() {
-                vec!["cc".into()]
-            } else {
-                Vec::new()
-            };
-            let link = Link::Rsnic {
-                s: s.try_clone()?,
-                client: !server,
-            };
-            // Our exchange starts with the RSNIC1 line (a server detects it
-            // by its first byte): no handshake before it.
-            let mut remotes = Vec::with_capacity(nq);
-            let mut lines = Vec::with_capacity(nq);
-            for (q, qp) in qps.iter().enumerate() {
-                let me = qp.remote_info();
-                let l = ConnInfo {
-                    qpn: me.qpn,
-                    psn: me.psn,
-                    ip: o.ip,
-                    mac: dev.mac(),
-                    rkey: mr.rkey(),
-                    va: mr.va() + layout.incoming(q),
-                    len: layout.unit,
-                    mtu: mtu as u16,
-                    cc: o.cc,
-                    ext: ext.clone(),
-                    udp_sport: 0xC000 | (me.qpn as u16 & 0x3FFF),
-                    test: test_name.clone(),
-                };
-                let r = if server {
-                    let r = ConnInfo::parse(&read_line(&mut s)?)?;
-                    s.write_all(l.format()?.as_bytes())?;
-                    check_compatible(&l, &r)?;
-                    r
-                } else {
-                    s.write_all(l.format()?.as_bytes())?;
-                    let r = ConnInfo::parse(&read_line(&mut s)?)?;
-                    check_compatible(&r, &l)?;
-                    r
-                };
-                if r.len < layout.unit {
-                    return Err(format!(
-                        "the peer's buffer is {} bytes, the test needs {}",
-                        r.len, layout.unit
-                    )
-                    .into());
-                }
-                lines.push((
-                    AddressLine {
-                        qpn: l.qpn,
-                        psn: l.psn,
-                        rkey: l.rkey,
-                        vaddr: l.va,
-                        ip: o.ip.octets(),
-                    },
-                    AddressLine {
-                        qpn: r.qpn,
-                        psn: r.psn,
-                        rkey: r.rkey,
-                        vaddr: r.va,
-                        ip: r.ip.octets(),
-                    },
-                ));
-                remotes.push((
-                    Remote {
-                        qpn: r.qpn,
-                        psn: r.psn,
-                        ip: r.ip,
-                        rkey: r.rkey,
-                        va: r.va,
-                    },
-                    r.mac,
-                ));
-            }
-            // Our exchange carries the MAC (an override of ARP).
-            let (remotes, macs): (Vec<_>, Vec<_>) = remotes.into_iter().unzip();
-            (link, remotes, lines, macs)
-        }
-    };
-    for (q, (qp, r)) in qps.iter_mut().zip(&remotes).enumerate() {
-        qp.connect(&RemoteQp {
-            qpn: r.qpn,
-            psn: r.psn,
-            ip: r.ip.octets(),
-            mac: o.peer_mac.or(macs.get(q).copied()),
-            mtu,
-            cc: kind,
-        })?;
-    }
-    // The barriers after the QPs are ready (perftest: one per QP and one
-    // more; the SEND tests in the other order).
+    Ok((cq, qps, qopts))
+}
+
+/// The barriers after the QPs are ready (perftest: one per QP and one more; the
+/// SEND tests in the other order).
+fn barriers(link: &mut Link, test: &Test, nq: usize) -> Res<()> {
     let nq_shakes = |link: &mut Link| -> Res<()> {
         for _ in 0..nq {
             link.handshake()?;
@@ -698,84 +390,44 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
     };
     if test.is_send() {
         link.handshake()?;
-        nq_shakes(&mut link)?;
+        nq_shakes(link)
     } else {
-        nq_shakes(&mut link)?;
-        link.handshake()?;
+        nq_shakes(link)?;
+        link.handshake()
     }
-    if !quiet {
-        let settings = vec![
-            ("Dual-port", "OFF".to_string()),
-            ("Device", o.dev.as_str().to_string()),
-            ("Number of qps", nq.to_string()),
-            ("Transport type", "RoCEv2 (rsnic, DPDK)".to_string()),
-            ("Connection type", "RC".to_string()),
-            ("TX depth", o.tx_depth.to_string()),
-            ("Mtu", format!("{mtu}[B]")),
-            ("Link type", "Ethernet".to_string()),
-            ("Congestion ctl", kind.to_string()),
-            (
-                "Data ex. method",
-                format!("Ethernet ({} exchange)", link.protocol()),
-            ),
-        ];
-        print!("{}", perftest::preamble(test.title(), &settings));
-        // As perftest: one local and one remote line per QP.
-        for (l, _) in &locals {
-            print!("{}", l.format("local"));
-        }
-        for (_, r) in &locals {
-            print!("{}", r.format("remote"));
-        }
-        println!("{}", perftest::RULE);
-    }
-    // What follows waits for the peer's test, as long as it takes.
-    link.set_wait(o.timeout.map(Duration::from_secs))?;
-    Ok(Session {
-        dev,
-        cq,
-        qps,
-        mr,
-        layout,
-        remotes,
-        link,
-        server,
-    })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn layout_follows_perftest() {
-        // 64 KiB messages, 4 KiB pages, 2 QPs: units of 64 KiB.
-        let l = Layout::new(65536, 4096, 64, 2);
-        assert_eq!(l.bytes(), 4 * 65536);
-        assert_eq!(
-            (l.local(1), l.incoming(0), l.incoming(1)),
-            (65536, 131072, 196608)
-        );
-        assert_eq!(l.slot(7, 65536), 0);
-        // Small messages cycle through the page in cache-line steps.
-        let l = Layout::new(2, 4096, 64, 1);
-        assert_eq!(l.unit, 4096);
-        assert_eq!(l.slot(1, 2), 64);
-        assert_eq!(l.slot(64, 2), 0);
-        assert_eq!(l.slot(3, 100), 384);
-        // A latency buffer holds the message twice (ours and the peer's).
-        let l = Layout::new(64, 32, 64, 1);
-        assert!(l.bytes() >= 2 * 64 && l.incoming(0) >= 64);
+/// perftest's preamble: the settings, then one local and one remote address line
+/// per QP.
+fn print_preamble(
+    test: &Test,
+    o: &Opts,
+    nq: usize,
+    mtu: u32,
+    link: &Link,
+    lines: &[(AddressLine, AddressLine)],
+) {
+    let settings = vec![
+        ("Dual-port", "OFF".to_string()),
+        ("Device", o.dev.as_str().to_string()),
+        ("Number of qps", nq.to_string()),
+        ("Transport type", "RoCEv2 (rsnic, DPDK)".to_string()),
+        ("Connection type", "RC".to_string()),
+        ("TX depth", o.tx_depth.to_string()),
+        ("Mtu", format!("{mtu}[B]")),
+        ("Link type", "Ethernet".to_string()),
+        ("Congestion ctl", o.cc.to_string()),
+        (
+            "Data ex. method",
+            format!("Ethernet ({} exchange)", link.protocol()),
+        ),
+    ];
+    print!("{}", perftest::preamble(test.title(), &settings));
+    for (l, _) in lines {
+        print!("{}", l.format("local"));
     }
-
-    #[test]
-    fn report_lines_round_trip() {
-        let r = parse_report("REPORT 65536 100 1.5 1.25 0.002\n").unwrap();
-        assert_eq!(
-            (r.size, r.iters, r.bw_peak, r.bw_avg),
-            (65536, 100, 1.5, 1.25)
-        );
-        assert!(parse_report("REPORT 1 2 x 4 5").is_none());
-        assert!(parse_report("SYNC").is_none());
+    for (_, r) in lines {
+        print!("{}", r.format("remote"));
     }
+    println!("{}", perftest::RULE);
 }
