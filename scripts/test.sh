@@ -31,8 +31,8 @@ TXP_SECS=3 TXP_ROUNDS=1 cargo bench -p bench --bench tx_pipeline
 SWITCH_FWD_SECS=3 SWITCH_FWD_ROUNDS=1 cargo bench -p bench --bench switch_fwd
 GOODPUT_SECS=1 cargo bench -p bench --bench nic_goodput
 
-echo "== interop: roce-perf against Linux rxe + perftest 4.5 in a QEMU guest (scripts/interop.sh; about 6 minutes on 2 busy cores)"
-timeout 600 scripts/interop.sh all
+echo "== interop: roce-perf, and perftest on rsnic (librsnic_verbs.so), against Linux rxe + perftest 4.5 in a QEMU guest (scripts/interop.sh; about 7-8 minutes on 2 busy cores)"
+timeout 780 scripts/interop.sh all
 
 scripts/soak.sh 0.5 # chaos soak, 30 s: every CC, 1 % loss/dup/reorder/corruption, bytes checked (issue 14; 10-minute run in docs/reliability.md)
 echo "== fuzz smoke (${FUZZ_SECONDS:-5} s per target)"

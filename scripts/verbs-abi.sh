@@ -8,7 +8,7 @@
 # Every test must exit 0 on both ends and print its result row; the script
 # prints a matrix and exits non-zero on any failure. Logs: target/verbs-abi/.
 #
-# usage: scripts/verbs-abi.sh [all|quick|abi|pairs]
+# usage: scripts/verbs-abi.sh [all|quick|abi|pairs|port|bench]
 #   abi:   the C check program verbs-abi/tests/c/verbs_check.c (gcc against the
 #          system's verbs.h, -libverbs, run preloaded on a looped-back net_ring0):
 #          bad input, error completions, events, VERBS_CYCLES create/destroy
@@ -168,6 +168,25 @@ if [ $rc -eq 0 ] && [ -z "$miss" ]; then
 else
   record "ibv_devinfo -v" FAIL "rc $rc, missing:$miss"
 fi
+
+# -- 1b. a second program on the same port is refused with a message, and the
+#        first one goes on (ibv_rc_pingpong's server waits; ibv_devinfo tries rt-a)
+f=$LOG/second
+on_a ibv_rc_pingpong -d rsnic0 -g 0 -n 5 >"$f.first" 2>&1 &
+first=$!
+for _ in $(seq 100); do ip netns exec "$A" ss -ltn 2>/dev/null | grep -q ":18515 " && break; sleep 0.2; done
+T=30 on_a ibv_devinfo >"$f.second" 2>&1
+rc=$?
+T=60 on_b ibv_rc_pingpong -d rsnic0 -g 0 -n 5 10.99.0.1 >"$f.peer" 2>&1
+prc=$?
+wait $first
+frc=$?
+if grep -q "in use by another rsnic program" "$f.second" && [ $frc -eq 0 ] && [ $prc -eq 0 ]; then
+  record "second program on the port" ok "$(grep -o 'port .*program' "$f.second" | head -1); the first completed its run"
+else
+  record "second program on the port" FAIL "devinfo rc $rc, first rc $frc, its peer rc $prc: $(tail -1 "$f.second")"
+fi
+[ "$what" = port ] && finish
 
 # -- 2. perftest, both ends on rsnic (client in A, server in B over ctl 10.99.0.2)
 P="-d rsnic0 -i 1 -x 0 -F"
