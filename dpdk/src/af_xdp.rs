@@ -353,6 +353,26 @@ mod tests {
     }
 
     #[test]
+    fn loopback_is_seen_through_the_kernel() {
+        // Every network namespace has `lo` (index 1, MTU 65536 since 3.6).
+        assert_eq!(ifindex("lo"), 1);
+        assert!(kernel_mtu("lo").is_some_and(|m| m >= 1500));
+        assert_eq!(ifindex("xd-none-here"), 0);
+        assert_eq!(kernel_mtu("xd-none-here"), None);
+    }
+
+    #[test]
+    fn a_queue_the_interface_lacks_is_a_clear_error() {
+        let e = prepare("af_xdp:lo,start_queue=4096")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("receive queue") && e.contains("start_queue=4096"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_missing_interface_is_a_clear_error() {
         let e = prepare("af_xdp:xd-nonexistent9").unwrap_err().to_string();
         assert!(

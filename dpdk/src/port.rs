@@ -514,10 +514,17 @@ impl Port {
         // A port on a kernel interface carries what the interface's MTU
         // lets through (the kernel drops longer frames; rsnic never changes
         // the MTU of an interface it shares).
+        let mut max = info.max_rx_pktlen;
         if let Some(mtu) = self.kernel_iface().and_then(crate::af_xdp::kernel_mtu) {
-            return Ok(info.max_rx_pktlen.min(mtu + 14));
+            max = max.min(mtu + 14);
         }
-        Ok(info.max_rx_pktlen)
+        // A kernel-interface port that cannot send chained mbufs
+        // (`tx_multi_seg`) carries frames of one default-sized mbuf.
+        if self.kernel_iface().is_some() && !self.tx_multi_seg().unwrap_or(false) {
+            max = max
+                .min(u32::from(crate::Mempool::DEFAULT_DATA_ROOM) - dpdk_sys::RTE_PKTMBUF_HEADROOM);
+        }
+        Ok(max)
     }
 
     /// Whether the driver sends chained (multi-segment) mbufs
