@@ -81,6 +81,16 @@ pub struct DeviceConfig {
 }
 
 impl DeviceConfig {
+    /// A device configuration in host mode on kernel interface `iface`: the
+    /// interface's IPv4 address, the port's MAC (the interface's, as the
+    /// `net_af_xdp` PMD reports it) and the kernel's neighbour table.
+    pub fn host(iface: &str) -> Result<Self, crate::host::HostError> {
+        let k = crate::host::KernelIface::new(iface)?;
+        let mut cfg = DeviceConfig::new(k.ipv4()?);
+        cfg.kernel_iface = Some(k);
+        Ok(cfg)
+    }
+
     /// Defaults for a device with address `ip`: 100 Gbit/s, 10 us base RTT.
     pub fn new(ip: [u8; 4]) -> Self {
         DeviceConfig {

@@ -129,7 +129,7 @@ impl Device {
         if cfg.pcap.is_some() {
             return Err(VerbsError::ShardedCapture);
         }
-        let cfg = crate::host::adopt(&port, &cfg)?;
+        let cfg = adopt(&port, &cfg)?;
         let mac = match cfg.mac {
             Some(m) => m,
             None => port.mac()?,
@@ -220,7 +220,7 @@ impl Device {
         port: Port,
         cfg: &DeviceConfig,
     ) -> Result<(Engine, Device), VerbsError> {
-        let cfg = &crate::host::adopt(&port, cfg)?;
+        let cfg = &adopt(&port, cfg)?;
         let mac = match cfg.mac {
             Some(m) => m,
             None => port.mac()?,
@@ -346,4 +346,23 @@ fn start_capture(
         source,
     })?;
     Ok((p, t))
+}
+
+/// `cfg` for a device on `port`: a port on a kernel interface (dpdk's
+/// `Port::kernel_iface`) is put in host mode if `cfg` does not say so
+/// already, since ARP replies for the NIC would reach the kernel, not it;
+/// and, where its driver cannot send chained mbufs (`net_af_xdp` in DPDK
+/// 22.11, dpdk::Port::tx_multi_seg), every payload is copied into the
+/// frame (`copy_threshold`), so that frames leave in one segment.
+fn adopt(port: &Port, cfg: &DeviceConfig) -> Result<DeviceConfig, crate::host::HostError> {
+    let mut cfg = cfg.clone();
+    if let Some(name) = port.kernel_iface() {
+        if cfg.kernel_iface.is_none() {
+            cfg.kernel_iface = Some(crate::host::KernelIface::new(name)?);
+        }
+        if !port.tx_multi_seg().unwrap_or(false) {
+            cfg.copy_threshold = usize::MAX;
+        }
+    }
+    Ok(cfg)
 }

@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use netlink::{Message, Neigh, Route};
 
-use crate::contract::DeviceConfig;
 use crate::sys::NetlinkSocket;
 
 /// How long a resolution through the kernel may take: the kernel's own
@@ -315,35 +314,6 @@ fn seq_of(m: &Message) -> u32 {
         | Message::Route { seq, .. }
         | Message::Other { seq, .. } => seq,
     }
-}
-
-/// A device configuration in host mode on kernel interface `iface`: the
-/// interface's IPv4 address, the port's MAC (the interface's, as the
-/// `net_af_xdp` PMD reports it) and the kernel's neighbour table.
-pub fn host_config(iface: &str) -> Result<DeviceConfig, HostError> {
-    let k = KernelIface::new(iface)?;
-    let mut cfg = DeviceConfig::new(k.ipv4()?);
-    cfg.kernel_iface = Some(k);
-    Ok(cfg)
-}
-
-/// `cfg` for a device on `port`: a port on a kernel interface (dpdk's
-/// `Port::kernel_iface`) is put in host mode if `cfg` does not say so
-/// already, since ARP replies for the NIC would reach the kernel, not it;
-/// and, where its driver cannot send chained mbufs (`net_af_xdp` in DPDK
-/// 22.11, dpdk::Port::tx_multi_seg), every payload is copied into the
-/// frame (`copy_threshold`), so that frames leave in one segment.
-pub fn adopt(port: &dpdk::Port, cfg: &DeviceConfig) -> Result<DeviceConfig, HostError> {
-    let mut cfg = cfg.clone();
-    if let Some(name) = port.kernel_iface() {
-        if cfg.kernel_iface.is_none() {
-            cfg.kernel_iface = Some(KernelIface::new(name)?);
-        }
-        if !port.tx_multi_seg().unwrap_or(false) {
-            cfg.copy_threshold = usize::MAX;
-        }
-    }
-    Ok(cfg)
 }
 
 #[cfg(test)]

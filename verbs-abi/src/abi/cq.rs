@@ -1,0 +1,318 @@
+//! Completion channels and CQs: create, destroy, the `poll_cq`/`req_notify_cq` ops and the events (`ibv_get_cq_event`).
+
+use super::*;
+use libc::{EAGAIN, EBUSY, EINVAL, ENOMEM, EOPNOTSUPP};
+use std::ffi::{c_int, c_uint, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_create_comp_channel(
+    c: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    guard(null_mut(), || {
+        if ctx(c).is_none() {
+            return null_with(EINVAL);
+        }
+        // SAFETY: epoll_create1 takes no pointers.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return null_with(
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(ENOMEM),
+            );
+        }
+        // SAFETY: a fresh descriptor nobody else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+        let b = Box::new(Channel {
+            ibv: ibv_comp_channel {
+                context: c,
+                fd,
+                refcnt: 0,
+            },
+            epoll,
+            cqs: AtomicU32::new(0),
+        });
+        let p = Box::into_raw(b);
+        register(p.cast(), Kind::Channel);
+        p.cast()
+    })
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    guard(-1, || {
+        if !is_live(ch.cast(), Kind::Channel) {
+            return minus_one(EINVAL);
+        }
+        // SAFETY: a live channel (checked).
+        if unsafe { &*ch.cast::<Channel>() }
+            .cqs
+            .load(Ordering::Acquire)
+            != 0
+        {
+            return minus_one(EBUSY);
+        }
+        unregister(ch.cast(), Kind::Channel);
+        // SAFETY: allocated in create_comp_channel, now unregistered.
+        drop(unsafe { Box::from_raw(ch.cast::<Channel>()) });
+        0
+    })
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_create_cq(
+    c: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    ch: *mut ibv_comp_channel,
+    _vector: c_int,
+) -> *mut ibv_cq {
+    guard(null_mut(), || {
+        let Some(ctx) = ctx(c) else {
+            return null_with(EINVAL);
+        };
+        if !(1..=MAX_CQE).contains(&cqe) {
+            return null_with(EINVAL);
+        }
+        if !ch.is_null() && !is_live(ch.cast(), Kind::Channel) {
+            return null_with(EINVAL);
+        }
+        let dev = &ctx.backend.dev;
+        let depth = cqe as usize;
+        let made = if ch.is_null() {
+            dev.create_cq(depth)
+        } else {
+            dev.create_cq_with_channel(depth)
+        };
+        let cq = match made {
+            Ok(q) => q,
+            Err(e) => return null_with(errno_of(&e)),
+        };
+        let id = cq.id();
+        let efd = cq.channel_fd();
+        let b = Box::new(Cq {
+            ibv: ibv_cq {
+                context: c,
+                channel: ch,
+                cq_context,
+                handle: id,
+                cqe,
+                ..Default::default()
+            },
+            lock: Spin::default(),
+            cq: std::cell::UnsafeCell::new(Some(cq)),
+            channel: ch.cast(),
+            id,
+            idle_polls: std::cell::Cell::new(0),
+            yield_when_idle: !ctx.backend.cfg.busy_poll,
+        });
+        let p = Box::into_raw(b);
+        if let (false, Some(efd)) = (ch.is_null(), efd) {
+            // SAFETY: a live channel (checked above).
+            let chan = unsafe { &*ch.cast::<Channel>() };
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: p as u64,
+            };
+            // SAFETY: both descriptors are live; `ev` is a valid event.
+            let rc = unsafe {
+                libc::epoll_ctl(chan.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, efd, &mut ev)
+            };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(ENOMEM);
+                // SAFETY: just allocated, never shared.
+                drop(unsafe { Box::from_raw(p) });
+                return null_with(e);
+            }
+            chan.cqs.fetch_add(1, Ordering::AcqRel);
+        }
+        register(p.cast(), Kind::Cq);
+        live()
+            .get_or_insert_with(Default::default)
+            .cqs
+            .insert(id, p as usize);
+        p.cast()
+    })
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_destroy_cq(q: *mut ibv_cq) -> c_int {
+    guard(libc::EIO, || {
+        if !is_live(q.cast(), Kind::Cq) {
+            return EINVAL;
+        }
+        // SAFETY: a live CQ of ours (checked).
+        let cq = unsafe { &*q.cast::<Cq>() };
+        // SAFETY: its context outlives it.
+        let dev = &unsafe { Context::from_ibv(cq.ibv.context) }.backend.dev;
+        let g = cq.lock.lock();
+        // SAFETY: under the CQ's lock.
+        let slot = unsafe { &mut *cq.cq.get() };
+        let Some(h) = slot.take() else { return EINVAL };
+        let efd = h.channel_fd();
+        if let Err(busy) = dev.destroy_cq(h) {
+            *slot = Some(busy.handle);
+            return EBUSY;
+        }
+        drop(g);
+        if let (false, Some(efd)) = (cq.channel.is_null(), efd) {
+            // SAFETY: a CQ's channel cannot be destroyed while the CQ lives.
+            let chan = unsafe { &*cq.channel };
+            // SAFETY: live descriptors; a DEL takes no event.
+            unsafe {
+                libc::epoll_ctl(chan.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, efd, null_mut())
+            };
+            chan.cqs.fetch_sub(1, Ordering::AcqRel);
+        }
+        unregister(q.cast(), Kind::Cq);
+        if let Some(l) = live().as_mut() {
+            l.cqs.remove(&cq.id);
+        }
+        // SAFETY: allocated in create_cq, now unregistered.
+        drop(unsafe { Box::from_raw(q.cast::<Cq>()) });
+        0
+    })
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_resize_cq(_q: *mut ibv_cq, _cqe: c_int) -> c_int {
+    EOPNOTSUPP
+}
+
+/// `ibv_poll_cq` (through `ops.poll_cq`): at most `n` completions into
+/// `wc`; no allocation, no system call, one uncontended lock.
+pub(crate) extern "C" fn op_poll_cq(q: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    guard(-1, || {
+        if n < 0 || (n > 0 && wc.is_null()) {
+            return -1;
+        }
+        // SAFETY: `ops.poll_cq` is only reached through a CQ of ours.
+        let cq = unsafe { &*q.cast::<Cq>() };
+        let _g = cq.lock.lock();
+        // SAFETY: under the CQ's lock.
+        let Some(h) = (unsafe { &mut *cq.cq.get() }).as_mut() else {
+            return -1;
+        };
+        let mut got = 0;
+        while got < n {
+            let Some(c) = h.poll_one() else { break };
+            // SAFETY: the caller's array of `n` entries.
+            fill_wc(&c, unsafe { &mut *wc.add(got as usize) });
+            got += 1;
+        }
+        if got == 0 && cq.yield_when_idle {
+            // A program spinning on an empty CQ (perftest does) on a host
+            // with fewer cores than spinning threads holds its core for a
+            // whole scheduler slice while the engine (or the peer) needs it:
+            // after IDLE_POLLS_BEFORE_YIELD empty polls in a row it yields
+            // once, as the engine does (RSNIC_BUSY_POLL=1: never).
+            let idle = cq.idle_polls.get() + 1;
+            if idle >= IDLE_POLLS_BEFORE_YIELD {
+                cq.idle_polls.set(0);
+                std::thread::yield_now();
+            } else {
+                cq.idle_polls.set(idle);
+            }
+        } else {
+            cq.idle_polls.set(0);
+        }
+        got
+    })
+}
+
+/// `ibv_req_notify_cq` (through `ops.req_notify_cq`): arms the CQ's
+/// channel for the next completion (solicited-only is taken as any).
+pub(crate) extern "C" fn op_req_notify_cq(q: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: reached only through a CQ of ours.
+        let cq = unsafe { &*q.cast::<Cq>() };
+        let _g = cq.lock.lock();
+        // SAFETY: under the CQ's lock.
+        match (unsafe { &*cq.cq.get() }).as_ref() {
+            Some(h) => {
+                h.req_notify();
+                0
+            }
+            None => EINVAL,
+        }
+    })
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_get_cq_event(
+    ch: *mut ibv_comp_channel,
+    cq_out: *mut *mut ibv_cq,
+    ctx_out: *mut *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        if !is_live(ch.cast(), Kind::Channel) || cq_out.is_null() || ctx_out.is_null() {
+            return minus_one(EINVAL);
+        }
+        // SAFETY: a live channel (checked).
+        let chan = unsafe { &*ch.cast::<Channel>() };
+        let epfd = chan.epoll.as_raw_fd();
+        // A program that made the channel's fd non-blocking gets EAGAIN
+        // instead of a sleep, as from the uverbs descriptor.
+        // SAFETY: F_GETFL on a live descriptor.
+        let nonblock = unsafe { libc::fcntl(epfd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
+        loop {
+            let mut ev = libc::epoll_event { events: 0, u64: 0 };
+            // SAFETY: one event slot, live for the call.
+            let n = unsafe { libc::epoll_wait(epfd, &mut ev, 1, if nonblock { 0 } else { -1 }) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO);
+                // DPDK's own signals (net_tap's SIGIO) interrupt the sleep:
+                // not the program's, so not its EINTR.
+                if e == libc::EINTR {
+                    continue;
+                }
+                return minus_one(e);
+            }
+            if n == 0 {
+                return minus_one(EAGAIN);
+            }
+            let q = ev.u64 as *mut Cq;
+            // SAFETY: the CQ is registered in the epoll set only while live.
+            let cq = unsafe { &*q };
+            let efd = {
+                let _g = cq.lock.lock();
+                // SAFETY: under the CQ's lock.
+                (unsafe { &*cq.cq.get() })
+                    .as_ref()
+                    .and_then(|h| h.channel_fd())
+            };
+            let Some(efd) = efd else { continue };
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd.
+            let r = unsafe { libc::read(efd, (&raw mut count).cast(), 8) };
+            if r != 8 {
+                // Another thread took this event first.
+                continue;
+            }
+            // SAFETY: the caller's out parameters (checked non-NULL).
+            unsafe {
+                *cq_out = q.cast();
+                *ctx_out = cq.ibv.cq_context;
+            }
+            return 0;
+        }
+    })
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_ack_cq_events(q: *mut ibv_cq, n: c_uint) {
+    guard((), || {
+        if is_live(q.cast(), Kind::Cq) {
+            // SAFETY: a live CQ of ours; the counter is the program's to read.
+            let cq = unsafe { &mut *q.cast::<Cq>() };
+            cq.ibv.comp_events_completed = cq.ibv.comp_events_completed.wrapping_add(n);
+        }
+    })
+}

@@ -1,0 +1,74 @@
+//! The exported libibverbs functions (`rsnic_<name>`, given their public
+//! name and rdma-core's symbol version by build.rs) and the `ibv_context_ops`
+//! that verbs.h's inline `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq` and
+//! `ibv_req_notify_cq` call. Return conventions and errno values are those
+//! of the man pages (`ibv_open_device(3)`, `ibv_modify_qp(3)`, ...): a
+//! pointer or NULL with errno; 0 or an errno value; 0 or -1 with errno
+//! where the page says so. Every function runs inside [`guard`], which
+//! catches a panic and fails the call instead of unwinding into C.
+//!
+//! Files: `device` (the device list, contexts, queries), `memory` (PDs,
+//! regions), `cq` (channels, CQs, polling), `qp` (QPs, posting),
+//! `rest` (async events, unimplemented calls, helpers).
+
+use std::ffi::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::null_mut;
+
+use crate::ffi::*;
+use crate::objects::*;
+use crate::translate::*;
+
+/// The largest inline payload a QP may ask for (`max_inline_data`).
+pub const MAX_INLINE: u32 = 256;
+/// The deepest send or receive queue (`max_qp_wr`).
+pub const MAX_WR: u32 = 16384;
+/// The deepest CQ (`max_cqe`).
+pub const MAX_CQE: i32 = 1 << 20;
+/// Empty `ibv_poll_cq` calls in a row before one `sched_yield` (unless
+/// `RSNIC_BUSY_POLL=1`).
+pub const IDLE_POLLS_BEFORE_YIELD: u32 = 64;
+/// Outstanding READ/ATOMIC requests a QP issues and takes.
+pub const MAX_RD_ATOMIC: u8 = 16;
+
+/// Sets the calling thread's errno.
+pub fn set_errno(e: i32) {
+    // SAFETY: `__errno_location` returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() = e }
+}
+
+/// Runs `f`; a panic is reported on stderr and turned into `fail` (a
+/// failed call), never an unwind into the C caller.
+#[inline]
+pub fn guard<T>(fail: T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            eprintln!("rsnic: internal error (a panic) in a verbs call; the call fails with EIO");
+            set_errno(libc::EIO);
+            fail
+        }
+    }
+}
+
+/// NULL with errno `e`.
+pub(crate) fn null_with<T>(e: i32) -> *mut T {
+    set_errno(e);
+    null_mut()
+}
+
+/// -1 with errno `e`.
+pub(crate) fn minus_one(e: i32) -> c_int {
+    set_errno(e);
+    -1
+}
+
+mod cq;
+mod device;
+mod memory;
+mod qp;
+mod rest;
+
+pub(crate) use cq::*;
+pub(crate) use device::*;
+pub(crate) use qp::*;

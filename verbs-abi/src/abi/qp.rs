@@ -1,0 +1,490 @@
+//! QPs: create, modify (`ibv_modify_qp(3)`'s masks and transitions), query, destroy, and the `post_send`/`post_recv` ops.
+
+use super::*;
+use crate::backend::Backend;
+use libc::{EINVAL, EOPNOTSUPP};
+use nic::contract::{QpOptions, QpTransition, RemoteQp};
+use nic::verbs::VerbsError;
+use rdma::transport::{RecvWr, SendOp, SendWr, Sge};
+use std::ffi::c_int;
+use std::ptr::null_mut;
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_create_qp(
+    p: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    guard(null_mut(), || {
+        if !is_live(p.cast(), Kind::Pd) || attr.is_null() {
+            return null_with(EINVAL);
+        }
+        // SAFETY: the caller's attributes (checked non-NULL); `cap` is
+        // written back below, as ibv_create_qp(3) says.
+        let a = unsafe { &mut *attr };
+        if a.qp_type != IBV_QPT_RC {
+            // UD, UC, XRC, raw packet: not implemented by this NIC.
+            return null_with(EOPNOTSUPP);
+        }
+        if !a.srq.is_null() {
+            return null_with(EOPNOTSUPP);
+        }
+        if !is_live(a.send_cq.cast(), Kind::Cq) || !is_live(a.recv_cq.cast(), Kind::Cq) {
+            return null_with(EINVAL);
+        }
+        let cap = a.cap;
+        if cap.max_send_wr > MAX_WR
+            || cap.max_recv_wr > MAX_WR
+            || cap.max_send_sge > 1
+            || cap.max_recv_sge > 1
+            || cap.max_inline_data > MAX_INLINE
+        {
+            return null_with(EINVAL);
+        }
+        // SAFETY: a live PD and live CQs of ours (checked).
+        let (pd, scq, rcq) = unsafe {
+            (
+                &*p.cast::<Pd>(),
+                &*a.send_cq.cast::<Cq>(),
+                &*a.recv_cq.cast::<Cq>(),
+            )
+        };
+        // SAFETY: the PD's context outlives it.
+        let backend = unsafe { Context::from_ibv(pd.ibv.context) }.backend;
+        let Some(h) = pd.pd.as_ref() else {
+            return null_with(EINVAL);
+        };
+        let opts = QpOptions {
+            sq_depth: cap.max_send_wr.max(1) as u16,
+            rq_depth: cap.max_recv_wr.max(1) as u16,
+            mtu: backend.dev.max_path_mtu(),
+            cc: backend.cfg.cc,
+            max_rd_atomic: MAX_RD_ATOMIC,
+            max_sge: 1,
+            max_inline_data: cap.max_inline_data,
+            ..QpOptions::default()
+        };
+        let made = {
+            let _g1 = scq.lock.lock();
+            let _g2 = (!std::ptr::eq(scq, rcq)).then(|| rcq.lock.lock());
+            // SAFETY: under both CQs' locks.
+            let (s, r) = unsafe { ((*scq.cq.get()).as_ref(), (*rcq.cq.get()).as_ref()) };
+            match (s, r) {
+                (Some(s), Some(r)) => h.create_qp(s, r, opts),
+                _ => return null_with(EINVAL),
+            }
+        };
+        let qp = match made {
+            Ok(q) => q,
+            Err(e) => return null_with(errno_of(&e)),
+        };
+        let granted = ibv_qp_cap {
+            max_send_wr: u32::from(opts.sq_depth),
+            max_recv_wr: u32::from(opts.rq_depth),
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: cap.max_inline_data,
+        };
+        a.cap = granted;
+        let qpn = qp.qpn();
+        let b = Box::new(Qp {
+            ibv: ibv_qp {
+                context: pd.ibv.context,
+                qp_context: a.qp_context,
+                pd: p,
+                send_cq: a.send_cq,
+                recv_cq: a.recv_cq,
+                srq: null_mut(),
+                handle: qpn,
+                qp_num: qpn,
+                state: IBV_QPS_RESET,
+                qp_type: IBV_QPT_RC,
+                ..Default::default()
+            },
+            lock: Spin::default(),
+            inner: std::cell::UnsafeCell::new(QpInner {
+                qp: Some(qp),
+                state: IBV_QPS_RESET,
+                sq_sig_all: a.sq_sig_all != 0,
+                cap: granted,
+                attr: ibv_qp_attr {
+                    cap: granted,
+                    ..Default::default()
+                },
+            }),
+        });
+        let q = Box::into_raw(b);
+        register(q.cast(), Kind::Qp);
+        live()
+            .get_or_insert_with(Default::default)
+            .qps
+            .insert(qpn, q as usize);
+        q.cast()
+    })
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_destroy_qp(q: *mut ibv_qp) -> c_int {
+    guard(libc::EIO, || {
+        if !unregister(q.cast(), Kind::Qp) {
+            return EINVAL;
+        }
+        // SAFETY: allocated in create_qp, now unregistered.
+        let qp = unsafe { Box::from_raw(q.cast::<Qp>()) };
+        // SAFETY: its context outlives it.
+        let dev = &unsafe { Context::from_ibv(qp.ibv.context) }.backend.dev;
+        if let Some(l) = live().as_mut() {
+            l.qps.remove(&qp.ibv.qp_num);
+        }
+        let _g = qp.lock.lock();
+        // SAFETY: under the QP's lock.
+        let inner = unsafe { &mut *qp.inner.get() };
+        match inner.qp.take().map(|h| dev.destroy_qp(h)) {
+            Some(Err(e)) => errno_of(&e),
+            _ => 0,
+        }
+    })
+}
+
+/// Applies a checked `ibv_modify_qp` to the engine's QP.
+pub(crate) fn modify(
+    inner: &mut QpInner,
+    attr: &ibv_qp_attr,
+    mask: u32,
+    backend: &Backend,
+) -> Result<(), i32> {
+    let cur = inner.state;
+    let to = check_modify(cur, attr.qp_state, mask)?;
+    if mask & IBV_QP_CUR_STATE != 0 && attr.cur_qp_state != cur {
+        return Err(EINVAL);
+    }
+    if mask & IBV_QP_PORT != 0 && attr.port_num != 1 {
+        return Err(EINVAL);
+    }
+    if mask & IBV_QP_PKEY_INDEX != 0 && attr.pkey_index != 0 {
+        return Err(EINVAL);
+    }
+    if mask & IBV_QP_ACCESS_FLAGS != 0
+        && attr.qp_access_flags
+            & !(IBV_ACCESS_LOCAL_WRITE
+                | IBV_ACCESS_REMOTE_WRITE
+                | IBV_ACCESS_REMOTE_READ
+                | IBV_ACCESS_REMOTE_ATOMIC)
+            != 0
+    {
+        return Err(EINVAL);
+    }
+    // max_rd_atomic / max_dest_rd_atomic above this NIC's 16 are taken as
+    // 16, not refused: perftest sets them to the *peer's* `out_reads` (Linux
+    // rxe advertises 128), and the engine issues and serves at most 16
+    // either way; the peer learns 16 from our device attributes.
+    if (mask & IBV_QP_RETRY_CNT != 0 && attr.retry_cnt > 7)
+        || (mask & IBV_QP_RNR_RETRY != 0 && attr.rnr_retry > 7)
+        || (mask & IBV_QP_SQ_PSN != 0 && attr.sq_psn > 0xFF_FFFF)
+        || (mask & IBV_QP_RQ_PSN != 0 && attr.rq_psn > 0xFF_FFFF)
+        || (mask & IBV_QP_DEST_QPN != 0 && attr.dest_qp_num > 0xFF_FFFF)
+    {
+        return Err(EINVAL);
+    }
+    let h = inner.qp.as_mut().ok_or(EINVAL)?;
+    let engine = |r: Result<(), VerbsError>| r.map_err(|e| errno_of(&e));
+    match (cur, to) {
+        (_, IBV_QPS_RESET) => engine(h.modify_qp(QpTransition::Reset))?,
+        (_, IBV_QPS_ERR) => engine(h.modify_qp(QpTransition::Err))?,
+        (IBV_QPS_RESET, IBV_QPS_INIT) => engine(h.modify_qp(QpTransition::Init))?,
+        (IBV_QPS_INIT, IBV_QPS_RTR) => {
+            let mtu = mtu_bytes(attr.path_mtu).ok_or(EINVAL)?;
+            let ah = &attr.ah_attr;
+            // RoCE needs the GRH: the peer is its GID (IBA annex A17.4.5).
+            if ah.is_global == 0 || ah.grh.sgid_index != 0 || (ah.port_num != 0 && ah.port_num != 1)
+            {
+                return Err(EINVAL);
+            }
+            // SAFETY: a GID is 16 plain bytes either way it is read.
+            let dgid = unsafe { ah.grh.dgid.raw };
+            let ip = ipv4_of_gid(&dgid).ok_or(EINVAL)?;
+            let remote = RemoteQp {
+                qpn: attr.dest_qp_num,
+                psn: attr.rq_psn,
+                ip,
+                // The peer's MAC by the NIC's own ARP; our own address (two
+                // QPs of this device, the GID loopback of a hardware NIC) is
+                // our own MAC: the port's link brings the frames back only
+                // where it loops (net_ring), as a switch would hairpin.
+                mac: (ip == backend.dev.ip()).then(|| backend.dev.mac()),
+                mtu: mtu.min(backend.dev.max_path_mtu()),
+                cc: backend.cfg.cc,
+            };
+            engine(h.modify_qp(QpTransition::Rtr(remote)))?;
+        }
+        (IBV_QPS_RTR, IBV_QPS_RTS) => {
+            engine(h.set_sq_psn(attr.sq_psn))?;
+            engine(h.modify_qp(QpTransition::Rts))?;
+        }
+        // INIT -> INIT and RTS -> RTS change only attributes kept here.
+        _ => {}
+    }
+    inner.state = to;
+    let a = &mut inner.attr;
+    a.qp_state = to;
+    a.cur_qp_state = to;
+    macro_rules! keep {
+        ($($bit:ident => $($f:ident),+);+ $(;)?) => {
+            $( if mask & $bit != 0 { $( a.$f = attr.$f; )+ } )+
+        };
+    }
+    keep! {
+        IBV_QP_ACCESS_FLAGS => qp_access_flags;
+        IBV_QP_PKEY_INDEX => pkey_index;
+        IBV_QP_PORT => port_num;
+        IBV_QP_AV => ah_attr;
+        IBV_QP_PATH_MTU => path_mtu;
+        IBV_QP_TIMEOUT => timeout;
+        IBV_QP_RETRY_CNT => retry_cnt;
+        IBV_QP_RNR_RETRY => rnr_retry;
+        IBV_QP_RQ_PSN => rq_psn;
+        IBV_QP_MAX_QP_RD_ATOMIC => max_rd_atomic;
+        IBV_QP_MIN_RNR_TIMER => min_rnr_timer;
+        IBV_QP_SQ_PSN => sq_psn;
+        IBV_QP_MAX_DEST_RD_ATOMIC => max_dest_rd_atomic;
+        IBV_QP_DEST_QPN => dest_qp_num;
+    }
+    a.max_rd_atomic = a.max_rd_atomic.min(MAX_RD_ATOMIC);
+    a.max_dest_rd_atomic = a.max_dest_rd_atomic.min(MAX_RD_ATOMIC);
+    Ok(())
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_modify_qp(
+    q: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        if !is_live(q.cast(), Kind::Qp) || attr.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: a live QP of ours and the caller's attributes (checked).
+        let (qp, attr) = unsafe { (&mut *q.cast::<Qp>(), &*attr) };
+        // SAFETY: its context outlives it.
+        let backend = unsafe { Context::from_ibv(qp.ibv.context) }.backend;
+        let g = qp.lock.lock();
+        // SAFETY: under the QP's lock.
+        let inner = unsafe { &mut *qp.inner.get() };
+        let r = modify(inner, attr, mask as u32, backend);
+        let state = inner.state;
+        drop(g);
+        qp.ibv.state = state;
+        match r {
+            Ok(()) => 0,
+            Err(e) => e,
+        }
+    })
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_query_qp(
+    q: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        if !is_live(q.cast(), Kind::Qp) || attr.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: a live QP of ours (checked).
+        let qp = unsafe { &*q.cast::<Qp>() };
+        let _g = qp.lock.lock();
+        // SAFETY: under the QP's lock.
+        let inner = unsafe { &*qp.inner.get() };
+        let mut a = inner.attr;
+        a.qp_state = inner.state;
+        a.cur_qp_state = inner.state;
+        a.cap = inner.cap;
+        // SAFETY: the caller's structs to fill (`init` may be NULL).
+        unsafe {
+            attr.write(a);
+            if !init.is_null() {
+                init.write(ibv_qp_init_attr {
+                    qp_context: qp.ibv.qp_context,
+                    send_cq: qp.ibv.send_cq,
+                    recv_cq: qp.ibv.recv_cq,
+                    srq: null_mut(),
+                    cap: inner.cap,
+                    qp_type: IBV_QPT_RC,
+                    sq_sig_all: inner.sq_sig_all.into(),
+                });
+            }
+        }
+        0
+    })
+}
+
+/// One send work request to the engine.
+#[inline]
+pub(crate) fn post_one(
+    h: &mut nic::verbs::QueuePair,
+    inner_sig_all: bool,
+    max_inline: u32,
+    w: &ibv_send_wr,
+) -> Result<(), i32> {
+    let op = send_op(w)?;
+    let signaled = inner_sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
+    let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
+    let n = usize::try_from(w.num_sge).map_err(|_| EINVAL)?;
+    if n > 0 && w.sg_list.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: ibv_post_send(3): `sg_list` holds `num_sge` entries.
+    let sges = if n == 0 {
+        &[][..]
+    } else {
+        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
+    };
+    if w.send_flags & IBV_SEND_INLINE != 0
+        && matches!(
+            op,
+            SendOp::Send | SendOp::SendImm(_) | SendOp::Write { .. } | SendOp::WriteImm { .. }
+        )
+    {
+        let mut buf = [0u8; MAX_INLINE as usize];
+        let mut len = 0usize;
+        for s in sges {
+            let l = s.length as usize;
+            if len + l > max_inline as usize {
+                return Err(EINVAL);
+            }
+            if l > 0 {
+                // SAFETY: an inline SGE is the program's memory, readable for
+                // `length` bytes during the call (no lkey needed).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(s.addr as *const u8, buf[len..].as_mut_ptr(), l)
+                };
+            }
+            len += l;
+        }
+        return h
+            .post_send_inline(w.wr_id, op, &buf[..len], signaled)
+            .map_err(|e| errno_of(&e));
+    }
+    let sge = match sges {
+        [] => Sge::default(),
+        [s] => Sge {
+            addr: s.addr,
+            len: s.length,
+            lkey: s.lkey,
+        },
+        _ => return Err(EINVAL),
+    };
+    h.post_send(SendWr {
+        wr_id: w.wr_id,
+        op,
+        sge,
+        signaled,
+        solicited,
+    })
+    .map_err(|e| errno_of(&e))
+}
+
+/// `ibv_post_send` (through `ops.post_send`): the chain of work requests,
+/// each to the engine's doorbell ring; on the first failure `*bad` is set
+/// to it and its errno returned (ibv_post_send(3)). No allocation, no
+/// system call.
+pub(crate) extern "C" fn op_post_send(
+    q: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: `ops.post_send` is only reached through a QP of ours.
+        let qp = unsafe { &*q.cast::<Qp>() };
+        let _g = qp.lock.lock();
+        // SAFETY: under the QP's lock.
+        let inner = unsafe { &mut *qp.inner.get() };
+        let fail = |at: *mut ibv_send_wr, e: i32| {
+            if !bad.is_null() {
+                // SAFETY: the caller's out parameter.
+                unsafe { *bad = at };
+            }
+            e
+        };
+        if !matches!(inner.state, IBV_QPS_RTS | IBV_QPS_ERR) {
+            return fail(wr, EINVAL);
+        }
+        let (sig_all, max_inline) = (inner.sq_sig_all, inner.cap.max_inline_data);
+        let Some(h) = inner.qp.as_mut() else {
+            return fail(wr, EINVAL);
+        };
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: a work request of the caller's chain.
+            let w = unsafe { &*cur };
+            if let Err(e) = post_one(h, sig_all, max_inline, w) {
+                return fail(cur, e);
+            }
+            cur = w.next;
+        }
+        0
+    })
+}
+
+/// `ibv_post_recv` (through `ops.post_recv`), as [`op_post_send`].
+pub(crate) extern "C" fn op_post_recv(
+    q: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: reached only through a QP of ours.
+        let qp = unsafe { &*q.cast::<Qp>() };
+        let _g = qp.lock.lock();
+        // SAFETY: under the QP's lock.
+        let inner = unsafe { &mut *qp.inner.get() };
+        let fail = |at: *mut ibv_recv_wr, e: i32| {
+            if !bad.is_null() {
+                // SAFETY: the caller's out parameter.
+                unsafe { *bad = at };
+            }
+            e
+        };
+        if inner.state == IBV_QPS_RESET {
+            return fail(wr, EINVAL);
+        }
+        let Some(h) = inner.qp.as_mut() else {
+            return fail(wr, EINVAL);
+        };
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: a work request of the caller's chain.
+            let w = unsafe { &*cur };
+            let sge = match w.num_sge {
+                0 => Sge::default(),
+                1 if !w.sg_list.is_null() => {
+                    // SAFETY: one entry (num_sge).
+                    let s = unsafe { &*w.sg_list };
+                    Sge {
+                        addr: s.addr,
+                        len: s.length,
+                        lkey: s.lkey,
+                    }
+                }
+                _ => return fail(cur, EINVAL),
+            };
+            if let Err(e) = h.post_recv(RecvWr {
+                wr_id: w.wr_id,
+                sge,
+            }) {
+                return fail(cur, errno_of(&e));
+            }
+            cur = w.next;
+        }
+        0
+    })
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_qp_to_qp_ex(_q: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // Only QPs created with ibv_create_qp_ex and send_ops_flags have one;
+    // this library creates none (ibv_wr_* is not implemented yet).
+    null_with(EOPNOTSUPP)
+}

@@ -1,0 +1,338 @@
+//! Async events, the calls not implemented yet (each fails as rdma-core documents), fork and sysfs helpers, and the string and rate helpers.
+
+use super::*;
+use libc::{EINVAL, EOPNOTSUPP};
+use nic::contract::AsyncEvent;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_get_async_event(
+    c: *mut ibv_context,
+    ev: *mut ibv_async_event,
+) -> c_int {
+    guard(-1, || {
+        let Some(ctx) = ctx(c) else {
+            return minus_one(EINVAL);
+        };
+        if ev.is_null() {
+            return minus_one(EINVAL);
+        }
+        let events = ctx.backend.dev.events();
+        loop {
+            let Some(e) = events.next_timeout(std::time::Duration::from_secs(1)) else {
+                continue;
+            };
+            let l = live();
+            let l = l.as_ref();
+            let (ty, elem) = match e {
+                AsyncEvent::QpFatal { qpn } => match l.and_then(|l| l.qps.get(&qpn)) {
+                    Some(&p) => (
+                        IBV_EVENT_QP_FATAL,
+                        ibv_async_event__bindgen_ty_1 {
+                            qp: p as *mut ibv_qp,
+                        },
+                    ),
+                    None => continue,
+                },
+                AsyncEvent::CqOverrun { cq, .. } => match l.and_then(|l| l.cqs.get(&cq)) {
+                    Some(&p) => (
+                        IBV_EVENT_CQ_ERR,
+                        ibv_async_event__bindgen_ty_1 {
+                            cq: p as *mut ibv_cq,
+                        },
+                    ),
+                    None => continue,
+                },
+                AsyncEvent::PortActive => (
+                    IBV_EVENT_PORT_ACTIVE,
+                    ibv_async_event__bindgen_ty_1 { port_num: 1 },
+                ),
+                AsyncEvent::PortDown => (
+                    IBV_EVENT_PORT_ERR,
+                    ibv_async_event__bindgen_ty_1 { port_num: 1 },
+                ),
+            };
+            // SAFETY: the caller's event to fill.
+            unsafe {
+                ev.write(ibv_async_event {
+                    element: elem,
+                    event_type: ty,
+                })
+            };
+            return 0;
+        }
+    })
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_ack_async_event(_ev: *mut ibv_async_event) {}
+
+// ------------------------------------------------- not implemented (yet)
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_create_srq(_p: *mut ibv_pd, _a: *mut c_void) -> *mut c_void {
+    null_with(EOPNOTSUPP)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_modify_srq(
+    _s: *mut c_void,
+    _a: *mut c_void,
+    _m: c_int,
+) -> c_int {
+    EOPNOTSUPP
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_query_srq(_s: *mut c_void, _a: *mut c_void) -> c_int {
+    EOPNOTSUPP
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_destroy_srq(_s: *mut c_void) -> c_int {
+    // No SRQ is ever created here, so any pointer is foreign.
+    EINVAL
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_create_ah(_p: *mut ibv_pd, _a: *mut ibv_ah_attr) -> *mut c_void {
+    // Address handles serve UD QPs, which this NIC does not have.
+    null_with(EOPNOTSUPP)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_create_ah_from_wc(
+    _p: *mut ibv_pd,
+    _w: *mut ibv_wc,
+    _g: *mut c_void,
+    _port: u8,
+) -> *mut c_void {
+    null_with(EOPNOTSUPP)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_init_ah_from_wc(
+    _c: *mut ibv_context,
+    _port: u8,
+    _w: *mut ibv_wc,
+    _g: *mut c_void,
+    _a: *mut ibv_ah_attr,
+) -> c_int {
+    minus_one(EOPNOTSUPP)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_destroy_ah(_a: *mut c_void) -> c_int {
+    EINVAL
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_attach_mcast(
+    _q: *mut ibv_qp,
+    _g: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    // Multicast needs UD QPs.
+    EOPNOTSUPP
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_detach_mcast(
+    _q: *mut ibv_qp,
+    _g: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    EOPNOTSUPP
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_import_device(_fd: c_int) -> *mut ibv_context {
+    null_with(EOPNOTSUPP)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_import_pd(_c: *mut ibv_context, _h: u32) -> *mut ibv_pd {
+    null_with(EOPNOTSUPP)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_unimport_pd(_p: *mut ibv_pd) {}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_import_mr(_p: *mut ibv_pd, _h: u32) -> *mut ibv_mr {
+    null_with(EOPNOTSUPP)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_unimport_mr(_m: *mut ibv_mr) {}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_query_ece(_q: *mut ibv_qp, _e: *mut c_void) -> c_int {
+    EOPNOTSUPP
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_set_ece(_q: *mut ibv_qp, _e: *mut c_void) -> c_int {
+    EOPNOTSUPP
+}
+
+// ------------------------------------------------ fork and sysfs helpers
+
+/// `ibv_fork_init`: nothing to do (registered memory is not pinned by a
+/// kernel driver here), so it succeeds.
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_fork_init() -> c_int {
+    0
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_is_fork_initialized() -> c_uint {
+    IBV_FORK_UNNEEDED
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_dontfork_range(_b: *mut c_void, _s: usize) -> c_int {
+    0
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_dofork_range(_b: *mut c_void, _s: usize) -> c_int {
+    0
+}
+/// There is no sysfs entry for rsnic0: -1 (ENOENT), as for a missing file.
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_read_sysfs_file(
+    _dir: *const c_char,
+    _file: *const c_char,
+    _buf: *mut c_char,
+    _size: usize,
+) -> c_int {
+    minus_one(libc::ENOENT)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_get_sysfs_path() -> *const c_char {
+    c"/sys".as_ptr()
+}
+
+/// `ibv_resolve_eth_l2_from_gid`: the peer's MAC by the NIC's own ARP
+/// (the GID's IPv4 address); no VLAN (0xffff... is not used: `vid` 0).
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_resolve_eth_l2_from_gid(
+    c: *mut ibv_context,
+    a: *mut ibv_ah_attr,
+    mac: *mut u8,
+    vid: *mut u16,
+) -> c_int {
+    guard(-1, || {
+        let Some(ctx) = ctx(c) else {
+            return minus_one(EINVAL);
+        };
+        if a.is_null() || mac.is_null() {
+            return minus_one(EINVAL);
+        }
+        // SAFETY: the caller's address vector; a GID is 16 plain bytes.
+        let dgid = unsafe { (*a).grh.dgid.raw };
+        let Some(ip) = ipv4_of_gid(&dgid) else {
+            return minus_one(EINVAL);
+        };
+        match ctx.backend.dev.resolve_mac(ip) {
+            Ok(m) => {
+                // SAFETY: the caller's 6-byte MAC buffer and optional VLAN id.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(m.as_ptr(), mac, 6);
+                    if !vid.is_null() {
+                        *vid = 0;
+                    }
+                }
+                0
+            }
+            Err(e) => minus_one(errno_of(&e)),
+        }
+    })
+}
+
+// ------------------------------------------------------------- strings
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_wc_status_str(status: c_uint) -> *const c_char {
+    wc_status_str(status).as_ptr()
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_node_type_str(t: c_int) -> *const c_char {
+    let s: &CStr = match t {
+        IBV_NODE_CA => c"InfiniBand channel adapter",
+        IBV_NODE_SWITCH => c"InfiniBand switch",
+        IBV_NODE_ROUTER => c"InfiniBand router",
+        IBV_NODE_RNIC => c"iWARP NIC",
+        IBV_NODE_USNIC => c"usNIC",
+        IBV_NODE_USNIC_UDP => c"usNIC UDP",
+        IBV_NODE_UNSPECIFIED => c"unspecified",
+        _ => c"unknown",
+    };
+    s.as_ptr()
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_port_state_str(s: c_uint) -> *const c_char {
+    let s: &CStr = match s {
+        IBV_PORT_NOP => c"no state change (NOP)",
+        IBV_PORT_DOWN => c"down",
+        IBV_PORT_INIT => c"init",
+        IBV_PORT_ARMED => c"armed",
+        IBV_PORT_ACTIVE => c"active",
+        IBV_PORT_ACTIVE_DEFER => c"active defer",
+        _ => c"unknown",
+    };
+    s.as_ptr()
+}
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_event_type_str(e: c_uint) -> *const c_char {
+    let s: &CStr = match e {
+        IBV_EVENT_CQ_ERR => c"CQ error",
+        IBV_EVENT_QP_FATAL => c"local work queue catastrophic error",
+        IBV_EVENT_QP_REQ_ERR => c"invalid request local work queue error",
+        IBV_EVENT_QP_ACCESS_ERR => c"local access violation work queue error",
+        IBV_EVENT_COMM_EST => c"communication established",
+        IBV_EVENT_SQ_DRAINED => c"send queue drained",
+        IBV_EVENT_PATH_MIG => c"path migrated",
+        IBV_EVENT_PATH_MIG_ERR => c"path migration request error",
+        IBV_EVENT_DEVICE_FATAL => c"local catastrophic error",
+        IBV_EVENT_PORT_ACTIVE => c"port active",
+        IBV_EVENT_PORT_ERR => c"port error",
+        IBV_EVENT_LID_CHANGE => c"LID change",
+        IBV_EVENT_PKEY_CHANGE => c"P_Key change",
+        IBV_EVENT_SM_CHANGE => c"SM change",
+        IBV_EVENT_SRQ_ERR => c"SRQ catastrophic error",
+        IBV_EVENT_SRQ_LIMIT_REACHED => c"SRQ limit reached",
+        IBV_EVENT_QP_LAST_WQE_REACHED => c"last WQE reached",
+        IBV_EVENT_CLIENT_REREGISTER => c"client reregistration",
+        IBV_EVENT_GID_CHANGE => c"GID table change",
+        _ => c"unknown",
+    };
+    s.as_ptr()
+}
+
+/// `enum ibv_rate` -> (multiple of 2.5 Gb/s, Mbit/s), verbs.h's values.
+pub(crate) const RATES: &[(c_uint, c_int, c_int)] = &[
+    (IBV_RATE_2_5_GBPS, 1, 2500),
+    (IBV_RATE_5_GBPS, 2, 5000),
+    (IBV_RATE_10_GBPS, 4, 10000),
+    (IBV_RATE_20_GBPS, 8, 20000),
+    (IBV_RATE_30_GBPS, 12, 30000),
+    (IBV_RATE_40_GBPS, 16, 40000),
+    (IBV_RATE_60_GBPS, 24, 60000),
+    (IBV_RATE_80_GBPS, 32, 80000),
+    (IBV_RATE_120_GBPS, 48, 120000),
+    (IBV_RATE_25_GBPS, 10, 25000),
+    (IBV_RATE_50_GBPS, 20, 50000),
+    (IBV_RATE_100_GBPS, 40, 100000),
+    (IBV_RATE_200_GBPS, 80, 200000),
+    (IBV_RATE_300_GBPS, 120, 300000),
+    (IBV_RATE_400_GBPS, 160, 400000),
+];
+
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_rate_to_mult(r: c_uint) -> c_int {
+    RATES.iter().find(|x| x.0 == r).map_or(0, |x| x.1)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_mult_to_ibv_rate(m: c_int) -> c_uint {
+    RATES
+        .iter()
+        .find(|x| x.1 == m)
+        .map_or(IBV_RATE_MAX, |x| x.0)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_rate_to_mbps(r: c_uint) -> c_int {
+    RATES.iter().find(|x| x.0 == r).map_or(0, |x| x.2)
+}
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_mbps_to_ibv_rate(m: c_int) -> c_uint {
+    RATES
+        .iter()
+        .find(|x| x.2 == m)
+        .map_or(IBV_RATE_MAX, |x| x.0)
+}
