@@ -313,6 +313,20 @@ pub enum Command {
         /// Done.
         reply: Reply<()>,
     },
+    /// Set a QP's retry attributes before RTS (`ibv_modify_qp`'s
+    /// `IBV_QP_TIMEOUT`, `IBV_QP_RETRY_CNT`, `IBV_QP_RNR_RETRY`).
+    SetRetry {
+        /// Local QPN.
+        qpn: u32,
+        /// The transport timeout in ns.
+        timeout_ns: u64,
+        /// Retries after a timeout or NAK (0..=7).
+        retry_cnt: u8,
+        /// Retries after an RNR NAK (0..=7; 7 = forever).
+        rnr_retry: u8,
+        /// Done.
+        reply: Reply<()>,
+    },
     /// Resolve an IPv4 address to the MAC of its host by ARP (answered
     /// from the cache, or once a reply came, or with an error once the
     /// retries ran out).

@@ -446,3 +446,44 @@ fn port_and_cq_events() {
         assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
     }
 }
+
+/// Retry attributes set in INIT (`ibv_modify_qp` gives them at RTR -> RTS;
+/// QueuePair::set_retry) are what the engine's transport uses: towards a
+/// QPN that does not exist, one retry of 1 ms ends the QP after 2 timeouts
+/// (the creation values, 7 retries of 67 ms, would take 8 and half a
+/// second), and once it may send they are refused.
+#[test]
+fn retry_attributes_set_before_rts_apply() {
+    let (a, b) = pair("life_retry");
+    let mut ca = a.create_cq(16).unwrap();
+    let mut qa = a.create_qp(&ca, &ca, QpOptions::default()).unwrap();
+    qa.modify_qp(QpTransition::Init).unwrap();
+    assert!(qa.set_retry(1_000_000, 8, 0).is_err(), "3-bit counts");
+    qa.set_retry(1_000_000, 1, 0).unwrap();
+    let before = a.counters().timeouts;
+    let remote = nic::contract::RemoteQp {
+        qpn: 0xFF_FF00,
+        psn: 0,
+        ip: b.ip(),
+        mac: Some(b.mac()),
+        mtu: 1024,
+        cc: QpOptions::default().cc,
+    };
+    qa.modify_qp(QpTransition::Rtr(remote)).unwrap();
+    qa.modify_qp(QpTransition::Rts).unwrap();
+    assert!(
+        qa.set_retry(1_000_000, 2, 0).is_err(),
+        "not once it may send"
+    );
+    let src = a.reg_mr(4096, ALL).unwrap();
+    let mut wr = write(1, &src, &src, 16);
+    wr.op = SendOp::Send;
+    qa.post_send(wr).unwrap();
+    let wc = ca.wait(Duration::from_secs(5)).expect("completion");
+    assert_eq!(wc.status, WcStatus::RetryExcErr);
+    let end = Instant::now() + Duration::from_secs(2);
+    while a.counters().timeouts - before < 2 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(a.counters().timeouts - before, 2);
+}

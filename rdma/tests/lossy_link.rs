@@ -350,3 +350,41 @@ proptest! {
         prop_assert_eq!(a.qp.counters().timeouts, 0);
     }
 }
+
+/// Retry attributes set before RTS (`ibv_modify_qp` at RTR -> RTS, which
+/// this transport otherwise takes at creation) are the ones the requester
+/// uses: with retry_cnt 2 and a 1 ms timeout a vanished peer ends the QP
+/// after 3 timeouts, at least 3 ms in (the creation values, 7 retries of
+/// 40 us, would end it after 8 timeouts within 0.4 ms).
+#[test]
+fn retry_attributes_set_before_rts_apply() {
+    let (mut a, b) = pair(256, false, 0);
+    a.qp.modify(QpState::Reset).unwrap();
+    a.qp.modify(QpState::Init).unwrap();
+    a.qp.modify(QpState::Rtr).unwrap();
+    assert!(a.qp.set_retry(1_000_000, 8, 0).is_err(), "3-bit counts");
+    assert!(a.qp.set_retry(0, 2, 0).is_err(), "a timeout above 0");
+    a.qp.set_retry(1_000_000, 2, 0).unwrap();
+    a.qp.modify(QpState::Rts).unwrap();
+    assert!(
+        a.qp.set_retry(1_000_000, 3, 0).is_err(),
+        "not once it may send"
+    );
+    let ak = a.mr.lkey;
+    a.qp.post_send(wr(1, SendOp::Send, A_BASE, 100, ak), &a.mrs)
+        .unwrap();
+    let mut hosts = [a, b];
+    let mut link = Link::new(1, 0, 0, 0);
+    link.up = false;
+    let t = run(&mut hosts, &mut link, 0, 1_000_000_000, |h| {
+        h[0].qp.state() == QpState::Err
+    });
+    let a = &hosts[0];
+    assert_eq!(a.qp.state(), QpState::Err);
+    assert_eq!(a.qp.counters().timeouts, 3);
+    assert_eq!(a.cq[0].status, WcStatus::RetryExcErr);
+    assert!(
+        t >= 3_000_000,
+        "ended at {t} ns: the new timeout did not apply"
+    );
+}

@@ -10,6 +10,16 @@ use rdma::transport::{Access, SendOp, WcOpcode, WcStatus, WorkCompletion};
 
 use crate::ffi::*;
 
+/// `ibv_qp_attr.timeout` (IBA 9.7.6.1.3: the local ACK timeout is
+/// 4.096 us x 2^timeout; 0 means infinite) in ns. Infinite is a quarter of
+/// u64's range, far enough that a deadline `now + timeout` never wraps.
+pub fn timeout_ns(timeout: u8) -> u64 {
+    match timeout {
+        0 => u64::MAX / 4,
+        t => 4_096u64 << t.min(31),
+    }
+}
+
 /// `enum ibv_mtu` (IBV_MTU_256 = 1 .. IBV_MTU_4096 = 5) in bytes.
 pub fn mtu_bytes(m: ibv_mtu) -> Option<u32> {
     (1..=5).contains(&m).then(|| 128u32 << m)
@@ -409,6 +419,9 @@ mod tests {
     fn mtus_and_gids() {
         assert_eq!(mtu_bytes(IBV_MTU_1024), Some(1024));
         assert_eq!(mtu_bytes(IBV_MTU_4096), Some(4096));
+        assert_eq!(timeout_ns(14), 4_096 << 14);
+        assert_eq!(timeout_ns(1), 8_192);
+        assert!(timeout_ns(0) > timeout_ns(31));
         assert_eq!(mtu_bytes(0), None);
         assert_eq!(mtu_bytes(6), None);
         assert_eq!(mtu_enum(1024), IBV_MTU_1024);

@@ -61,6 +61,15 @@ impl Engine {
                 Command::SetSqPsn { qpn, psn, reply } => {
                     let _ = reply.send(self.set_sq_psn(qpn, psn));
                 }
+                Command::SetRetry {
+                    qpn,
+                    timeout_ns,
+                    retry_cnt,
+                    rnr_retry,
+                    reply,
+                } => {
+                    let _ = reply.send(self.set_retry(qpn, timeout_ns, retry_cnt, rnr_retry));
+                }
                 Command::ResolveMac { ip, reply } => self.resolve_mac(ip, reply, now),
                 Command::QueryQp { qpn, reply } => {
                     let r = match self.slot(qpn) {
@@ -189,6 +198,41 @@ impl Engine {
             Some(qp) => qp
                 .set_sq_psn(psn & 0xFF_FFFF)
                 .map_err(|source| EngineError::Transport { qpn, source }),
+        }
+    }
+
+    /// QP `qpn`'s retry attributes ([`Command::SetRetry`]): kept in its
+    /// options for the connection when it has none yet, else set on its
+    /// transport (which refuses once it is past RTR).
+    fn set_retry(
+        &mut self,
+        qpn: u32,
+        timeout_ns: u64,
+        retry_cnt: u8,
+        rnr_retry: u8,
+    ) -> Result<(), EngineError> {
+        let i = qpn
+            .checked_sub(self.qpn_base)
+            .ok_or(EngineError::NoSuchQp(qpn))? as usize;
+        let s = self
+            .qps
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .ok_or(EngineError::NoSuchQp(qpn))?;
+        let transport = |source| EngineError::Transport { qpn, source };
+        match s.core.qp.as_mut() {
+            None if retry_cnt > 7 || rnr_retry > 7 || timeout_ns == 0 => Err(transport(
+                rdma::transport::QpError::Config("retry counts <= 7, timeout > 0"),
+            )),
+            None => {
+                s.opts.timeout_ns = timeout_ns;
+                s.opts.retry_cnt = retry_cnt;
+                s.opts.rnr_retry = rnr_retry;
+                Ok(())
+            }
+            Some(qp) => qp
+                .set_retry(timeout_ns, retry_cnt, rnr_retry)
+                .map_err(transport),
         }
     }
 

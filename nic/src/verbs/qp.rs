@@ -142,6 +142,26 @@ impl QueuePair {
         Ok(())
     }
 
+    /// Sets the retry attributes (`ibv_modify_qp` with `IBV_QP_TIMEOUT`,
+    /// `IBV_QP_RETRY_CNT`, `IBV_QP_RNR_RETRY` at RTR -> RTS): the transport
+    /// timeout in ns and the two retry counts (0..=7; an RNR count of 7
+    /// retries forever), in INIT or RTR, before the QP sent anything.
+    pub fn set_retry(
+        &mut self,
+        timeout_ns: u64,
+        retry_cnt: u8,
+        rnr_retry: u8,
+    ) -> Result<(), VerbsError> {
+        let qpn = self.qpn;
+        self.request(|reply| Command::SetRetry {
+            qpn,
+            timeout_ns,
+            retry_cnt,
+            rnr_retry,
+            reply,
+        })
+    }
+
     fn request<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, VerbsError> {
         request(self.cmd.as_ref().ok_or(VerbsError::EngineGone)?, make)
     }

@@ -49,6 +49,13 @@ pub(super) struct Completer {
 }
 
 impl Completer {
+    /// Retries left after a change of the QP's retry attributes before it
+    /// sent anything ([`super::Qp::set_retry`]).
+    pub(super) fn set_retry(&mut self, retry_cnt: u8, rnr_retry: u8) {
+        self.retry_left = retry_cnt;
+        self.rnr_left = rnr_retry;
+    }
+
     pub fn new(cfg: &QpConfig) -> Self {
         Self {
             una: cfg.sq_psn,

@@ -122,6 +122,34 @@ impl Qp {
         Ok(())
     }
 
+    /// Sets the requester's retry attributes (`ibv_modify_qp` with
+    /// `IBV_QP_TIMEOUT`, `IBV_QP_RETRY_CNT`, `IBV_QP_RNR_RETRY`, given at
+    /// RTR -> RTS in ibverbs while this transport takes them at creation):
+    /// allowed before RTS, as [`Self::set_sq_psn`] (IBA 10.3.1 table 84:
+    /// they are attributes of the RTR -> RTS transition). Counts above 7
+    /// are refused (IBA 9.7.5.2.8: 3-bit fields).
+    pub fn set_retry(
+        &mut self,
+        timeout_ns: u64,
+        retry_cnt: u8,
+        rnr_retry: u8,
+    ) -> Result<(), QpError> {
+        if retry_cnt > 7 || rnr_retry > 7 || timeout_ns == 0 {
+            return Result::Err(QpError::Config("retry counts <= 7, timeout > 0"));
+        }
+        if !matches!(self.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Result::Err(QpError::IllegalTransition {
+                from: self.state,
+                to: QpState::Rts,
+            });
+        }
+        self.cfg.timeout_ns = timeout_ns;
+        self.cfg.retry_cnt = retry_cnt;
+        self.cfg.rnr_retry = rnr_retry;
+        self.comp.set_retry(retry_cnt, rnr_retry);
+        Ok(())
+    }
+
     /// Sets the first PSN the requester sends (`ibv_modify_qp` with
     /// `IBV_QP_SQ_PSN`, given at RTR -> RTS in ibverbs while this transport
     /// takes `sq_psn` at creation): allowed before the requester has sent

@@ -218,6 +218,9 @@ pub(crate) fn modify(
         }
         (IBV_QPS_RTR, IBV_QPS_RTS) => {
             engine(h.set_sq_psn(attr.sq_psn))?;
+            // The retry attributes of this transition (the mask rules made
+            // them present), applied to the transport before it sends.
+            engine(h.set_retry(timeout_ns(attr.timeout), attr.retry_cnt, attr.rnr_retry))?;
             engine(h.modify_qp(QpTransition::Rts))?;
         }
         // INIT -> INIT and RTS -> RTS change only attributes kept here.
