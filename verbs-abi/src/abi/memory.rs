@@ -69,7 +69,7 @@ pub(crate) extern "C" fn rsnic_ibv_reg_mr_iova(
 }
 
 /// `ibv_reg_mr_iova2(3)`. The engine's virtual address of a region is its
-/// pointer (DESIGN.md §5), so an `iova` other than `addr` is refused with
+/// pointer (docs/design.md §5.4), so an `iova` other than `addr` is refused with
 /// EINVAL (perftest and ibv_rc_pingpong pass iova == addr).
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_reg_mr_iova2(
