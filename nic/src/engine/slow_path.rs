@@ -182,14 +182,7 @@ impl Engine {
     /// the connection when it has none yet, else set on its transport
     /// (which refuses once it is past RTR).
     fn set_sq_psn(&mut self, qpn: u32, psn: u32) -> Result<(), EngineError> {
-        let i = qpn
-            .checked_sub(self.qpn_base)
-            .ok_or(EngineError::NoSuchQp(qpn))? as usize;
-        let s = self
-            .qps
-            .get_mut(i)
-            .and_then(Option::as_mut)
-            .ok_or(EngineError::NoSuchQp(qpn))?;
+        let s = self.slot_by_qpn(qpn)?;
         match s.core.qp.as_mut() {
             None => {
                 s.psn = psn & 0xFF_FFFF;
@@ -211,14 +204,7 @@ impl Engine {
         retry_cnt: u8,
         rnr_retry: u8,
     ) -> Result<(), EngineError> {
-        let i = qpn
-            .checked_sub(self.qpn_base)
-            .ok_or(EngineError::NoSuchQp(qpn))? as usize;
-        let s = self
-            .qps
-            .get_mut(i)
-            .and_then(Option::as_mut)
-            .ok_or(EngineError::NoSuchQp(qpn))?;
+        let s = self.slot_by_qpn(qpn)?;
         let transport = |source| EngineError::Transport { qpn, source };
         match s.core.qp.as_mut() {
             None if retry_cnt > 7 || rnr_retry > 7 || timeout_ns == 0 => Err(transport(
@@ -234,6 +220,18 @@ impl Engine {
                 .set_retry(timeout_ns, retry_cnt, rnr_retry)
                 .map_err(transport),
         }
+    }
+
+    /// QP `qpn`'s slot, or [`EngineError::NoSuchQp`].
+    fn slot_by_qpn(&mut self, qpn: u32) -> Result<&mut QpSlot, EngineError> {
+        let i = qpn
+            .checked_sub(self.qpn_base)
+            .ok_or(EngineError::NoSuchQp(qpn))? as usize;
+        self.qps
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .map(|b| &mut **b)
+            .ok_or(EngineError::NoSuchQp(qpn))
     }
 
     fn slot(&self, qpn: u32) -> Option<&QpSlot> {

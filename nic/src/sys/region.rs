@@ -85,13 +85,28 @@ impl Device {
         len: usize,
         access: Access,
     ) -> Result<MemoryRegion, VerbsError> {
+        // SAFETY: the caller's contract above is `reg_user_mr_in`'s.
+        unsafe { self.reg_user_mr_in(0, addr, len, access) }
+    }
+
+    /// [`Device::reg_user_mr`] in protection domain `pd`.
+    ///
+    /// # Safety
+    /// As [`Device::reg_user_mr`].
+    unsafe fn reg_user_mr_in(
+        &self,
+        pd: u32,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
         if addr.is_null() || len == 0 {
             return Err(VerbsError::EmptyRegion);
         }
-        // SAFETY: the caller's contract above is `from_raw`'s: valid until
+        // SAFETY: the caller's contract is `from_raw`'s: valid until
         // deregistration, which waits until no mbuf refers to it.
         let mem = unsafe { ExtBuf::from_raw(addr, len) };
-        self.reg_mr_in(0, mem, len, access, true)
+        self.reg_mr_in(pd, mem, len, access, true)
     }
 }
 
@@ -108,12 +123,7 @@ impl crate::verbs::ProtectionDomain<'_> {
         len: usize,
         access: Access,
     ) -> Result<MemoryRegion, VerbsError> {
-        if addr.is_null() || len == 0 {
-            return Err(VerbsError::EmptyRegion);
-        }
-        // SAFETY: the caller's contract is `from_raw`'s, as in
-        // `Device::reg_user_mr`.
-        let mem = unsafe { ExtBuf::from_raw(addr, len) };
-        self.device().reg_mr_in(self.id(), mem, len, access, true)
+        // SAFETY: the caller's contract is `Device::reg_user_mr`'s.
+        unsafe { self.device().reg_user_mr_in(self.id(), addr, len, access) }
     }
 }
