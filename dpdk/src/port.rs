@@ -81,14 +81,14 @@ enum Backing {
     RingPair(CString, #[allow(dead_code)] Arc<RingPairRings>),
 }
 
-struct RingPairRings([*mut dpdk_sys::rte_ring; 2]);
+struct RingPairRings(Vec<*mut dpdk_sys::rte_ring>);
 // SAFETY: the rings are only freed in Drop, after both ports are gone.
 unsafe impl Send for RingPairRings {}
 // SAFETY: as for Send; the handle itself never touches the rings.
 unsafe impl Sync for RingPairRings {}
 impl Drop for RingPairRings {
     fn drop(&mut self) {
-        for r in self.0 {
+        for &r in &self.0 {
             // Free any mbuf still in flight, then the ring.
             let mut burst: Burst = Burst::new();
             loop {
@@ -309,9 +309,31 @@ impl Port {
     /// Two ports cabled back to back in this process: what one sends, the
     /// other receives (`rte_eth_from_rings` with crossed rings; a single
     /// `net_ring` would loop back to itself). `name` must be unique.
-    pub fn ring_pair(_eal: &Eal, name: &str, ring_size: u32) -> Result<(Port, Port)> {
-        let mk_ring = |suffix: &str| -> Result<*mut dpdk_sys::rte_ring> {
-            let n = CString::new(format!("{name}{suffix}"))
+    pub fn ring_pair(eal: &Eal, name: &str, ring_size: u32) -> Result<(Port, Port)> {
+        Self::ring_pair_queues(eal, name, ring_size, 1)
+    }
+
+    /// [`Port::ring_pair`] with `queues` queue pairs per port, cabled queue
+    /// to queue: what port A sends on TX queue `k` arrives on port B's RX
+    /// queue `k` (as a NIC's flow steering would put a flow on the queue of
+    /// the core that owns it). Each ring has one producer and one consumer.
+    pub fn ring_pair_queues(
+        _eal: &Eal,
+        name: &str,
+        ring_size: u32,
+        queues: u16,
+    ) -> Result<(Port, Port)> {
+        if queues == 0 {
+            return Err(Error::InvalidArgument(name.into(), "a ring pair needs a queue"));
+        }
+        let mut rings = RingPairRings(Vec::with_capacity(2 * usize::from(queues)));
+        // Rings a->b are 0..queues, b->a queues..2*queues; whatever was made
+        // is freed by `rings`' drop if a later step fails.
+        for (dir, k) in ["ab", "ba"]
+            .iter()
+            .flat_map(|d| (0..queues).map(move |k| (d, k)))
+        {
+            let n = CString::new(format!("{name}_{dir}{k}"))
                 .map_err(|_| Error::InvalidArgument(name.into(), "NUL byte"))?;
             // SAFETY: valid name; single producer and consumer per ring
             // (one TX queue feeds it, one RX queue drains it).
@@ -324,48 +346,45 @@ impl Port {
                 )
             };
             if r.is_null() {
-                Err(Error::last("rte_ring_create"))
-            } else {
-                Ok(r)
+                return Err(Error::last("rte_ring_create"));
             }
-        };
-        let a_to_b = mk_ring("_ab")?;
-        let b_to_a = match mk_ring("_ba") {
-            Ok(r) => r,
-            Err(e) => {
-                // SAFETY: the ring was just created and no port uses it.
-                unsafe { dpdk_sys::rte_ring_free(a_to_b) };
-                return Err(e);
-            }
-        };
-        let rings = Arc::new(RingPairRings([a_to_b, b_to_a]));
-        let make =
-            |end: &str, rx: *mut dpdk_sys::rte_ring, tx: *mut dpdk_sys::rte_ring| -> Result<Port> {
-                // rte_eth_from_rings registers the vdev as `net_ring_<name>`:
-                // it gets the bare name, and the drop uninits the registered one
-                // (otherwise the port id is never released; 22.11 has 32).
-                let bare = CString::new(format!("{name}_{end}"))
-                    .map_err(|_| Error::InvalidArgument(name.into(), "NUL byte"))?;
-                let pname = format!("net_ring_{name}_{end}");
-                let cname = CString::new(pname.clone())
-                    .map_err(|_| Error::InvalidArgument(name.into(), "NUL byte"))?;
-                let rxq = [rx];
-                let txq = [tx];
-                // SAFETY: the rings outlive the port (the port holds `rings`).
-                let id = unsafe {
-                    dpdk_sys::rte_eth_from_rings(bare.as_ptr(), rxq.as_ptr(), 1, txq.as_ptr(), 1, 0)
-                };
-                if id < 0 {
-                    return Err(Error::last("rte_eth_from_rings"));
-                }
-                Ok(Self::wrap(
-                    id as u16,
-                    &pname,
-                    Backing::RingPair(cname, rings.clone()),
-                ))
+            rings.0.push(r);
+        }
+        let q = usize::from(queues);
+        let (a_to_b, b_to_a) = (rings.0[..q].to_vec(), rings.0[q..].to_vec());
+        let rings = Arc::new(rings);
+        let make = |end: &str, rx: &[*mut dpdk_sys::rte_ring], tx: &[*mut dpdk_sys::rte_ring]| {
+            // rte_eth_from_rings registers the vdev as `net_ring_<name>`:
+            // it gets the bare name, and the drop uninits the registered one
+            // (otherwise the port id is never released; 22.11 has 32).
+            let bare = CString::new(format!("{name}_{end}"))
+                .map_err(|_| Error::InvalidArgument(name.into(), "NUL byte"))?;
+            let pname = format!("net_ring_{name}_{end}");
+            let cname = CString::new(pname.clone())
+                .map_err(|_| Error::InvalidArgument(name.into(), "NUL byte"))?;
+            // SAFETY: the rings outlive the port (the port holds `rings`);
+            // the arrays hold `queues` valid rings each.
+            let id = unsafe {
+                dpdk_sys::rte_eth_from_rings(
+                    bare.as_ptr(),
+                    rx.as_ptr(),
+                    u32::from(queues),
+                    tx.as_ptr(),
+                    u32::from(queues),
+                    0,
+                )
             };
-        let a = make("a", b_to_a, a_to_b)?;
-        let b = make("b", a_to_b, b_to_a)?;
+            if id < 0 {
+                return Err(Error::last("rte_eth_from_rings"));
+            }
+            Ok(Self::wrap(
+                id as u16,
+                &pname,
+                Backing::RingPair(cname, rings.clone()),
+            ))
+        };
+        let a = make("a", &b_to_a, &a_to_b)?;
+        let b = make("b", &a_to_b, &b_to_a)?;
         Ok((a, b))
     }
 
@@ -499,6 +518,19 @@ impl Port {
     /// The link state, without waiting.
     pub fn link(&self) -> Result<Link> {
         link_of(self.inner.id)
+    }
+
+    /// How many RX and TX queues the driver offers (`max_rx_queues`,
+    /// `max_tx_queues`): a ring pair has as many as it was made with, a
+    /// TAP up to 16, a PCI NIC its hardware queues.
+    pub fn max_queues(&self) -> Result<(u16, u16)> {
+        // SAFETY: rte_eth_dev_info is plain C data; all zeroes is valid.
+        let mut info: dpdk_sys::rte_eth_dev_info = unsafe { std::mem::zeroed() };
+        // SAFETY: valid port, valid out pointer (zeroed POD).
+        check("rte_eth_dev_info_get", unsafe {
+            dpdk_sys::rte_eth_dev_info_get(self.inner.id, &mut info)
+        })?;
+        Ok((info.max_rx_queues, info.max_tx_queues))
     }
 
     /// The longest frame (Ethernet header to payload end, no FCS) the

@@ -119,9 +119,12 @@ counters! {
     async_event_drops,
     /// QPs that exist on the engine (a gauge: created and not destroyed).
     qps_live,
-    /// Frames a sharded device's dispatcher dropped because the ring to the
-    /// QP's shard was full (like a NIC's per-queue RX overflow).
+    /// Frames a sharded device dropped because the ring to the QP's shard
+    /// was full (like a NIC's per-queue RX overflow; crate::shard).
     rx_drop_shard_full,
+    /// Frames that arrived on another shard's queue and were handed to
+    /// their own shard (a device with a queue pair per shard, crate::shard).
+    rx_steered,
     /// ARP requests received (for any address).
     rx_arp_requests,
     /// ARP replies received.

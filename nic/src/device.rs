@@ -1,7 +1,8 @@
 //! Starting and stopping a device: its engine on a poll-mode thread
 //! ([`Device::open`]), several devices' engines on one thread
 //! ([`Device::open_group`]), or one device's QPs sharded over several
-//! engines behind a dispatcher ([`Device::open_sharded`], crate::shard);
+//! engines, each on its own queue pair of the port or behind a dispatcher
+//! ([`Device::open_sharded`], crate::shard);
 //! the optional capture writer; and the orderly stop that waits until every
 //! engine has released its port ([`Device::close`], also on drop).
 //!
@@ -19,11 +20,12 @@ use crate::counters::Counters;
 use crate::engine::{Engine, EngineParts, PacketIo};
 use crate::error::VerbsError;
 use crate::pcapng::{CaptureProducer, Interface, PcapngWriter};
-use crate::shard::{shard_base, Dispatcher, DispatcherParts};
+use crate::shard::{shard_base, Dispatcher, DispatcherParts, Steer};
 
 /// Records in the ring between the engine and the capture writer.
 const CAPTURE_RING: usize = 8192;
-/// Frames in each ring between a sharded device's dispatcher and a shard.
+/// Frames in each ring between a sharded device's dispatcher and a shard,
+/// and in each shard's steering ring.
 const SHARD_RING: u32 = 4096;
 
 /// The thread that writes a device's capture file.
@@ -109,9 +111,13 @@ impl Device {
 
     /// Starts a device on `port` whose QPs are sharded over one engine per
     /// entry of `shard_cores` (each pinned to that CPU, or not pinned for
-    /// `None`), with a dispatcher on `cfg.core` that owns the port's queues
-    /// and steers received frames to the shard of their destination QPN
-    /// (crate::shard; docs/design.md §5 "QPs sharded").
+    /// `None`); crate::shard, docs/design.md §5.5.
+    ///
+    /// Where the port offers a queue pair per shard, shard `k` owns queue
+    /// pair `k` and frames on the wrong queue are steered between shards
+    /// ([`crate::shard::Steer`]); otherwise a dispatcher thread on
+    /// `cfg.core` owns the port's one queue pair and steers received frames
+    /// to the shard of their destination QPN ([`crate::shard::Dispatcher`]).
     ///
     /// Completion queues are spread over the shards round robin; a QP lives
     /// on the shard of its CQs (both must be on the same one). Memory regions
@@ -119,11 +125,12 @@ impl Device {
     /// with a capture file (`cfg.pcap`), which is per engine.
     pub fn open_sharded(
         eal: &'static Eal,
-        mut port: Port,
+        port: Port,
         cfg: DeviceConfig,
         shard_cores: &[Option<usize>],
     ) -> Result<Device, VerbsError> {
-        if shard_cores.is_empty() {
+        let n = shard_cores.len();
+        if n == 0 {
             return Err(VerbsError::NoShards);
         }
         if cfg.pcap.is_some() {
@@ -135,24 +142,23 @@ impl Device {
             None => port.mac()?,
         };
         let rx_pool = Engine::rx_pool(eal, &cfg)?;
-        let (rx, tx, max_frame) = Engine::open_port(&mut port, &rx_pool)?;
+        let queues = port
+            .max_queues()
+            .ok()
+            .and_then(|(rx, tx)| u16::try_from(n).ok().filter(|&n| n <= rx.min(tx)));
         let mut engines = Vec::new();
         let mut handles = Vec::new();
-        let (mut to_shard, mut from_shard, mut pools) = (Vec::new(), Vec::new(), Vec::new());
-        for k in 0..shard_cores.len() {
-            let (in_p, in_c) = dpdk::Ring::spsc(eal, &Engine::unique_name("in"), SHARD_RING)?;
-            let (out_p, out_c) = dpdk::Ring::spsc(eal, &Engine::unique_name("out"), SHARD_RING)?;
+        let mut dispatcher = None;
+        let mut port = Some(port);
+        let mut shard_parts = |k: usize, io: PacketIo, port: Option<Port>, max_frame| {
             let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
             let shared = Arc::new(EngineShared::new(MAX_QPS, shard_base(k)));
             let e = Engine::build(
                 eal,
                 &cfg,
                 EngineParts {
-                    port: None,
-                    io: PacketIo::Shard {
-                        rx: in_c,
-                        tx: out_p,
-                    },
+                    port,
+                    io,
                     rx_pool: rx_pool.clone(),
                     max_frame,
                     mac,
@@ -161,40 +167,79 @@ impl Device {
                     capture: None,
                 },
             )?;
-            pools.push(e.tx_pools().clone());
-            to_shard.push(in_p);
-            from_shard.push(out_c);
-            engines.push(e);
             handles.push(EngineHandle {
                 shared,
                 cmd: cmd_tx,
             });
+            Ok::<_, VerbsError>(e)
+        };
+        let max_frame;
+        if let (Some(q), Some(p)) = (queues.filter(|_| n > 1), port.as_mut()) {
+            // A queue pair per shard: no dispatcher.
+            let (rxs, txs, mf) = Engine::open_port_queues(p, &rx_pool, q)?;
+            max_frame = mf;
+            let rings = (0..n)
+                .map(|_| dpdk::Ring::new(eal, &Engine::unique_name("steer"), SHARD_RING))
+                .collect::<Result<Vec<_>, _>>()?;
+            let rings: Arc<[dpdk::Ring]> = rings.into();
+            for (k, (rx, tx)) in rxs.into_iter().zip(txs).enumerate() {
+                let steer = Steer::new(k, cfg.int_dscp, rings.clone());
+                let io = PacketIo::Queue { rx, tx, steer };
+                // Shard 0 keeps the port open (the queues hold it too).
+                engines.push(shard_parts(k, io, port.take(), max_frame)?);
+            }
+        } else {
+            let p = port.as_mut().ok_or(VerbsError::PortWithoutQueue)?;
+            let (rx, tx, mf) = Engine::open_port(p, &rx_pool)?;
+            max_frame = mf;
+            let (mut to_shard, mut from_shard, mut pools) = (Vec::new(), Vec::new(), Vec::new());
+            for k in 0..n {
+                let (in_p, in_c) = dpdk::Ring::spsc(eal, &Engine::unique_name("in"), SHARD_RING)?;
+                let (out_p, out_c) =
+                    dpdk::Ring::spsc(eal, &Engine::unique_name("out"), SHARD_RING)?;
+                let io = PacketIo::Shard {
+                    rx: in_c,
+                    tx: out_p,
+                };
+                let e = shard_parts(k, io, None, max_frame)?;
+                pools.push(e.tx_pools().clone());
+                to_shard.push(in_p);
+                from_shard.push(out_c);
+                engines.push(e);
+            }
+            let dshared = Arc::new(EngineShared::new(1, QPN_BASE));
+            dispatcher = Some((
+                Dispatcher::new(DispatcherParts {
+                    port: port.take().ok_or(VerbsError::PortWithoutQueue)?,
+                    rx,
+                    tx,
+                    rx_pool: rx_pool.clone(),
+                    to_shard,
+                    from_shard,
+                    pools,
+                    int_dscp: cfg.int_dscp,
+                    idle_yield: cfg.idle_yield,
+                    shared: dshared.clone(),
+                }),
+                dshared,
+            ));
         }
-        let dshared = Arc::new(EngineShared::new(1, QPN_BASE));
-        let dispatcher = Dispatcher::new(DispatcherParts {
-            port,
-            rx,
-            tx,
-            rx_pool,
-            to_shard,
-            from_shard,
-            pools,
-            int_dscp: cfg.int_dscp,
-            idle_yield: cfg.idle_yield,
-            shared: dshared.clone(),
-        });
-        let mut dev = Device::new(handles, Some(dshared), None, mac, &cfg, max_frame);
+        let dshared = dispatcher.as_ref().map(|(_, s)| s.clone());
+        let mut dev = Device::new(handles, dshared, None, mac, &cfg, max_frame);
         // From here on, `dev`'s drop stops whatever was started.
-        let started =
-            dpdk::lcore::spawn_pinned(eal, "rsnic-dispatch", cfg.core, move || dispatcher.run());
-        match started {
-            Ok(t) => dev.threads.push(t),
-            Err(source) => {
-                dev.all_engines().for_each(|s| s.mark_done());
-                return Err(VerbsError::Thread {
-                    what: "dispatcher",
-                    source,
-                });
+        if let Some((dispatcher, _)) = dispatcher {
+            let started = dpdk::lcore::spawn_pinned(eal, "rsnic-dispatch", cfg.core, move || {
+                dispatcher.run()
+            });
+            match started {
+                Ok(t) => dev.threads.push(t),
+                Err(source) => {
+                    dev.all_engines().for_each(|s| s.mark_done());
+                    return Err(VerbsError::Thread {
+                        what: "dispatcher",
+                        source,
+                    });
+                }
             }
         }
         for ((e, core), k) in engines.into_iter().zip(shard_cores).zip(0..) {
@@ -212,6 +257,12 @@ impl Device {
             }
         }
         Ok(dev)
+    }
+
+    /// Whether this device's shards each own a queue pair of the port (no
+    /// dispatcher thread; crate::shard).
+    pub fn shards_own_queues(&self) -> bool {
+        self.engines.len() > 1 && self.dispatcher.is_none()
     }
 
     /// Builds a device's engine (not yet running) and its handle.

@@ -33,9 +33,23 @@
 //! Nothing here allocates, locks or makes a syscall per frame: the rings
 //! and bursts are made before the loop starts.
 
+//! # A queue pair per shard
+//!
+//! Where the port offers a queue pair per shard (a multi-queue ring pair,
+//! `net_tap` with queues, a NIC's RSS or `rte_flow` queues), there is no
+//! dispatcher: shard `k`'s engine owns RX and TX queue `k` ([`Steer`]). The
+//! sender's choice (a ring pair cabled queue to queue), the kernel's flow
+//! hash (TAP) or the NIC's steering decides which queue a frame arrives on;
+//! a frame on the wrong shard's queue (and every frame that is not RoCEv2,
+//! for shard 0's control plane) goes to its shard through that shard's
+//! steering ring, counted as `rx_steered` and, on a full ring, dropped and
+//! counted as `rx_drop_shard_full`. With queues cabled as the shards own
+//! QPs (roce-perf's loopback), no frame takes that path, and nothing is
+//! shared between the shards on the data path.
+//!
 use std::sync::Arc;
 
-use dpdk::{Burst, Mempool, Port, RingConsumer, RingProducer, RxQueue, TxQueue};
+use dpdk::{Burst, Mempool, Port, Ring, RingConsumer, RingProducer, RxQueue, TxQueue};
 use rdma::wire::int;
 
 use crate::contract::{EngineShared, MAX_QPS, QPN_BASE};
@@ -91,6 +105,66 @@ pub fn dest_qpn(frame: &[u8], int_dscp: u8) -> Option<u32> {
     };
     let q = frame.get(bth + 5..bth + 8)?;
     Some(u32::from_be_bytes([0, q[0], q[1], q[2]]))
+}
+
+/// The shard that owns a received frame: the one whose QPN range holds
+/// its destination QP; shard 0 for anything else (module docs).
+#[inline]
+pub fn owner(frame: &[u8], int_dscp: u8, shards: usize) -> usize {
+    dest_qpn(frame, int_dscp)
+        .and_then(|q| shard_of_qpn(q, shards))
+        .unwrap_or(0)
+}
+
+/// One shard's side of a device with a queue pair per shard (module docs):
+/// hands frames that arrived on this shard's queue but belong to another
+/// shard to that shard's ring, and takes what the others handed here.
+pub(crate) struct Steer {
+    shard: usize,
+    int_dscp: u8,
+    /// Every shard's steering ring, by shard (many producers: the other
+    /// shards; one consumer: its own shard).
+    rings: Arc<[Ring]>,
+}
+
+impl Steer {
+    /// Shard `shard`'s side, over the rings of all shards.
+    pub(crate) fn new(shard: usize, int_dscp: u8, rings: Arc<[Ring]>) -> Self {
+        Steer {
+            shard,
+            int_dscp,
+            rings,
+        }
+    }
+
+    /// After `b` was filled from this shard's RX queue: moves the frames of
+    /// other shards to their rings (counted), then fills the rest of `b`
+    /// from this shard's own ring. A frame that finds its shard's ring full
+    /// is dropped and counted, as a NIC drops on a full RX queue.
+    #[inline]
+    pub(crate) fn exchange(&mut self, b: &mut Burst, counters: &mut Counters) {
+        let shards = self.rings.len();
+        let mine = |m: &dpdk::Mbuf| owner(m.data(), self.int_dscp, shards) == self.shard;
+        if !b.as_slice().iter().all(mine) {
+            let mut keep = Burst::new();
+            for m in b.drain() {
+                let k = owner(m.data(), self.int_dscp, shards);
+                if k == self.shard {
+                    // `keep` has the room of the burst it came from.
+                    let _ = keep.push(m);
+                    continue;
+                }
+                let mut one: Burst<1> = Burst::new();
+                let _ = one.push(m);
+                counters.rx_steered += 1;
+                if self.rings[k].enqueue(&mut one) == 0 {
+                    counters.rx_drop_shard_full += one.clear() as u64;
+                }
+            }
+            *b = keep;
+        }
+        self.rings[self.shard].dequeue(b);
+    }
 }
 
 /// The dispatcher of a sharded device (module docs): owns the port's queues
@@ -208,9 +282,7 @@ impl Dispatcher {
         }
         let shards = self.staged.len();
         for m in self.rxb.drain() {
-            let k = dest_qpn(m.data(), self.int_dscp)
-                .and_then(|q| shard_of_qpn(q, shards))
-                .unwrap_or(0);
+            let k = owner(m.data(), self.int_dscp, shards);
             // A staged burst holds a whole RX burst: never full here.
             if let Err(m) = self.staged[k].push(m) {
                 self.counters.rx_drop_shard_full += 1;

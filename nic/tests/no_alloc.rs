@@ -147,52 +147,60 @@ fn moving_data_allocates_nothing() {
     a.close();
     b.close();
 
-    // Sharded devices (nic::shard): the dispatcher's steering and the rings
-    // between it and the shards allocate nothing either; QPs on both shards.
-    let (pa, pb) = Port::ring_pair(eal, "noalloc_sh", 1024).unwrap();
-    let cfg = |ip| {
-        let mut c = DeviceConfig::new([10, 0, 0, ip]);
-        c.pool_size = 4095;
-        c.idle_yield = true;
-        c
-    };
-    let a = Device::open_sharded(eal, pa, cfg(1), &[None, None]).unwrap();
-    let b = Device::open_sharded(eal, pb, cfg(2), &[None, None]).unwrap();
-    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let src = a.reg_mr(16384, all).unwrap();
-    let dst = b.reg_mr(16384, all).unwrap();
-    let s = (src.va(), src.lkey());
-    let d = (dst.va(), dst.rkey(), dst.lkey());
-    let mut pairs = Vec::new();
-    for _ in 0..2 {
-        let (cqa, cqb) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
-        let opts = QpOptions {
-            cc: CcKind::Hpcc,
-            ..QpOptions::default()
+    // Sharded devices (nic::shard), behind dispatchers (one queue pair)
+    // and on a queue pair per shard: the steering and the rings between
+    // shards allocate nothing either; QPs on both shards.
+    for queues in [1u16, 2] {
+        let name = format!("noalloc_sh{queues}");
+        let (pa, pb) = Port::ring_pair_queues(eal, &name, 1024, queues).unwrap();
+        let cfg = |ip| {
+            let mut c = DeviceConfig::new([10, 0, 0, ip]);
+            c.pool_size = 4095;
+            c.idle_yield = true;
+            c
         };
-        let mut qa = a.create_qp(&cqa, &cqa, opts).unwrap();
-        let mut qb = b.create_qp(&cqb, &cqb, opts).unwrap();
-        qa.connect(&qb.remote_info()).unwrap();
-        qb.connect(&qa.remote_info()).unwrap();
-        pairs.push((qa, qb, cqa, cqb));
+        let a = Device::open_sharded(eal, pa, cfg(1), &[None, None]).unwrap();
+        let b = Device::open_sharded(eal, pb, cfg(2), &[None, None]).unwrap();
+        let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let src = a.reg_mr(16384, all).unwrap();
+        let dst = b.reg_mr(16384, all).unwrap();
+        let s = (src.va(), src.lkey());
+        let d = (dst.va(), dst.rkey(), dst.lkey());
+        let mut pairs = Vec::new();
+        for _ in 0..2 {
+            let (cqa, cqb) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
+            let opts = QpOptions {
+                cc: CcKind::Hpcc,
+                ..QpOptions::default()
+            };
+            let mut qa = a.create_qp(&cqa, &cqa, opts).unwrap();
+            let mut qb = b.create_qp(&cqb, &cqb, opts).unwrap();
+            qa.connect(&qb.remote_info()).unwrap();
+            qb.connect(&qa.remote_info()).unwrap();
+            pairs.push((qa, qb, cqa, cqb));
+        }
+        assert_ne!(
+            pairs[0].0.qpn() >> 14,
+            pairs[1].0.qpn() >> 14,
+            "one QP per shard"
+        );
+        for (qa, qb, cqa, cqb) in pairs.iter_mut() {
+            traffic(qa, qb, cqa, cqb, s, d, 500);
+        }
+        ALLOCS.store(0, Ordering::Relaxed);
+        ON.store(true, Ordering::Relaxed);
+        for (qa, qb, cqa, cqb) in pairs.iter_mut() {
+            traffic(qa, qb, cqa, cqb, s, d, 1000);
+        }
+        ON.store(false, Ordering::Relaxed);
+        assert_eq!(
+            ALLOCS.load(Ordering::Relaxed),
+            0,
+            "sharded ({queues} queue pairs): allocations while moving data"
+        );
+        assert_eq!(a.shards_own_queues(), queues > 1);
+        drop(pairs);
+        a.close();
+        b.close();
     }
-    assert_ne!(
-        pairs[0].0.qpn() >> 14,
-        pairs[1].0.qpn() >> 14,
-        "one QP per shard"
-    );
-    for (qa, qb, cqa, cqb) in pairs.iter_mut() {
-        traffic(qa, qb, cqa, cqb, s, d, 500);
-    }
-    ALLOCS.store(0, Ordering::Relaxed);
-    ON.store(true, Ordering::Relaxed);
-    for (qa, qb, cqa, cqb) in pairs.iter_mut() {
-        traffic(qa, qb, cqa, cqb, s, d, 1000);
-    }
-    ON.store(false, Ordering::Relaxed);
-    assert_eq!(
-        ALLOCS.load(Ordering::Relaxed),
-        0,
-        "sharded: allocations while moving data"
-    );
 }

@@ -141,23 +141,44 @@ fn write_then_read(fl: &mut [Flow], r: &Regions) {
     }
 }
 
+/// How the two ends of a test are laid out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Layout {
+    /// One queue pair per port: both ends sharded behind dispatchers.
+    Dispatchers,
+    /// One queue pair per port: A sharded, B one engine.
+    Unsharded,
+    /// A queue pair per shard on both ends, QPs on the same shard at both
+    /// ends (frames arrive on their own shard's queue).
+    Queues,
+    /// A queue pair per shard, each QP's peer on the other shard: every
+    /// frame arrives on the wrong shard's queue and is steered.
+    QueuesCrossed,
+}
+
 #[test]
 fn qps_on_every_shard_write_and_read_against_sharded_and_unsharded_peers() {
     let eal = Eal::for_tests();
     // HPCC puts an INT container on data (the dispatcher steers past it, in
     // the header segment of chained frames); DCQCN does not.
-    for (name, peer_sharded, cc) in [
-        ("shard_ss", true, CcKind::Hpcc),
-        ("shard_su", false, CcKind::Dcqcn),
+    for (name, layout, cc) in [
+        ("shard_ss", Layout::Dispatchers, CcKind::Hpcc),
+        ("shard_su", Layout::Unsharded, CcKind::Dcqcn),
+        ("shard_qq", Layout::Queues, CcKind::Hpcc),
+        ("shard_qx", Layout::QueuesCrossed, CcKind::Dcqcn),
     ] {
-        let (pa, pb) = Port::ring_pair(eal, name, 4096).unwrap();
+        let queues = matches!(layout, Layout::Queues | Layout::QueuesCrossed);
+        let (pa, pb) = Port::ring_pair_queues(eal, name, 4096, if queues { 2 } else { 1 }).unwrap();
         let a = Device::open_sharded(eal, pa, config(1), &[None, None]).unwrap();
-        let b = if peer_sharded {
-            Device::open_sharded(eal, pb, config(2), &[None, None]).unwrap()
-        } else {
+        let b = if layout == Layout::Unsharded {
             Device::open(eal, pb, config(2)).unwrap()
+        } else {
+            Device::open_sharded(eal, pb, config(2), &[None, None]).unwrap()
         };
         assert_eq!(a.shards(), 2);
+        assert_eq!(a.shards_own_queues(), queues, "{layout:?}");
+        // Crossed: B's CQs (and so its QPs) start on its other shard.
+        let _offset = (layout == Layout::QueuesCrossed).then(|| b.create_cq(1).unwrap());
         let mut fl = flows(&a, &b, cc);
         let r = regions(&a, &b);
         // CQs go round robin: the QPs are on both shards, in QPN ranges apart.
@@ -178,10 +199,20 @@ fn qps_on_every_shard_write_and_read_against_sharded_and_unsharded_peers() {
         for (k, c) in per_shard.iter().enumerate() {
             assert!(
                 c.tx_data_packets > 0 && c.rx_data_packets > 0,
-                "peer sharded {peer_sharded}: shard {k} carried nothing: {c:?}"
+                "{layout:?}: shard {k} carried nothing: {c:?}"
             );
         }
         let total = a.counters();
+        // Crossed, every frame is steered once at its receiver; aligned,
+        // none but the peer's gratuitous ARP (on its shard 1's queue).
+        let steered = total.rx_steered + b.counters().rx_steered;
+        match layout {
+            Layout::QueuesCrossed => assert!(
+                steered >= total.rx_data_packets,
+                "{steered} steered of {total}"
+            ),
+            _ => assert!(steered <= 2, "{layout:?}: {steered} frames steered"),
+        }
         assert_eq!(
             total.tx_data_packets,
             per_shard.iter().map(|c| c.tx_data_packets).sum::<u64>()

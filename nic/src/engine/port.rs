@@ -1,6 +1,6 @@
 //! Where an engine's frames come from and go to ([`PacketIo`]), and how a
-//! port is set up for an engine (its receive pool, one RX and one TX queue,
-//! jumbo frames where the driver allows them).
+//! port is set up for an engine or a device's shards (its receive pool, a
+//! queue pair per engine, jumbo frames where the driver allows them).
 
 use std::sync::Arc;
 
@@ -8,8 +8,10 @@ use dpdk::{Burst, Eal, Mempool, Port, RingConsumer, RingProducer, RxQueue, TxQue
 
 use super::Engine;
 use crate::contract::DeviceConfig;
+use crate::counters::Counters;
 use crate::error::VerbsError;
 use crate::io::MAX_FRAME;
+use crate::shard::Steer;
 
 /// The IP MTU the engine asks of its port: jumbo, room for a 4 KiB RoCE MTU
 /// with INT and extension headers.
@@ -26,6 +28,16 @@ pub(crate) enum PacketIo {
         /// TX queue.
         tx: TxQueue,
     },
+    /// One shard's own queue pair of a port with a queue pair per shard,
+    /// and its side of the steering between shards (crate::shard::Steer).
+    Queue {
+        /// The shard's RX queue.
+        rx: RxQueue,
+        /// The shard's TX queue.
+        tx: TxQueue,
+        /// Frames to and from the other shards.
+        steer: Steer,
+    },
     /// A shard: frames for its QPs from the dispatcher, frames to send back.
     Shard {
         /// Frames steered to this shard.
@@ -36,10 +48,17 @@ pub(crate) enum PacketIo {
 }
 
 impl PacketIo {
+    /// Fills `b` with received frames (for a shard with its own queue:
+    /// those of its QPs, counting what it steers to others in `counters`).
     #[inline]
-    pub(super) fn recv(&mut self, b: &mut Burst) -> usize {
+    pub(super) fn recv(&mut self, b: &mut Burst, counters: &mut Counters) -> usize {
         match self {
             PacketIo::Port { rx, .. } => rx.recv(b),
+            PacketIo::Queue { rx, steer, .. } => {
+                rx.recv(b);
+                steer.exchange(b, counters);
+                b.len()
+            }
             PacketIo::Shard { rx, .. } => rx.dequeue(b),
         }
     }
@@ -47,7 +66,7 @@ impl PacketIo {
     #[inline]
     pub(super) fn send(&mut self, b: &mut Burst) -> usize {
         match self {
-            PacketIo::Port { tx, .. } => tx.send(b),
+            PacketIo::Port { tx, .. } | PacketIo::Queue { tx, .. } => tx.send(b),
             PacketIo::Shard { tx, .. } => tx.enqueue(b),
         }
     }
@@ -82,20 +101,36 @@ impl Engine {
         port: &mut Port,
         rx_pool: &Arc<Mempool>,
     ) -> Result<(RxQueue, TxQueue, usize), VerbsError> {
+        let (mut rxs, mut txs, max_frame) = Self::open_port_queues(port, rx_pool, 1)?;
+        let (Some(rx), Some(tx)) = (rxs.pop(), txs.pop()) else {
+            return Err(VerbsError::PortWithoutQueue);
+        };
+        Ok((rx, tx, max_frame))
+    }
+
+    /// Configures `port` with `queues` RX and TX queues receiving into
+    /// `rx_pool`; returns them and the longest frame the port carries.
+    pub(crate) fn open_port_queues(
+        port: &mut Port,
+        rx_pool: &Arc<Mempool>,
+        queues: u16,
+    ) -> Result<(Vec<RxQueue>, Vec<TxQueue>, usize), VerbsError> {
         // Jumbo frames where the port allows them, so that a 4 KiB RoCE MTU
         // (plus INT and extension headers) fits (e.g. a TAP, whose kernel side
         // would otherwise drop frames above 1500 bytes of IP).
         let port_cfg = dpdk::PortConfig {
             mtu: Some(PORT_MTU),
+            rx_queues: queues,
+            tx_queues: queues,
             ..dpdk::PortConfig::default()
         };
-        let (mut rxs, mut txs) = port.configure(&port_cfg, rx_pool)?;
-        let (Some(rx), Some(tx)) = (rxs.pop(), txs.pop()) else {
+        let (rxs, txs) = port.configure(&port_cfg, rx_pool)?;
+        if rxs.len() < usize::from(queues) || txs.len() < usize::from(queues) {
             return Err(VerbsError::PortWithoutQueue);
-        };
+        }
         let max_frame = port
             .max_frame_len()
             .map_or(MAX_FRAME, |n| (n as usize).min(MAX_FRAME));
-        Ok((rx, tx, max_frame))
+        Ok((rxs, txs, max_frame))
     }
 }

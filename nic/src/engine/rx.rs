@@ -17,7 +17,7 @@ impl Engine {
     /// Receives a burst and hands every frame, verified, to its QP (frames
     /// that are not RoCEv2 or fail a check are counted and dropped).
     pub(super) fn receive(&mut self, now: u64) {
-        if self.io.recv(&mut self.rxb) == 0 {
+        if self.io.recv(&mut self.rxb, &mut self.counters) == 0 {
             return;
         }
         let mut burst = std::mem::take(&mut self.rxb);

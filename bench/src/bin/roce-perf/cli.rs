@@ -130,11 +130,19 @@ pub struct Opts {
     /// cores, e.g. both ends on one host, make progress).
     #[arg(long = "busy_poll")]
     pub busy_poll: bool,
-    /// Shard this NIC's QPs over N engine threads behind a dispatcher that
-    /// owns the port (`nic::verbs::Device::open_sharded`; the dispatcher on
-    /// `--core`); QPs (`-q`) go to the shards in turn. 1: one engine.
+    /// Shard this NIC's QPs over N engine threads
+    /// (`nic::verbs::Device::open_sharded`): each on its own queue pair
+    /// where the port has one per shard (with `--loopback`: a ring pair
+    /// with N queue pairs), else behind a dispatcher thread on `--core`
+    /// that owns the port's one queue pair. QPs (`-q`) go to the shards in
+    /// turn. 1: one engine.
     #[arg(long = "shards", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub shards: u16,
+    /// With `--loopback --shards N`: a ring pair with one queue pair, so
+    /// that a dispatcher thread per side steers frames to the shards (the
+    /// layout for ports with one queue), instead of a queue pair per shard.
+    #[arg(long = "dispatcher")]
+    pub dispatcher: bool,
     /// Run the server and the client in this process, back to back on a
     /// DPDK ring pair (`--dev` and the server address are not used; the
     /// server is `--ip`, the client the next address); prints the client's

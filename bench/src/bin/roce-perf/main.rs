@@ -84,7 +84,12 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
     // thread (so that the two sides' own threads have the other core), the
     // server on one end in a thread (quiet), the client on the other, the
     // exchange over TCP on the loopback address.
-    let (pa, pb) = Port::ring_pair(eal, "roce-perf", 4096)?;
+    let queues = if o.shards > 1 && !o.dispatcher {
+        o.shards
+    } else {
+        1
+    };
+    let (pa, pb) = Port::ring_pair_queues(eal, "roce-perf", 4096, queues)?;
     // The engines on the last core (or --core), both sides on the first.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let engine_core = o.core.unwrap_or(cores.saturating_sub(1));
@@ -92,18 +97,17 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
     let [a, b, c, d] = o.ip.octets();
     let client_ip = Ipv4Addr::new(a, b, c, d.wrapping_add(1));
     let (dev_a, dev_b) = if o.shards > 1 {
-        // Sharded: each side's dispatcher and shards on threads of their
-        // own (unpinned), yielding when idle.
-        let shards = vec![None; usize::from(o.shards)];
-        let open = |port, ip: Ipv4Addr, pcap: Option<&std::ffi::OsString>| {
+        let shards = usize::from(o.shards);
+        let plan = shard_cores(shards, 2, o.dispatcher, cores);
+        let open = |port, ip: Ipv4Addr, pcap: Option<&std::ffi::OsString>, cores: &[_]| {
             let mut cfg = DeviceConfig::new(ip.octets());
             cfg.idle_yield = !o.busy_poll;
             cfg.pcap = pcap.map(std::path::PathBuf::from);
-            Device::open_sharded(eal, port, cfg, &shards)
+            Device::open_sharded(eal, port, cfg, cores)
         };
         (
-            Some(open(pa, o.ip, None)?),
-            Some(open(pb, client_ip, o.pcap.as_ref())?),
+            Some(open(pa, o.ip, None, &plan[..shards])?),
+            Some(open(pb, client_ip, o.pcap.as_ref(), &plan[shards..])?),
         )
     } else {
         // --pcap captures at the client's NIC (both directions).
@@ -211,4 +215,29 @@ fn run_side(test: &Test, eal: &'static Eal, dev: Option<Device>, quiet: bool) ->
             .map_err(|e| format!("cannot write {}: {e}", std::path::Path::new(path).display()))?;
     }
     Ok(())
+}
+
+/// The CPUs of `sides` devices' shards (`shards` each, side after side):
+/// pinned to CPUs 1, 2, ... when every busy thread (the shards, each
+/// side's dispatcher with `dispatcher`, and the client on CPU 0) has a CPU
+/// of its own; otherwise not pinned, and said so, since more busy threads
+/// than CPUs share them by the scheduler's time slices and the rates show
+/// the sharing, not the NIC.
+pub(crate) fn shard_cores(
+    shards: usize,
+    sides: usize,
+    dispatcher: bool,
+    cores: usize,
+) -> Vec<Option<usize>> {
+    let busy = sides * (shards + usize::from(dispatcher)) + 1;
+    if busy <= cores {
+        (1..=sides * shards).map(Some).collect()
+    } else {
+        eprintln!(
+            "roce-perf: warning: {busy} busy threads ({sides} x {shards} shards{}, the client) \
+             on {cores} CPUs: shards not pinned, the rates show the CPUs' sharing",
+            if dispatcher { ", dispatchers" } else { "" }
+        );
+        vec![None; sides * shards]
+    }
 }
