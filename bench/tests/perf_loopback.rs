@@ -95,10 +95,19 @@ fn several_qps_share_the_work() {
 
 #[test]
 fn sharded_nics_run_every_test_kind() {
-    // --shards 2: each NIC's QPs over two engines behind a dispatcher; the
-    // 4 QPs land on both shards (QPNs 16384 apart).
-    for test in ["write_bw", "read_bw", "send_bw"] {
-        let out = run(&[test, "-q", "4", "--shards", "2", "-n", "200", "-s", "8192"]);
+    // --shards 2: each NIC's QPs over two engines, each on its own queue
+    // pair of the ring pair (or, --dispatcher, behind a dispatcher); the 4
+    // QPs land on both shards (QPNs 16384 apart).
+    for (test, layout) in [
+        ("write_bw", None),
+        ("read_bw", None),
+        ("send_bw", None),
+        ("write_bw", Some("--dispatcher")),
+        ("read_bw", Some("--dispatcher")),
+    ] {
+        let mut args = vec![test, "-q", "4", "--shards", "2", "-n", "200", "-s", "8192"];
+        args.extend(layout);
+        let out = run(&args);
         let qpns: Vec<u32> = out
             .lines()
             .filter(|l| l.contains(" local address: LID"))

@@ -174,7 +174,7 @@ impl Device {
             Ok::<_, VerbsError>(e)
         };
         let max_frame;
-        if let (Some(q), Some(p)) = (queues.filter(|_| n > 1), port.as_mut()) {
+        if let (Some(q), Some(p)) = (queues, port.as_mut()) {
             // A queue pair per shard: no dispatcher.
             let (rxs, txs, mf) = Engine::open_port_queues(p, &rx_pool, q)?;
             max_frame = mf;
@@ -259,10 +259,11 @@ impl Device {
         Ok(dev)
     }
 
-    /// Whether this device's shards each own a queue pair of the port (no
-    /// dispatcher thread; crate::shard).
-    pub fn shards_own_queues(&self) -> bool {
-        self.engines.len() > 1 && self.dispatcher.is_none()
+    /// Whether a dispatcher thread stands between the port and this
+    /// device's engines (a sharded device on a port with fewer queue pairs
+    /// than shards; crate::shard).
+    pub fn has_dispatcher(&self) -> bool {
+        self.dispatcher.is_some()
     }
 
     /// Builds a device's engine (not yet running) and its handle.

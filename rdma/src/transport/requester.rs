@@ -139,24 +139,37 @@ impl Requester {
 
     /// LSN of PSN `p` within the started WQEs (`p` in `[una, next_psn]`).
     pub fn lsn_at(&self, p: u32, pmtu: u32) -> u32 {
-        for w in self.sq.iter() {
-            if !w.started {
-                break;
-            }
-            let d = psn::sub(p, w.first_psn);
-            if d < w.npkts {
-                return if w.wr.op.needs_response() {
-                    if d == 0 {
-                        w.first_lsn
-                    } else {
-                        w.first_lsn.wrapping_add(w.lsn_len)
-                    }
-                } else {
-                    w.first_lsn.wrapping_add((d * pmtu).min(w.lsn_len))
-                };
-            }
+        // PSN ranges of the started WQEs are disjoint, so any WQE holding
+        // `p` gives the answer. Asked per packet (the window gate, with
+        // `sent_hi`), `p` is most often the PSN after every started WQE or
+        // inside the one at the cursor: checked first, so that the gate
+        // does not walk hundreds of small WQEs in flight.
+        if p == self.next_psn {
+            return self.next_lsn;
         }
-        self.next_lsn
+        let near = [self.tx_idx, self.tx_idx.wrapping_sub(1)];
+        near.iter()
+            .filter_map(|&i| self.sq.get(i))
+            .filter(|w| w.started)
+            .chain(self.sq.iter().take_while(|w| w.started))
+            .find_map(|w| Self::lsn_in(w, p, pmtu))
+            .unwrap_or(self.next_lsn)
+    }
+
+    /// The LSN of PSN `p` if it is one of started WQE `w`'s packets.
+    fn lsn_in(w: &SendWqe, p: u32, pmtu: u32) -> Option<u32> {
+        let d = psn::sub(p, w.first_psn);
+        (d < w.npkts).then(|| {
+            if w.wr.op.needs_response() {
+                if d == 0 {
+                    w.first_lsn
+                } else {
+                    w.first_lsn.wrapping_add(w.lsn_len)
+                }
+            } else {
+                w.first_lsn.wrapping_add((d * pmtu).min(w.lsn_len))
+            }
+        })
     }
 
     /// Bytes in flight: LSN sent and not acknowledged.
@@ -454,5 +467,91 @@ fn data_opcode(is_send: bool, only: bool, first: bool, last: bool, imm: bool) ->
         (false, false, false, true, false) => Opcode::WriteLast,
         (false, false, false, true, true) => Opcode::WriteLastImm,
         (false, false, false, false, _) => Opcode::WriteMiddle,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::wc::Sge;
+
+    /// `lsn_at` as it was, a walk over every started WQE: the reference.
+    fn lsn_by_walk(r: &Requester, p: u32, pmtu: u32) -> u32 {
+        r.sq.iter()
+            .take_while(|w| w.started)
+            .find_map(|w| Requester::lsn_in(w, p, pmtu))
+            .unwrap_or(r.next_lsn)
+    }
+
+    /// The shortcuts of `lsn_at` (the PSN after every started WQE, the WQE
+    /// at or before the cursor) answer what the walk answers, for every PSN
+    /// in flight and every cursor, across the PSN wrap, with WRITEs of one
+    /// and many packets and READs mixed.
+    #[test]
+    fn lsn_at_answers_as_the_walk_over_started_wqes() {
+        let pmtu = 1024;
+        let op = |k: u32| match k % 3 {
+            0 => SendOp::Read {
+                remote_va: 0,
+                rkey: 1,
+            },
+            _ => SendOp::Write {
+                remote_va: 0,
+                rkey: 1,
+            },
+        };
+        let lens = [64u32, 4096, 1, 3000, 1024, 65536, 0, 2048];
+        let mut r = Requester::new(&QpConfig::default());
+        let (mut p, mut l) = (psn::add(0xFF_FFF0, 0), 77u32);
+        for (k, &len) in lens.iter().enumerate() {
+            let wr = SendWr {
+                wr_id: k as u64,
+                op: op(k as u32),
+                sge: Sge {
+                    addr: 0,
+                    len,
+                    lkey: 1,
+                },
+                signaled: true,
+                solicited: false,
+            };
+            let npkts = len.div_ceil(pmtu).max(1);
+            let lsn_len = if wr.op.needs_response() {
+                LSN_HEADER_ONLY_CHARGE
+            } else {
+                len.max(1)
+            };
+            let started = k < 6;
+            r.sq.push_back(SendWqe {
+                wr,
+                first_psn: p,
+                npkts,
+                first_lsn: l,
+                lsn_len,
+                started,
+            });
+            if started {
+                p = psn::add(p, npkts);
+                l = l.wrapping_add(lsn_len);
+            }
+        }
+        r.next_psn = p;
+        r.next_lsn = l;
+        let first = r.sq[0].first_psn;
+        for cursor in 0..=lens.len() {
+            r.tx_idx = cursor;
+            let mut q = first;
+            loop {
+                assert_eq!(
+                    r.lsn_at(q, pmtu),
+                    lsn_by_walk(&r, q, pmtu),
+                    "psn {q:#x}, cursor {cursor}"
+                );
+                if q == r.next_psn {
+                    break;
+                }
+                q = psn::add(q, 1);
+            }
+        }
     }
 }

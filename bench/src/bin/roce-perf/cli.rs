@@ -135,9 +135,10 @@ pub struct Opts {
     /// where the port has one per shard (with `--loopback`: a ring pair
     /// with N queue pairs), else behind a dispatcher thread on `--core`
     /// that owns the port's one queue pair. QPs (`-q`) go to the shards in
-    /// turn. 1: one engine.
-    #[arg(long = "shards", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub shards: u16,
+    /// turn. Absent or 1: one engine; with `--loopback`, absent puts both
+    /// ends' engines on one thread, 1 gives each end's engine a thread.
+    #[arg(long = "shards", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub shards: Option<u16>,
     /// With `--loopback --shards N`: a ring pair with one queue pair, so
     /// that a dispatcher thread per side steers frames to the shards (the
     /// layout for ports with one queue), instead of a queue pair per shard.

@@ -84,11 +84,7 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
     // thread (so that the two sides' own threads have the other core), the
     // server on one end in a thread (quiet), the client on the other, the
     // exchange over TCP on the loopback address.
-    let queues = if o.shards > 1 && !o.dispatcher {
-        o.shards
-    } else {
-        1
-    };
+    let queues = o.shards.filter(|_| !o.dispatcher).unwrap_or(1);
     let (pa, pb) = Port::ring_pair_queues(eal, "roce-perf", 4096, queues)?;
     // The engines on the last core (or --core), both sides on the first.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -96,8 +92,8 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
     let side_core = (cores > 1).then_some(0);
     let [a, b, c, d] = o.ip.octets();
     let client_ip = Ipv4Addr::new(a, b, c, d.wrapping_add(1));
-    let (dev_a, dev_b) = if o.shards > 1 {
-        let shards = usize::from(o.shards);
+    let (dev_a, dev_b) = if let Some(shards) = o.shards {
+        let shards = usize::from(shards);
         let plan = shard_cores(shards, 2, o.dispatcher, cores);
         let open = |port, ip: Ipv4Addr, pcap: Option<&std::ffi::OsString>, cores: &[_]| {
             let mut cfg = DeviceConfig::new(ip.octets());
@@ -218,11 +214,12 @@ fn run_side(test: &Test, eal: &'static Eal, dev: Option<Device>, quiet: bool) ->
 }
 
 /// The CPUs of `sides` devices' shards (`shards` each, side after side):
-/// pinned to CPUs 1, 2, ... when every busy thread (the shards, each
-/// side's dispatcher with `dispatcher`, and the client on CPU 0) has a CPU
-/// of its own; otherwise not pinned, and said so, since more busy threads
-/// than CPUs share them by the scheduler's time slices and the rates show
-/// the sharing, not the NIC.
+/// pinned when every busy thread (the shards, each side's dispatcher with
+/// `dispatcher`, and the client on CPU 0) has a CPU of its own, one per
+/// physical core first ([`cpus_by_core`]: a hyperthread sibling shares its
+/// core's execution units); otherwise not pinned, and said so, since more
+/// busy threads than CPUs share them by the scheduler's time slices and
+/// the rates show the sharing, not the NIC.
 pub(crate) fn shard_cores(
     shards: usize,
     sides: usize,
@@ -231,7 +228,12 @@ pub(crate) fn shard_cores(
 ) -> Vec<Option<usize>> {
     let busy = sides * (shards + usize::from(dispatcher)) + 1;
     if busy <= cores {
-        (1..=sides * shards).map(Some).collect()
+        cpus_by_core(cores)
+            .into_iter()
+            .filter(|&c| c != 0)
+            .take(sides * shards)
+            .map(Some)
+            .collect()
     } else {
         eprintln!(
             "roce-perf: warning: {busy} busy threads ({sides} x {shards} shards{}, the client) \
@@ -240,4 +242,31 @@ pub(crate) fn shard_cores(
         );
         vec![None; sides * shards]
     }
+}
+
+/// CPUs `0..cores`, one per physical core first (in CPU order, CPU 0's
+/// core taken by the client), then their hyperthread siblings; by CPU
+/// number where sysfs does not tell the topology.
+fn cpus_by_core(cores: usize) -> Vec<usize> {
+    let core_of = |c: usize| {
+        let read = |f: &str| {
+            std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{c}/topology/{f}"))
+                .ok()
+                .and_then(|s| s.trim().parse::<i64>().ok())
+        };
+        (read("physical_package_id"), read("core_id"))
+    };
+    let mut seen = vec![core_of(0)];
+    let (mut first, mut siblings) = (vec![0], Vec::new());
+    for c in 1..cores {
+        let id = core_of(c);
+        if id.1.is_some() && seen.contains(&id) {
+            siblings.push(c);
+        } else {
+            seen.push(id);
+            first.push(c);
+        }
+    }
+    first.extend(siblings);
+    first
 }

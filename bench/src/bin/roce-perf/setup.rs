@@ -104,11 +104,11 @@ pub fn open_device(o: &Opts, eal: &'static Eal) -> Res<Device> {
         cfg.core = o.core;
         cfg.idle_yield = !o.busy_poll;
         cfg.pcap = o.pcap.as_ref().map(std::path::PathBuf::from);
-        let dev = if o.shards > 1 {
+        let dev = if let Some(shards) = o.shards.filter(|&n| n > 1) {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
             let (max_rx, max_tx) = port.max_queues()?;
-            let dispatcher = max_rx.min(max_tx) < o.shards;
-            let cores = crate::shard_cores(usize::from(o.shards), 1, dispatcher, cpus);
+            let dispatcher = max_rx.min(max_tx) < shards;
+            let cores = crate::shard_cores(usize::from(shards), 1, dispatcher, cpus);
             Device::open_sharded(eal, port, cfg, &cores)?
         } else {
             Device::open(eal, port, cfg)?

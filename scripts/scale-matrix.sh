@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The shard-scaling and one-QP matrix of docs/benchmarks.md ("Line rate on
+# many cores"): roce-perf --loopback, each line one configuration, -D 3.
+#
+#   scripts/scale-matrix.sh [OUT.txt]
+#
+# ROCE_PERF: the command that runs roce-perf (default target/release/roce-perf;
+# on a host without DPDK, a bundle's `run roce-perf`, ../shared/device/README.md).
+# EAL: extra EAL arguments (e.g. --no-huge -m 4096 -d PMDS on such a host).
+# MATRIX: which part: all (default), shards, small, oneqp.
+set -u
+out=${1:-/dev/stdout}
+rp=${ROCE_PERF:-target/release/roce-perf}
+eal=${EAL:-}
+part=${MATRIX:-all}
+n=0
+run() { # label, roce-perf args...
+  local label=$1; shift
+  n=$((n + 1))
+  local res
+  # shellcheck disable=SC2086
+  res=$(timeout 40 $rp "$@" --loopback --ip 10.9.0.1 --report_gbits -D 3 \
+        -- $eal --file-prefix=sm$$_$n --log-level=error 2>&1)
+  local row warn
+  row=$(printf '%s\n' "$res" | awk '$1 ~ /^[0-9]+$/ && NF >= 5 {print $4, $5}' | tail -1)
+  warn=$(printf '%s\n' "$res" | grep -c 'warning: ' || true)
+  printf '%-44s %s%s\n' "$label" "${row:-FAILED: $(printf '%s' "$res" | tail -2 | tr '\n' ' ')}" \
+    "$([ "$warn" != 0 ] && echo ' (oversubscribed)')" >>"$out"
+}
+[ "$out" = /dev/stdout ] || : >"$out"
+echo "# label  Gbit/s_avg  Mmsg/s  ($(nproc) CPUs, $(date -u +%FT%TZ))" >>"$out"
+if [ "$part" = all ] || [ "$part" = oneqp ]; then
+  run "write 64K -q1 (engines on one thread)" write_bw -s 65536
+  run "write 64K -q1 --shards 1" write_bw -s 65536 --shards 1
+  run "read 64K -q1 --shards 1" read_bw -s 65536 --shards 1
+fi
+if [ "$part" = all ] || [ "$part" = shards ]; then
+  for s in 2 4 6 7; do
+    run "write 64K --shards $s -q $((2 * s))" write_bw -s 65536 --shards $s -q $((2 * s))
+  done
+  run "write 64K --shards 4 -q 8 --dispatcher" write_bw -s 65536 --shards 4 -q 8 --dispatcher
+  run "write 64K --shards 6 -q 12 --dispatcher" write_bw -s 65536 --shards 6 -q 12 --dispatcher
+fi
+if [ "$part" = all ] || [ "$part" = small ]; then
+  run "write 64B -q1 (engines on one thread)" write_bw -s 64
+  for s in 1 2 4 6 7; do
+    run "write 64B --shards $s -q $((4 * s)) -t 1024" write_bw -s 64 --shards $s -q $((4 * s)) -t 1024
+  done
+  run "write 64B --shards 4 -q 16 -t 1024 --dispatcher" write_bw -s 64 --shards 4 -q 16 -t 1024 --dispatcher
+fi
