@@ -17,15 +17,20 @@ n=0
 run() { # label, roce-perf args...
   local label=$1; shift
   n=$((n + 1))
-  local res
+  local res json=${TMPDIR:-/tmp}/scale-matrix.$$.json
+  rm -f "$json"
   # shellcheck disable=SC2086
-  res=$(timeout 40 $rp "$@" --loopback --ip 10.9.0.1 --report_gbits -D 3 \
+  res=$(timeout 40 $rp "$@" --loopback --ip 10.9.0.1 --report_gbits -D 3 --out_json "$json" \
         -- $eal --file-prefix=sm$$_$n --log-level=error 2>&1)
-  local row warn
+  local row warn losses
   row=$(printf '%s\n' "$res" | awk '$1 ~ /^[0-9]+$/ && NF >= 5 {print $4, $5}' | tail -1)
   warn=$(printf '%s\n' "$res" | grep -c 'warning: ' || true)
-  printf '%-44s %s%s\n' "$label" "${row:-FAILED: $(printf '%s' "$res" | tail -2 | tr '\n' ' ')}" \
-    "$([ "$warn" != 0 ] && echo ' (oversubscribed)')" >>"$out"
+  # The client NIC's loss recovery and drops, where there were any.
+  losses=$(grep -o '"\(retransmits\|timeouts\|[a-z_]*drop[a-z_]*\)":[1-9][0-9]*' "$json" 2>/dev/null \
+           | tr -d '"' | tr '\n' ' ')
+  printf '%-44s %s%s%s\n' "$label" "${row:-FAILED: $(printf '%s' "$res" | tail -2 | tr '\n' ' ')}" \
+    "$([ "$warn" != 0 ] && echo ' (oversubscribed)')" "${losses:+ [$losses]}" >>"$out"
+  rm -f "$json"
 }
 [ "$out" = /dev/stdout ] || : >"$out"
 echo "# label  Gbit/s_avg  Mmsg/s  ($(nproc) CPUs, $(date -u +%FT%TZ))" >>"$out"
@@ -35,7 +40,7 @@ if [ "$part" = all ] || [ "$part" = oneqp ]; then
   run "read 64K -q1 --shards 1" read_bw -s 65536 --shards 1
 fi
 if [ "$part" = all ] || [ "$part" = shards ]; then
-  for s in 2 4 6 7; do
+  for s in 1 2 4 6 7 8; do
     run "write 64K --shards $s -q $((2 * s))" write_bw -s 65536 --shards $s -q $((2 * s))
   done
   run "write 64K --shards 4 -q 8 --dispatcher" write_bw -s 65536 --shards 4 -q 8 --dispatcher
@@ -43,7 +48,7 @@ if [ "$part" = all ] || [ "$part" = shards ]; then
 fi
 if [ "$part" = all ] || [ "$part" = small ]; then
   run "write 64B -q1 (engines on one thread)" write_bw -s 64
-  for s in 1 2 4 6 7; do
+  for s in 1 2 4 6 7 8; do
     run "write 64B --shards $s -q $((4 * s)) -t 1024" write_bw -s 64 --shards $s -q $((4 * s)) -t 1024
   done
   run "write 64B --shards 4 -q 16 -t 1024 --dispatcher" write_bw -s 64 --shards 4 -q 16 -t 1024 --dispatcher
