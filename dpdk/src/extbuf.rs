@@ -7,14 +7,19 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::Mbuf;
 
 /// The heap block behind an [`ExtBuf`]: the memory and its shared info.
 struct Block {
-    /// The memory, if the block owns it (None: the caller's, [`ExtBuf::from_raw`]).
+    /// The memory, if the block owns it (None: the caller's, [`ExtBuf::from_raw`],
+    /// or a parent's, [`ExtBuf::view`]).
     _owned: Option<Box<[u8]>>,
+    /// The buffer whose memory this block views ([`ExtBuf::view`]), kept
+    /// alive as long as this block is.
+    _parent: Option<Arc<ExtBuf>>,
     /// The memory's address, taken once so attaching never reborrows it.
     base: *mut u8,
     len: usize,
@@ -61,6 +66,7 @@ impl ExtBuf {
         let (base, len) = (data.as_mut_ptr(), data.len());
         Self::with_block(Block {
             _owned: Some(data),
+            _parent: None,
             base,
             len,
             shinfo: dpdk_sys::rte_mbuf_ext_shared_info::default(),
@@ -78,8 +84,29 @@ impl ExtBuf {
     pub unsafe fn from_raw(base: *mut u8, len: usize) -> ExtBuf {
         Self::with_block(Block {
             _owned: None,
+            _parent: None,
             base,
             len,
+            shinfo: dpdk_sys::rte_mbuf_ext_shared_info::default(),
+        })
+    }
+
+    /// Another handle on the same memory with a reference count of its
+    /// own (its own `rte_mbuf_ext_shared_info`). It keeps `self` alive
+    /// until it and every mbuf attached through it are gone; `self`'s
+    /// [`ExtBuf::refs`] counts only mbufs attached through `self`.
+    ///
+    /// Why: every attach and every free updates the count atomically, so
+    /// threads attaching to one buffer (NIC shards sending from one
+    /// registered region, and the threads that free their frames) all
+    /// write one cache line. A view per thread keeps each count on the
+    /// cores that use it.
+    pub fn view(self: &Arc<Self>) -> ExtBuf {
+        Self::with_block(Block {
+            _owned: None,
+            base: self.base_ptr(),
+            len: self.len(),
+            _parent: Some(self.clone()),
             shinfo: dpdk_sys::rte_mbuf_ext_shared_info::default(),
         })
     }

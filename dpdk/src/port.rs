@@ -324,7 +324,10 @@ impl Port {
         queues: u16,
     ) -> Result<(Port, Port)> {
         if queues == 0 {
-            return Err(Error::InvalidArgument(name.into(), "a ring pair needs a queue"));
+            return Err(Error::InvalidArgument(
+                name.into(),
+                "a ring pair needs a queue",
+            ));
         }
         let mut rings = RingPairRings(Vec::with_capacity(2 * usize::from(queues)));
         // Rings a->b are 0..queues, b->a queues..2*queues; whatever was made

@@ -533,3 +533,40 @@ fn external_buffer_counts_attaches_from_two_threads() {
     }
     assert_eq!(ext.refs(), 1, "only the handle's reference is left");
 }
+
+/// A view (`ExtBuf::view`) attaches to the same bytes with a count of its
+/// own, and keeps the parent alive until the view and every mbuf attached
+/// through it are gone, even after both handles were dropped.
+#[test]
+fn a_view_counts_its_own_attaches_and_keeps_the_parent_alive() {
+    let eal = Eal::for_tests();
+    let bare = Mempool::new(eal, "ext_view", 63, 0, 0).unwrap();
+    let parent = Arc::new(ExtBuf::new((0..4096).map(|i| i as u8).collect()));
+    let view = parent.view();
+    assert_eq!(Arc::strong_count(&parent), 2, "the view holds the parent");
+    let mut m = bare.alloc().unwrap();
+    view.attach(&mut m, 100, 8).unwrap();
+    assert_eq!(
+        m.data(),
+        &(100..108).map(|i| i as u8).collect::<Vec<_>>()[..]
+    );
+    assert_eq!(
+        (view.refs(), parent.refs()),
+        (2, 1),
+        "counted by the view only"
+    );
+    let weak = Arc::downgrade(&parent);
+    drop((view, parent));
+    // The mbuf still reads the bytes: the view's block, and through it the
+    // parent, live until it is freed.
+    assert!(
+        weak.upgrade().is_some(),
+        "parent freed under an attached mbuf"
+    );
+    assert_eq!(m.data()[0], 100);
+    drop(m);
+    assert!(
+        weak.upgrade().is_none(),
+        "parent not freed after the last mbuf"
+    );
+}

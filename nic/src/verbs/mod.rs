@@ -200,7 +200,14 @@ impl Device {
         // drops `inner`, which deregisters from the shards that accepted.
         let mut keys = None;
         for k in 0..self.engines.len() {
-            let m2 = inner.mem.clone();
+            // Shards past the first get a view of the memory with its own
+            // reference count, so that shards sending from one region do
+            // not all update one atomic per frame (dpdk::ExtBuf::view).
+            let m2 = if k == 0 {
+                inner.mem.clone()
+            } else {
+                Arc::new(inner.mem.view())
+            };
             let got = self.call(k, |reply| Command::RegMr {
                 pd,
                 mem: m2,

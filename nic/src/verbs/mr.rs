@@ -47,8 +47,9 @@ impl MrInner {
         }
         if self.caller_memory {
             // The engines dropped their references; frames sent zero-copy
-            // hold one each until the driver frees them.
-            while self.mem.refs() != 1 {
+            // hold one each until the driver frees them (and a shard's view
+            // of the memory holds the region until its frames are freed).
+            while Arc::strong_count(&self.mem) > 1 || self.mem.refs() != 1 {
                 std::thread::yield_now();
             }
         }
