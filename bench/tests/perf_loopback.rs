@@ -202,3 +202,29 @@ fn out_json_has_final_counters_and_loopback_captures() {
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(&pcap);
 }
+
+#[test]
+fn post_lists_move_every_message_of_every_qp() {
+    // -l 8: QPs take turns in lists of 8 requests, one doorbell each; every
+    // QP still completes its -n (the row's iterations are per QP, counted
+    // from the completions), with READ, WRITE and SEND.
+    for test in ["write_bw", "read_bw", "send_bw"] {
+        let out = run(&[test, "-q", "3", "-l", "8", "-n", "400", "-s", "256"]);
+        assert_eq!(row(&out, "256")[1], 400.0, "{test}:\n{out}");
+    }
+    let o = Command::new(BIN)
+        .args([
+            "write_bw",
+            "-l",
+            "8",
+            "-n",
+            "401",
+            "--loopback",
+            "--ip",
+            "10.0.0.1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("must be a multiple of -l 8"));
+}

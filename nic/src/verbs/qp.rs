@@ -197,6 +197,30 @@ impl QueuePair {
         self.ring(Doorbell::Send(wr))
     }
 
+    /// Posts send work requests in order with one doorbell for all of them
+    /// (`ibv_post_send` with a list, perftest's `--post_list`): the engine
+    /// is told once, so a poster that sends many small messages does not
+    /// pay a doorbell per message. On an error, the requests before the
+    /// failed one are posted and the error comes with their number.
+    pub fn post_send_list(&mut self, wrs: &[SendWr]) -> Result<(), (usize, VerbsError)> {
+        if !matches!(self.state, QpState::Rts | QpState::Err) {
+            return Err((0, self.not_ready()));
+        }
+        let mut posted = 0;
+        let mut result = Ok(());
+        for wr in wrs {
+            if self.ring.push(Doorbell::Send(*wr)).is_err() {
+                result = Err((posted, VerbsError::QueueFull));
+                break;
+            }
+            posted += 1;
+        }
+        if posted > 0 {
+            self.shared.ring_doorbell(self.qpn);
+        }
+        result
+    }
+
     /// Posts a receive buffer for an incoming SEND (from INIT on, as in
     /// verbs, so before `connect` too; in ERR it completes with
     /// `WR_FLUSH_ERR`).

@@ -206,11 +206,13 @@ fn receive(test: &Test, s: &mut Session, size: u32, mut posted: Posted, per_qp: 
 /// (or for `-D` seconds). As perftest, one work request in every `-Q` of a
 /// QP is signaled; its completion (`wr_id`: how many requests it covers)
 /// accounts for those before it on its QP, which completed in order
-/// (IBA 10.8.3). Peak is the best 10 ms window.
+/// (IBA 10.8.3). With `-l L`, QPs take turns in lists of L requests, each
+/// list posted with one doorbell. Peak is the best 10 ms window.
 fn send(test: &Test, s: &mut Session, size: u32) -> Res<BwRow> {
     let (_, o) = test.parts();
     let depth = u64::from(o.tx_depth.max(1));
     let nq = s.qps.len() as u64;
+    let list = u64::from(o.post_list.max(1)).min(depth);
     // Each QP's share of the requests in flight must hold a signaled one,
     // and three quarters of `-t` stay in flight while the client waits for
     // a completion (with `-Q` near `-t` the pipeline drained between two:
@@ -222,8 +224,14 @@ fn send(test: &Test, s: &mut Session, size: u32) -> Res<BwRow> {
     } else {
         test.iters() * nq
     };
-    // Requests posted on each QP since its last signaled one.
+    if deadline.is_none() && test.iters() % list != 0 {
+        return Err(format!("-n {} must be a multiple of -l {list}", test.iters()).into());
+    }
+    // Requests posted on each QP since its last signaled one, and on each
+    // QP in all.
     let mut unsignaled = vec![0u64; nq as usize];
+    let mut per_qp = vec![0u64; nq as usize];
+    let mut wrs = Vec::with_capacity(list as usize);
     let (mut posted, mut done) = (0u64, 0u64);
     let start = Instant::now();
     let mut window = (start, 0u64);
@@ -236,7 +244,9 @@ fn send(test: &Test, s: &mut Session, size: u32) -> Res<BwRow> {
             // that every request posted is accounted for.
             for (q, u) in unsignaled.iter_mut().enumerate() {
                 if *u > 0 {
-                    post_one(test, s, size, q, posted, *u + 1)?;
+                    wrs.push(work_request(test, s, size, q, per_qp[q], *u + 1));
+                    post(s, q, &mut wrs)?;
+                    per_qp[q] += 1;
                     *u = 0;
                     posted += 1;
                 }
@@ -245,15 +255,28 @@ fn send(test: &Test, s: &mut Session, size: u32) -> Res<BwRow> {
         if ended && posted == done {
             break;
         }
-        while !ended && posted < total && posted - done < depth {
-            // Round robin over the QPs (-q), each cycling through its unit.
-            let q = (posted % nq) as usize;
-            let last = posted + nq >= total;
-            let covers = unsignaled[q] + 1;
-            let signaled = covers >= cq_mod || last;
-            post_one(test, s, size, q, posted, if signaled { covers } else { 0 })?;
-            unsignaled[q] = if signaled { 0 } else { covers };
-            posted += 1;
+        while !ended && posted < total && posted - done + list <= depth.max(list) {
+            // Round robin over the QPs (-q) in lists of -l, each QP cycling
+            // through its unit.
+            let q = ((posted / list) % nq) as usize;
+            for _ in 0..list.min(total - posted) {
+                let last = deadline.is_none() && per_qp[q] + 1 >= test.iters();
+                let covers = unsignaled[q] + 1;
+                let signaled = covers >= cq_mod || last;
+                let n = per_qp[q];
+                wrs.push(work_request(
+                    test,
+                    s,
+                    size,
+                    q,
+                    n,
+                    if signaled { covers } else { 0 },
+                ));
+                unsignaled[q] = if signaled { 0 } else { covers };
+                per_qp[q] += 1;
+                posted += 1;
+            }
+            post(s, q, &mut wrs)?;
         }
         let wc = wait_wc(&mut s.cq)?;
         done += wc.wr_id;
@@ -274,11 +297,19 @@ fn send(test: &Test, s: &mut Session, size: u32) -> Res<BwRow> {
     })
 }
 
-/// Posts the `n`th request of the run on QP `q`; signaled if `covers` > 0
-/// (the requests its completion accounts for, its `wr_id`).
-fn post_one(test: &Test, s: &mut Session, size: u32, q: usize, n: u64, covers: u64) -> Res<()> {
-    let nq = s.qps.len() as u64;
-    let off = s.layout.slot(n / nq, size);
+/// Posts the requests in `wrs` on QP `q` with one doorbell, and empties it.
+fn post(s: &mut Session, q: usize, wrs: &mut Vec<SendWr>) -> Res<()> {
+    s.qps[q]
+        .post_send_list(wrs)
+        .map_err(|(n, e)| format!("post_send_list: {e} after {n} of {}", wrs.len()))?;
+    wrs.clear();
+    Ok(())
+}
+
+/// The `n`th request of QP `q` in the run; signaled if `covers` > 0 (the
+/// requests its completion accounts for, its `wr_id`).
+fn work_request(test: &Test, s: &Session, size: u32, q: usize, n: u64, covers: u64) -> SendWr {
+    let off = s.layout.slot(n, size);
     let remote = &s.remotes[q];
     let op = match test {
         Test::read_bw(_) => SendOp::Read {
@@ -291,7 +322,7 @@ fn post_one(test: &Test, s: &mut Session, size: u32, q: usize, n: u64, covers: u
             rkey: remote.rkey,
         },
     };
-    s.qps[q].post_send(SendWr {
+    SendWr {
         wr_id: covers,
         op,
         sge: Sge {
@@ -301,6 +332,5 @@ fn post_one(test: &Test, s: &mut Session, size: u32, q: usize, n: u64, covers: u
         },
         signaled: covers > 0,
         solicited: false,
-    })?;
-    Ok(())
+    }
 }

@@ -75,6 +75,11 @@ pub struct Opts {
     /// is awaited).
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..))]
     pub cq_mod: u16,
+    /// Post lists of N work requests, one doorbell each, as perftest's -l
+    /// (`QueuePair::post_send_list`; bandwidth tests): a QP gets N messages
+    /// in a row. 1: one post per message.
+    #[arg(short = 'l', long = "post_list", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub post_list: u16,
     /// QP timeout, as perftest's -u: 4.096 us x 2^N before a retransmit
     /// (0..31; default 14, 67 ms). A peer that may stall for longer (a
     /// loaded emulated guest) needs more before 7 retries run out.
