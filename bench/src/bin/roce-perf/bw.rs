@@ -224,7 +224,7 @@ fn send(test: &Test, s: &mut Session, size: u32) -> Res<BwRow> {
     } else {
         test.iters() * nq
     };
-    if deadline.is_none() && test.iters() % list != 0 {
+    if deadline.is_none() && !test.iters().is_multiple_of(list) {
         return Err(format!("-n {} must be a multiple of -l {list}", test.iters()).into());
     }
     // Requests posted on each QP since its last signaled one, and on each
