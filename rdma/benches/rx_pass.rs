@@ -54,7 +54,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(512);
     let frames = (mib << 20) / FRAME;
-    let src: Vec<u8> = (0..frames * FRAME).map(|i| (i * 31 >> 3) as u8).collect();
+    let src: Vec<u8> = (0..frames * FRAME).map(|i| ((i * 31) >> 3) as u8).collect();
     // Touched before timing (a fresh zeroed vec faults its pages in on first write).
     let mut dst = vec![1u8; frames * FRAME];
     let variants: [Variant; 5] = [
