@@ -211,6 +211,9 @@ fn post_lists_move_every_message_of_every_qp() {
     for test in ["write_bw", "read_bw", "send_bw"] {
         let out = run(&[test, "-q", "3", "-l", "8", "-n", "400", "-s", "256"]);
         assert_eq!(row(&out, "256")[1], 400.0, "{test}:\n{out}");
+        // Every payload copied into one-segment frames (no attach).
+        let out = run(&[test, "-n", "200", "-s", "8192", "--copy_threshold", "4096"]);
+        assert_eq!(row(&out, "8192")[1], 200.0, "{test}:\n{out}");
     }
     let o = Command::new(BIN)
         .args([

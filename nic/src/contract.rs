@@ -61,6 +61,13 @@ pub struct DeviceConfig {
     /// Payloads up to this many bytes are copied into the frame rather than
     /// attached zero-copy ([`crate::io::TxPools::copy_threshold`]).
     pub copy_threshold: usize,
+    /// Data room of the mbufs frames are built in (headroom included;
+    /// default `Mempool::DEFAULT_DATA_ROOM`, 2 KiB + 128). A copied payload
+    /// that fits with its headers makes a one-segment frame, built and
+    /// checksummed in one pass (`HeaderTemplate::write_frame`); with a
+    /// `copy_threshold` of a path MTU and a room to match (4 KiB + 512),
+    /// every data frame is one mbuf: no external attach, no trailer.
+    pub tx_data_room: u16,
     /// Yield the engine's core (`sched_yield`) after 64 poll turns in a row
     /// with nothing to do: for processes that share cores (two `roce-perf`
     /// on one 2-core host, where a busy-polling engine would hold its core
@@ -103,6 +110,7 @@ impl DeviceConfig {
             pool_size: 16383,
             pcap: None,
             copy_threshold: crate::io::COPY_THRESHOLD,
+            tx_data_room: dpdk::Mempool::DEFAULT_DATA_ROOM,
             idle_yield: false,
             // std's RandomState keys come from the OS (getrandom).
             mr_key_seed: std::hash::BuildHasher::hash_one(

@@ -240,7 +240,7 @@ impl Engine {
                 &Self::unique_name("hdr"),
                 cfg.pool_size,
                 256,
-                Mempool::DEFAULT_DATA_ROOM,
+                cfg.tx_data_room.max(Mempool::DEFAULT_DATA_ROOM),
             )?,
             bare: Mempool::new(eal, &Self::unique_name("ext"), cfg.pool_size, 256, 0)?,
             copy_threshold: cfg.copy_threshold,

@@ -144,6 +144,13 @@ pub struct Opts {
     /// ends' engines on one thread, 1 gives each end's engine a thread.
     #[arg(long = "shards", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub shards: Option<u16>,
+    /// Copy payloads up to N bytes into the frame (one mbuf, headers,
+    /// payload and ICRC written in one pass) instead of attaching them
+    /// zero-copy from the registered region (a header mbuf, the attached
+    /// payload and a trailer for the ICRC); the default copies up to 256.
+    /// `--copy_threshold 4096`: every 4 KiB-MTU data frame is one mbuf.
+    #[arg(long = "copy_threshold", value_parser = clap::value_parser!(u16).range(0..=8192))]
+    pub copy_threshold: Option<u16>,
     /// With `--loopback --shards N`: a ring pair with one queue pair, so
     /// that a dispatcher thread per side steers frames to the shards (the
     /// layout for ports with one queue), instead of a queue pair per shard.

@@ -96,7 +96,7 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
         let shards = usize::from(shards);
         let plan = shard_cores(shards, 2, o.dispatcher, cores);
         let open = |port, ip: Ipv4Addr, pcap: Option<&std::ffi::OsString>, cores: &[_]| {
-            let mut cfg = DeviceConfig::new(ip.octets());
+            let mut cfg = device_config(o, ip);
             cfg.idle_yield = !o.busy_poll;
             cfg.pcap = pcap.map(std::path::PathBuf::from);
             Device::open_sharded(eal, port, cfg, cores)
@@ -107,11 +107,11 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
         )
     } else {
         // --pcap captures at the client's NIC (both directions).
-        let mut client_cfg = DeviceConfig::new(client_ip.octets());
+        let mut client_cfg = device_config(o, client_ip);
         client_cfg.pcap = o.pcap.as_ref().map(std::path::PathBuf::from);
         let mut devs = Device::open_group(
             eal,
-            vec![(pa, DeviceConfig::new(o.ip.octets())), (pb, client_cfg)],
+            vec![(pa, device_config(o, o.ip)), (pb, client_cfg)],
             Some(engine_core),
         )?;
         let (dev_b, dev_a) = (devs.pop(), devs.pop());
@@ -211,6 +211,19 @@ fn run_side(test: &Test, eal: &'static Eal, dev: Option<Device>, quiet: bool) ->
             .map_err(|e| format!("cannot write {}: {e}", std::path::Path::new(path).display()))?;
     }
     Ok(())
+}
+
+/// A device at `ip` with the options every NIC of a run shares: where
+/// payloads are copied into one-segment frames (`--copy_threshold`), the
+/// room for them.
+pub(crate) fn device_config(o: &cli::Opts, ip: Ipv4Addr) -> DeviceConfig {
+    let mut cfg = DeviceConfig::new(ip.octets());
+    if let Some(n) = o.copy_threshold {
+        cfg.copy_threshold = usize::from(n);
+        // Headers (with INT and the CC extension), pad, ICRC and headroom.
+        cfg.tx_data_room = n + 512;
+    }
+    cfg
 }
 
 /// The CPUs of `sides` devices' shards (`shards` each, side after side):

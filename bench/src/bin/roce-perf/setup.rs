@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 
 use bench::perftest::{self, AddressLine};
 use dpdk::{Eal, Port};
-use nic::verbs::{
-    CompletionQueue, Device, DeviceConfig, MemoryRegion, QpOptions, QueuePair, RemoteQp,
-};
+use nic::verbs::{CompletionQueue, Device, MemoryRegion, QpOptions, QueuePair, RemoteQp};
 use oob::perftest::{self as pt, PerftestConn, Protocol, Role};
 use rdma::transport::{Access, WcStatus, WorkCompletion};
 
@@ -94,7 +92,7 @@ pub fn open_device(o: &Opts, eal: &'static Eal) -> Res<Device> {
     loop {
         let port = Port::open(eal, o.dev.as_str())?;
         let link = port.link_watch();
-        let mut cfg = DeviceConfig::new(o.ip.octets());
+        let mut cfg = crate::device_config(o, o.ip);
         let ip = o.ip.octets();
         cfg.mac = o.mac.or_else(|| {
             o.dev
