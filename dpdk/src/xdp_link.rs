@@ -145,7 +145,7 @@ fn push_attr(m: &mut Vec<u8>, kind: u16, payload: &[u8]) {
     m.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
     m.extend_from_slice(&kind.to_ne_bytes());
     m.extend_from_slice(payload);
-    while m.len() % 4 != 0 {
+    while !m.len().is_multiple_of(4) {
         m.push(0);
     }
 }
