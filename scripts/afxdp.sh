@@ -21,11 +21,17 @@
 #   - bad input: an interface that does not exist, an XDP object that does
 #     not load, a second NIC on a busy interface: one clear error each, and
 #     the kernel's ping still answers; no XDP program is left attached.
+# Further, each described above its function below:
+#   - switch: roce-switch with both ports on af_xdp between two AF_XDP hosts;
+#   - verbs: Debian's perftest under rsnic-exec on af_xdp (host mode);
+#   - rxe: (c) rsnic on AF_XDP against Linux rxe and perftest in the QEMU
+#     guest of scripts/rxe-guest.sh, through a bridge (about 45 s of it).
 # `bench` instead measures write_bw 64 KiB, write_bw 64 B and read_lat over
 # net_af_xdp, net_af_packet and net_tap on the same veth pair (docs/benchmarks.md).
 #
-# usage: scripts/afxdp.sh [all|afxdp|tap|bad|bench]   (root; run under
-# `flock /tmp/rsnic-host.lock` next to other users of namespaces)
+# usage: scripts/afxdp.sh [all|afxdp|tap|bad|switch|verbs|rxe|bench]   (root;
+# run under `flock /tmp/rsnic-host.lock` next to other users of namespaces;
+# rxe uses rxe-guest.sh's namespace rxe-ns and guest rxe0, as interop.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=xd-a
