@@ -223,7 +223,7 @@ run_pair() {
 #
 # roce-perf on af_xdp:xdv-r in host mode (it takes 10.0.0.1) against
 # perftest 4.5 on rxe, both roles: RXE_RUNS, default "write_bw server 65536
-# 100" (the guest's ib_write_bw connects) and "read_lat client 64 8000"
+# 100" (the guest's ib_write_bw connects) and "read_lat client 64 20000"
 # (roce-perf connects to the guest's ib_read_lat). Each run: both ends exit
 # 0 and print their row, our data packets counted, ping and a TCP transfer
 # from rxe-ns to 10.0.0.1 over the same veth while the RDMA test runs; then
@@ -264,7 +264,7 @@ rxe_guest() {
   while read -r t role size n; do
     [ -n "$t" ] || continue
     rxe_one "$t" "$role" "$size" "$n"
-  done <<<"$(echo "${RXE_RUNS:-write_bw server 65536 100;read_lat client 64 8000}" | tr ';' '\n')"
+  done <<<"$(echo "${RXE_RUNS:-write_bw server 65536 100;read_lat client 64 20000}" | tr ';' '\n')"
   sleep 0.5
   kill "$shark" 2>/dev/null || true
   wait "$shark" 2>/dev/null || true
