@@ -20,7 +20,8 @@
 #     the MAC of the kernel's entry;
 #   - bad input: an interface that does not exist, an XDP object that does
 #     not load, a second NIC on a busy interface: one clear error each, and
-#     the kernel's ping still answers; no XDP program is left attached.
+#     the kernel's ping still answers; no XDP program is left attached, also
+#     not by a NIC killed with SIGINT or SIGTERM.
 # Further, each described above its function below:
 #   - switch: roce-switch with both ports on af_xdp between two AF_XDP hosts;
 #   - verbs: Debian's perftest under rsnic-exec on af_xdp (host mode);
@@ -569,6 +570,21 @@ bad_input() {
   grep -q 'no client connected' "$OUT/busy-first.log" || { cat "$OUT/busy-first.log"; fail "the first NIC failed otherwise"; }
   no_xdp_left
   ip netns exec "$B" ping -c 3 -i 0.1 -W 1 10.77.0.1 >/dev/null || fail "ping after the NIC exited"
+  # Ctrl-C or kill: roce-perf detaches its program before it dies of the
+  # signal (dpdk::xdp_link::detach_on_signals), so the next NIC starts.
+  local sig victim
+  for sig in INT TERM; do
+    ip netns exec "$A" "$BIN" write_bw --dev af_xdp:xdv-a --timeout 30 "${eal[@]}" --file-prefix=xd-e5 \
+      >"$OUT/killed.log" 2>&1 &
+    victim=$!
+    PIDS+=("$victim")
+    for _ in $(seq 100); do ip netns exec "$A" ss -ltn | grep -q ':18515 ' && break; sleep 0.1; done
+    ip -n "$A" link show xdv-a | grep -q ' xdp' || { cat "$OUT/killed.log"; fail "no XDP program on xdv-a while the NIC runs"; }
+    kill -"$sig" "$victim"
+    wait "$victim" 2>/dev/null && fail "the NIC exited 0 after SIG$sig"
+    no_xdp_left
+    echo "afxdp: bad: SIG$sig: the NIC detached its XDP program before it died"
+  done
   cleanup
   echo "afxdp: bad input: pass"
 }

@@ -17,8 +17,10 @@
 //! recorded is detached, if it is still the one attached (same id): a
 //! program that someone else attached since is never touched. A port
 //! closed normally removes its record ([`unguard`]). A process killed by a
-//! signal runs no exit handler; its program stays (the clear error above,
-//! with the command that removes it).
+//! signal runs no exit handler: a tool that owns its signals calls
+//! [`detach_on_signals`] first (SIGINT, SIGTERM, SIGHUP); otherwise, and on
+//! SIGKILL, the program stays (the clear error above, with the command
+//! that removes it).
 
 use std::io;
 use std::sync::{Mutex, Once};
@@ -114,6 +116,59 @@ pub fn unguard(ifindex: u32) {
 
 /// The exit handler: detaches every recorded program that is still attached.
 extern "C" fn detach_at_exit() {
+    detach_guarded();
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP detach the recorded programs before the
+/// process dies of them, for a tool that owns its signals (`roce-perf`; a
+/// library such as the ibverbs one must not take the program's). The
+/// signals are blocked in the calling thread, so this must run before any
+/// other thread is started (they inherit the mask); a thread of its own
+/// waits for them (`sigwait`), detaches, and raises the signal again with
+/// its default action, so the process ends as it would have.
+pub fn detach_on_signals() -> io::Result<()> {
+    const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t for these calls.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in SIGNALS {
+            libc::sigaddset(&mut set, s);
+        }
+    }
+    // SAFETY: changes this thread's mask only; `set` is valid.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    struct Set(libc::sigset_t);
+    // SAFETY: a sigset_t is plain data, read-only in the waiting thread.
+    unsafe impl Send for Set {}
+    let set = Set(set);
+    std::thread::Builder::new()
+        .name("rsnic-signals".into())
+        .spawn(move || {
+            let set = set;
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` and `sig` are valid; sigwait only writes `sig`.
+            if unsafe { libc::sigwait(&set.0, &mut sig) } != 0 {
+                return;
+            }
+            detach_guarded();
+            // SAFETY: the default action, unblocked in this thread, then
+            // the same signal again: the process ends as it would have.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set.0, std::ptr::null_mut());
+                libc::raise(sig);
+            }
+        })?;
+    Ok(())
+}
+
+/// Detaches every recorded program that is still the one attached.
+fn detach_guarded() {
     let list = std::mem::take(&mut *GUARDED.lock().unwrap_or_else(|e| e.into_inner()));
     for (ifindex, prog) in list {
         if attached(ifindex).is_ok_and(|now| now.contains(&prog)) {
