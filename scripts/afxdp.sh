@@ -261,7 +261,6 @@ rxe_guest() {
   local shark=$!
   PIDS+=("$shark")
   sleep 1
-  local run
   while read -r t role size n; do
     [ -n "$t" ] || continue
     rxe_one "$t" "$role" "$size" "$n"
