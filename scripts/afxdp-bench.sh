@@ -2,7 +2,9 @@
 # roce-perf over net_af_xdp, net_af_packet and net_tap on the same veth pair
 # between namespaces xd-a and xd-b, in one run (docs/benchmarks.md, issue 25):
 # write_bw 64 KiB and 64 B, read_lat 2 B, each PMD in turn, repeated ROUNDS
-# times (default 2), figures as ratios to net_tap.
+# times (default 2), figures as ratios to net_tap. net_af_xdp twice: as rsnic
+# opens it (busy_budget=0) and with the PMD's own default busy_budget=64
+# (preferred busy polling), the setting before rsnic chose 0.
 #
 #   afxdp:  xdv-a 10.77.0.1 <-- veth --> xdv-b 10.77.0.2; NICs in host mode
 #           (no --ip), rsnic's XDP program, copy mode (veth has no AF_XDP
@@ -65,6 +67,8 @@ one() {
   local pmd=$1 test=$2 size=$3 sdev cdev sip=() cip=() len=()
   case $pmd in
     afxdp) sdev=af_xdp:xdv-a; cdev=af_xdp:xdv-b ;;
+    # The PMD's own busy polling (its default; rsnic's is busy_budget=0, dpdk::af_xdp::DEFAULT_BUSY_BUDGET)
+    afxdp64) sdev=af_xdp:xdv-a,busy_budget=64; cdev=af_xdp:xdv-b,busy_budget=64 ;;
     packet) sdev=net_af_packet0,iface=xdv-a; cdev=net_af_packet0,iface=xdv-b
       sip=(--ip 10.77.0.11); cip=(--ip 10.77.0.12) ;;
     tap) sdev=net_tap0,iface=xdt-a; cdev=net_tap0,iface=xdt-b
@@ -88,29 +92,40 @@ print(f'{r["t_typical"]:.2f}' if sys.argv[2].endswith("lat") else f'{r["bw_avg_g
 PY
 }
 
+# PMDS and TESTS pick a subset, e.g. the busy_budget A/B of docs/benchmarks.md:
+# PMDS="afxdp afxdp64" TESTS="read_lat 2" ROUNDS=8 scripts/afxdp-bench.sh
+PMDS=${PMDS:-tap afxdp afxdp64 packet}
+TESTS=${TESTS:-write_bw 65536;write_bw 64;read_lat 2}
 declare -A FIG
 for round in $(seq 1 "$ROUNDS"); do
-  for pmd in tap afxdp packet; do
+  for pmd in $PMDS; do
     if [ $pmd = tap ]; then up tap; else up direct; fi
-    for t in "write_bw 65536" "write_bw 64" "read_lat 2"; do
+    while IFS= read -r t; do
       set -- $t
       f=$(one $pmd "$1" "$2")
       FIG[$pmd,$1,$2]="${FIG[$pmd,$1,$2]:-} $f"
       echo "afxdp-bench: round $round $pmd $1 -s $2: $f $([ "$1" = read_lat ] && echo us || echo Gbit/s)"
-    done
+    done <<<"$(echo "$TESTS" | tr ';' '\n')"
   done
 done
 
-# Medians over rounds, ratios to net_tap (latency: tap / pmd, so > 1 is better).
-python3 - "$ROUNDS" <<PY
-import statistics
+# Medians over rounds, ratios to net_tap, or to the first PMD without it
+# (latency: base / pmd, so > 1 is better).
+python3 - "$PMDS" "$TESTS" <<PY
+import statistics, sys
 fig = {}
 $(for k in "${!FIG[@]}"; do echo "fig['$k'] = [float(x) for x in '${FIG[$k]}'.split()]"; done)
-rows = [("write_bw", "65536", "Gbit/s"), ("write_bw", "64", "Gbit/s"), ("read_lat", "2", "us typical")]
-print("| test | net_tap | net_af_xdp (copy) | net_af_packet | af_xdp / tap | af_packet / tap |")
-print("|---|---|---|---|---|---|")
-for t, s, unit in rows:
-    m = {p: statistics.median(fig[f"{p},{t},{s}"]) for p in ("tap", "afxdp", "packet")}
-    r = (lambda p: m["tap"] / m[p]) if t.endswith("lat") else (lambda p: m[p] / m["tap"])
-    print(f"| {t} -s {s} ({unit}) | {m['tap']:.4g} | {m['afxdp']:.4g} | {m['packet']:.4g} | {r('afxdp'):.2f} | {r('packet'):.2f} |")
+pmds = sys.argv[1].split()
+rows = [t.split() for t in sys.argv[2].split(";") if t.strip()]
+name = {"tap": "net_tap", "afxdp": "net_af_xdp (copy)", "afxdp64": "net_af_xdp busy_budget=64", "packet": "net_af_packet"}
+short = {"tap": "tap", "afxdp": "af_xdp", "afxdp64": "af_xdp 64", "packet": "af_packet"}
+base = "tap" if "tap" in pmds else pmds[0]
+others = [p for p in pmds if p != base]
+print("| test | " + " | ".join(name[p] for p in pmds) + " | " + " | ".join(f"{short[p]} / {short[base]}" for p in others) + " |")
+print("|---" * (1 + len(pmds) + len(others)) + "|")
+for t, s in rows:
+    unit = "us typical" if t.endswith("lat") else "Gbit/s"
+    m = {p: statistics.median(fig[f"{p},{t},{s}"]) for p in pmds}
+    r = (lambda p: m[base] / m[p]) if t.endswith("lat") else (lambda p: m[p] / m[base])
+    print(f"| {t} -s {s} ({unit}) | " + " | ".join(f"{m[p]:.4g}" for p in pmds) + " | " + " | ".join(f"{r(p):.2f}" for p in others) + " |")
 PY

@@ -10,8 +10,8 @@
 #                         (scripts/rxe-guest.sh; $RXE_DIR)
 #   /tmp/rsnic-interop.*  scratch directories of a killed interop run
 #   /tmp/rsnic-fresh.*    clones of earlier fresh checks
-#   namespaces            rxe-ns, rsnic-a/-b and every other rsnic*/rxe*
-#                         namespace (rxe-guest.sh, netns.sh, the tests),
+#   namespaces            rxe-ns, rsnic-a/-b and every other rsnic*/rxe*/xd-*
+#                         namespace (rxe-guest.sh, netns.sh, afxdp.sh, the tests),
 #                         with the TAPs, veths and bridges inside them
 #   QEMU guests           any rxe guest still running
 #   DPDK runtime files    /var/run/dpdk/* (file prefixes of killed processes)
@@ -34,7 +34,7 @@ commit=$(git -C "$repo" rev-parse "$ref")
 echo "fresh-check: removing what earlier runs left"
 pkill -f 'qemu-system-x86_64.*rxe-guest' 2>/dev/null || true
 for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
-  case $ns in rxe*|rsnic*) ip netns del "$ns" ;; esac
+  case $ns in rxe*|rsnic*|xd-*) ip netns del "$ns" ;; esac
 done
 rm -rf "${RXE_DIR:-/tmp/rxe-guest}" /tmp/rsnic-interop.* /tmp/rsnic-fresh.*
 rm -rf /var/run/dpdk/* 2>/dev/null || true

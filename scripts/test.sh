@@ -34,7 +34,7 @@ GOODPUT_SECS=1 cargo bench -p bench --bench nic_goodput
 echo "== interop: roce-perf, and perftest on rsnic (librsnic_verbs.so), against Linux rxe + perftest 4.5 in a QEMU guest (scripts/interop.sh; about 7-8 minutes on 2 busy cores)"
 timeout 780 scripts/interop.sh all
 
-echo "== net_af_xdp: rsnic on a veth shared with the kernel, peers on AF_XDP and TAP, TCP and ping alongside, bad input (scripts/afxdp.sh; 33 s on the 2-core VM)"
+echo "== net_af_xdp: rsnic on a veth shared with the kernel, peers on AF_XDP, TAP and Linux rxe in the QEMU guest, TCP and ping alongside; roce-switch and perftest on rsnic (librsnic_verbs.so) on AF_XDP ports; bad input (scripts/afxdp.sh; 80 s on the 2-core VM at load 3, 49 s of it for the rxe guest, roce-switch, verbs and signal checks)"
 timeout 300 scripts/afxdp.sh all
 
 scripts/soak.sh 0.5 # chaos soak, 30 s: every CC, 1 % loss/dup/reorder/corruption, bytes checked (issue 14; 10-minute run in docs/reliability.md)

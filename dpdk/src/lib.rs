@@ -12,7 +12,8 @@
 //!   with `&mut self`; run-time vdevs (`net_null`, `net_tap`,
 //!   `net_af_packet`, ...) and back-to-back ring pairs ([`Port::ring_pair`]);
 //!   `net_af_xdp` ports on a kernel interface shared with the kernel
-//!   ([`af_xdp`]: rsnic's XDP program, `af_xdp:IF`).
+//!   ([`af_xdp`]: rsnic's XDP program, `af_xdp:IF`; [`xdp_link`] detaches
+//!   it at exit from a process that never closed its port).
 //! * [`Ring`] (mbuf rings), [`lcore::spawn_pinned`] (threads pinned with
 //!   `core_affinity` and registered as EAL lcores), [`TscClock`] (TSC in ns).
 //! * [`ExtBuf`]: memory that mbufs point into without copying.
@@ -33,6 +34,7 @@ mod mbuf;
 mod mempool;
 mod port;
 mod ring;
+pub mod xdp_link;
 
 pub use burst::{Burst, Drain, BURST_SIZE};
 pub use clock::TscClock;

@@ -140,6 +140,10 @@ impl Drop for PortInner {
                 }
             }
         }
+        // The PMD detached its XDP program when the vdev went away.
+        if let Some(p) = &self.af_xdp {
+            crate::xdp_link::unguard(crate::af_xdp::ifindex(&p.iface));
+        }
     }
 }
 
@@ -463,6 +467,11 @@ impl Port {
                     return Err(crate::af_xdp::diagnose(p, rc));
                 }
                 check("rte_eth_rx_queue_setup", rc)?;
+                // The program is attached now: detach it at exit if the
+                // port is never closed (crate::xdp_link).
+                if let (0, Some(p)) = (q, &self.inner.af_xdp) {
+                    crate::xdp_link::guard(crate::af_xdp::ifindex(&p.iface));
+                }
             }
             for q in 0..cfg.tx_queues {
                 check(

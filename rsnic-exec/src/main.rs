@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! rsnic-exec --dev net_tap0,iface=rs0 --ip 10.0.0.1 [--cc hpcc] -- ib_write_bw -d rsnic0 ...
+//! rsnic-exec --dev af_xdp:eth0 -- ib_write_bw -d rsnic0 ...   # host mode: eth0's own IP
 //! ```
 //!
 //! It sets the `RSNIC_*` variables that `librsnic_verbs.so` reads (see
@@ -24,8 +25,10 @@ struct Cli {
     #[arg(long)]
     dev: String,
     /// The port's IPv4 address (RSNIC_IP); the GID is ::ffff:<ip>.
+    /// Required, except on a net_af_xdp port (af_xdp:IF), which takes its
+    /// interface's own (host mode).
     #[arg(long)]
-    ip: std::net::Ipv4Addr,
+    ip: Option<std::net::Ipv4Addr>,
     /// The port's MAC (RSNIC_MAC; default: derived from the IP on net_tap).
     #[arg(long)]
     mac: Option<String>,
@@ -49,8 +52,25 @@ struct Cli {
     program: Vec<String>,
 }
 
+/// Whether `dev` names a `net_af_xdp` port on a kernel interface (the
+/// library's host mode; the same test as `dpdk::af_xdp::iface_of`, which
+/// this small launcher does not link).
+fn is_af_xdp(dev: &str) -> bool {
+    let d = dev.trim();
+    d.strip_prefix("af_xdp:")
+        .is_some_and(|rest| !rest.split(',').next().unwrap_or_default().trim().is_empty())
+        || (d.starts_with("net_af_xdp") && d.split(',').any(|kv| kv.trim().starts_with("iface=")))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.ip.is_none() && !is_af_xdp(&cli.dev) {
+        eprintln!(
+            "rsnic-exec: --ip is required (only a net_af_xdp port, af_xdp:IF, takes its \
+             interface's own)"
+        );
+        return ExitCode::from(2);
+    }
     let lib = match cli.lib.clone().or_else(|| {
         std::env::current_exe()
             .ok()
@@ -77,8 +97,13 @@ fn main() -> ExitCode {
     cmd.args(&cli.program[1..])
         .env("LD_PRELOAD", preload)
         .env("RSNIC_DEV", &cli.dev)
-        .env("RSNIC_IP", cli.ip.to_string())
         .env("RSNIC_CC", &cli.cc);
+    match cli.ip {
+        Some(ip) => cmd.env("RSNIC_IP", ip.to_string()),
+        // Host mode: the library reads the interface's address; an RSNIC_IP
+        // inherited from the caller's environment must not override it.
+        None => cmd.env_remove("RSNIC_IP"),
+    };
     if let Some(m) = &cli.mac {
         cmd.env("RSNIC_MAC", m);
     }
@@ -94,4 +119,23 @@ fn main() -> ExitCode {
     let err = cmd.exec();
     eprintln!("rsnic-exec: cannot run {}: {err}", cli.program[0]);
     ExitCode::from(127)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_af_xdp;
+
+    #[test]
+    fn af_xdp_ports_need_no_ip() {
+        assert!(is_af_xdp("af_xdp:eth0") && is_af_xdp("af_xdp:eth0,start_queue=1"));
+        assert!(is_af_xdp("net_af_xdp0,iface=v0,force_copy=1"));
+        for d in [
+            "af_xdp:",
+            "af_xdp:,start_queue=1",
+            "net_af_xdp0",
+            "net_tap0,iface=t0",
+        ] {
+            assert!(!is_af_xdp(d), "{d}");
+        }
+    }
 }

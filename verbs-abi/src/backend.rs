@@ -65,8 +65,20 @@ impl Backend {
         Config::from_env().map_err(|e| e.to_string())
     }
 
-    fn start(cfg: Config) -> Result<Backend, String> {
+    fn start(mut cfg: Config) -> Result<Backend, String> {
         let port_lock = lock_port(&cfg.dev)?;
+        // Host mode (a net_af_xdp port without RSNIC_IP): the interface's
+        // own IPv4 address, as roce-perf takes it; the device then resolves
+        // peers through the kernel's neighbour table (nic::host).
+        let ip = match (cfg.ip, cfg.host_iface()) {
+            (Some(ip), _) => ip,
+            (None, Some(iface)) => nic::host::KernelIface::new(&iface)
+                .and_then(|k| k.ipv4())
+                .map_err(|e| format!("{}: host mode: {e}", cfg.dev))?
+                .into(),
+            (None, None) => return Err("RSNIC_IP is not set".into()),
+        };
+        cfg.ip = Some(ip);
         let pci = cfg.dev.contains(':') && !cfg.dev.contains(',');
         let mut args = dpdk::tool_args("rsnic-verbs", &[] as &[&str], pci);
         args.extend(cfg.eal.iter().cloned());
@@ -76,13 +88,13 @@ impl Backend {
         for attempt in 1..=3 {
             let port = Port::open(eal, &cfg.dev).map_err(|e| format!("{}: {e}", cfg.dev))?;
             let link = port.link_watch();
-            let mut dc = DeviceConfig::new(cfg.ip.octets());
+            let mut dc = DeviceConfig::new(ip.octets());
             dc.mac = cfg.port_mac();
             dc.core = cfg.core;
             dc.idle_yield = !cfg.busy_poll;
             let dev = Device::open(eal, port, dc).map_err(|e| format!("{}: {e}", cfg.dev))?;
             if link.wait_up(Duration::from_secs(2)) {
-                tracing::info!(dev = %cfg.dev, ip = %cfg.ip, "rsnic0 up");
+                tracing::info!(dev = %cfg.dev, ip = %ip, "rsnic0 up");
                 return Ok(Backend {
                     dev,
                     link,

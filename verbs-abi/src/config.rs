@@ -4,7 +4,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `RSNIC_DEV` | DPDK devargs of the port, e.g. `net_tap0,iface=rs0` (required) |
-//! | `RSNIC_IP` | the port's IPv4 address; the GID is `::ffff:<ip>` (required) |
+//! | `RSNIC_IP` | the port's IPv4 address; the GID is `::ffff:<ip>` (required, except on a `net_af_xdp` port: host mode takes the interface's own) |
 //! | `RSNIC_MAC` | the port's MAC (default: `02:52:53:<ip[1..4]>` on `net_tap`, else the port's) |
 //! | `RSNIC_CORE` | CPU to pin the engine thread to (default: not pinned) |
 //! | `RSNIC_CC` | congestion control of every QP: none, dcqcn, hpcc, ... (default none) |
@@ -20,8 +20,10 @@ use cc::CcKind;
 pub struct Config {
     /// DPDK devargs of the port.
     pub dev: String,
-    /// The port's IPv4 address.
-    pub ip: Ipv4Addr,
+    /// The port's IPv4 address; `None` on a `net_af_xdp` port without
+    /// `RSNIC_IP`: host mode, the kernel interface's own address, read when
+    /// the device starts ([`Config::host_iface`]).
+    pub ip: Option<Ipv4Addr>,
     /// The port's MAC, if given.
     pub mac: Option<[u8; 6]>,
     /// The engine's CPU.
@@ -38,7 +40,10 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// A required variable is not set.
-    #[error("{0} is not set (run the program under rsnic-exec, or set RSNIC_DEV and RSNIC_IP)")]
+    #[error(
+        "{0} is not set (run the program under rsnic-exec, or set RSNIC_DEV and RSNIC_IP; \
+         a net_af_xdp port takes its interface's own IP)"
+    )]
     Missing(&'static str),
     /// A variable's value does not parse.
     #[error("{var}={value:?}: {why}")]
@@ -68,10 +73,15 @@ impl Config {
         let dev = get("RSNIC_DEV")
             .filter(|s| !s.is_empty())
             .ok_or(ConfigError::Missing("RSNIC_DEV"))?;
-        let ip_s = get("RSNIC_IP").ok_or(ConfigError::Missing("RSNIC_IP"))?;
-        let ip: Ipv4Addr = ip_s
-            .parse()
-            .map_err(|e| bad("RSNIC_IP", &ip_s, format!("{e}")))?;
+        let ip = match get("RSNIC_IP").filter(|s| !s.is_empty()) {
+            Some(ip_s) => Some(
+                ip_s.parse::<Ipv4Addr>()
+                    .map_err(|e| bad("RSNIC_IP", &ip_s, format!("{e}")))?,
+            ),
+            // Host mode: the interface's address, taken at start.
+            None if dpdk::af_xdp::iface_of(&dev).is_some() => None,
+            None => return Err(ConfigError::Missing("RSNIC_IP")),
+        };
         let mac = match get("RSNIC_MAC") {
             None => None,
             Some(m) => Some(parse_mac(&m).ok_or_else(|| {
@@ -112,14 +122,24 @@ impl Config {
 
     /// The MAC the port uses: the given one; on `net_tap` a locally
     /// administered one derived from the IP (as `roce-perf` does, so that
-    /// two namespaces' TAPs never collide); else the port's own (None).
+    /// two namespaces' TAPs never collide); else the port's own (None; on
+    /// a `net_af_xdp` port, the kernel interface's).
     pub fn port_mac(&self) -> Option<[u8; 6]> {
-        let ip = self.ip.octets();
         self.mac.or_else(|| {
+            let ip = self.ip?.octets();
             self.dev
                 .starts_with("net_tap")
                 .then_some([0x02, 0x52, 0x53, ip[1], ip[2], ip[3]])
         })
+    }
+
+    /// The kernel interface whose address the device takes (host mode):
+    /// the interface of a `net_af_xdp` port when `RSNIC_IP` is not set.
+    pub fn host_iface(&self) -> Option<String> {
+        self.ip
+            .is_none()
+            .then(|| dpdk::af_xdp::iface_of(&self.dev))
+            .flatten()
     }
 }
 
@@ -163,6 +183,33 @@ mod tests {
         assert_eq!(c.cc, CcKind::None);
         assert_eq!(c.port_mac(), Some([2, 0x52, 0x53, 0, 0, 1]));
         assert!(c.eal.is_empty() && !c.busy_poll && c.core.is_none());
+        assert_eq!(c.host_iface(), None);
+    }
+
+    #[test]
+    fn af_xdp_takes_the_interface_address() {
+        // Without RSNIC_IP: host mode on the interface (read at start).
+        let c = Config::from_lookup(env(&[("RSNIC_DEV", "af_xdp:eth0")])).unwrap();
+        assert_eq!(c.ip, None);
+        assert_eq!(c.host_iface().as_deref(), Some("eth0"));
+        assert_eq!(c.port_mac(), None);
+        let c = Config::from_lookup(env(&[("RSNIC_DEV", "net_af_xdp0,iface=v1")])).unwrap();
+        assert_eq!(c.host_iface().as_deref(), Some("v1"));
+        // An explicit address wins.
+        let c = Config::from_lookup(env(&[
+            ("RSNIC_DEV", "af_xdp:eth0"),
+            ("RSNIC_IP", "10.0.0.7"),
+        ]))
+        .unwrap();
+        assert_eq!((c.ip, c.host_iface()), (Some([10, 0, 0, 7].into()), None));
+        // Other ports still need it.
+        for dev in ["net_tap0,iface=t0", "net_ring0", "af_xdp:"] {
+            assert_eq!(
+                Config::from_lookup(env(&[("RSNIC_DEV", dev)])),
+                Err(ConfigError::Missing("RSNIC_IP")),
+                "{dev}"
+            );
+        }
     }
 
     #[test]

@@ -68,6 +68,11 @@ fn host_ip(test: Test) -> Res<Test> {
 fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
     let test = host_ip(test)?;
     let (_, o) = test.parts();
+    // Ctrl-C or a kill must not leave our XDP program on the interface
+    // (dpdk::xdp_link): before the EAL starts any thread.
+    if dpdk::af_xdp::is_af_xdp(&o.dev) && !o.loopback {
+        dpdk::xdp_link::detach_on_signals()?;
+    }
     if let Some(m) = o
         .mtu
         .filter(|m| !matches!(m, 256 | 512 | 1024 | 2048 | 4096))
