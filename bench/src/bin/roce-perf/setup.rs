@@ -54,8 +54,14 @@ impl Cqs {
         None
     }
 
-    /// As [`CompletionQueue::wait`], over every CQ.
+    /// As [`CompletionQueue::wait`] (spin, then park until the engine
+    /// pushes a completion), over every CQ; with several (one per shard)
+    /// nothing wakes a waiter on all of them, so it spins, then sleeps
+    /// briefly between polls ([`nic::verbs::wait_until`]).
     pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
+        if let [cq] = self.cqs.as_mut_slice() {
+            return cq.wait(timeout);
+        }
         nic::verbs::wait_until(timeout, || self.poll_one())
     }
 }
