@@ -58,6 +58,12 @@ pub struct Opts {
     /// Run sizes 2 .. 2^23, as perftest's -a.
     #[arg(short = 'a', long = "all")]
     pub all: bool,
+    /// Every QP works on one buffer of the `-q 1` size (one send and one
+    /// receive unit, shared) instead of a unit each (perftest's layout):
+    /// with many QPs, what remains of the cost is the QPs' own state, not
+    /// the memory their messages touch.
+    #[arg(long = "shared-buffer")]
+    pub shared_buffer: bool,
     /// Run for this many seconds instead of a number of iterations.
     #[arg(short = 'D', long = "duration")]
     pub duration: Option<u64>,

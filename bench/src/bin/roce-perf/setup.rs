@@ -247,7 +247,7 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
     let (cq, mut qps, qopts) = create_qps(test, o, &dev, mtu)?;
     let nq = qps.len();
     let max_size = test.sizes().into_iter().max().unwrap_or(2);
-    let layout = Layout::new(max_size, cycle, cache_line, nq);
+    let layout = Layout::new(max_size, cycle, cache_line, nq, o.shared_buffer);
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let mr = dev.reg_mr(layout.bytes(), access)?;
     let mine = Mine {
