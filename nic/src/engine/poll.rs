@@ -112,6 +112,7 @@ impl Engine {
     /// Before the thread sleeps: the counters as they are now (a reader
     /// waits for no publication while we sleep).
     fn before_park(&mut self) {
+        self.counters.engine_parks += 1;
         self.publish();
         self.last_publish_ns = self.clock.now_ns();
     }
