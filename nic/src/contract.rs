@@ -62,11 +62,14 @@ pub struct DeviceConfig {
     /// Payloads up to this many bytes are copied into the frame rather than
     /// attached zero-copy ([`crate::io::TxPools::copy_threshold`]).
     pub copy_threshold: usize,
-    /// Yield the engine's core (`sched_yield`) after 64 poll turns in a row
-    /// with nothing to do: for processes that share cores (two `roce-perf`
-    /// on one 2-core host, where a busy-polling engine would hold its core
-    /// for a whole scheduler slice). Off: a pure poll-mode core, no syscall
-    /// ever.
+    /// Park the engine's thread when idle: after `verbs::SPIN_BEFORE_PARK`
+    /// (50 us) with nothing to do it sleeps on a futex until a doorbell, a
+    /// command, the stop or its next timer wakes it (frames from a port
+    /// that cannot wake it end the sleep within 100 us; crate::park,
+    /// `engine::poll`). For threads that share cores (two `roce-perf` on
+    /// one 2-core host, or anything else busy on it), where a busy-polling
+    /// engine would hold its core. Off: a pure poll-mode core, no syscall
+    /// ever. (Named for the `sched_yield` it did before.)
     pub idle_yield: bool,
     /// Seed of the memory-region key bytes (`rdma::transport::MrTable::with_key_seed`):
     /// [`DeviceConfig::new`] draws it from the OS, so a peer cannot guess keys.

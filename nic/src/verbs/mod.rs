@@ -503,9 +503,6 @@ const QUICK_SLICE_NS: u64 = 100_000;
 /// end. Engine threads that park (`DeviceConfig::idle_yield`) do this
 /// themselves. Whether the kernel took it.
 pub fn wake_quickly() -> bool {
-    if std::env::var_os("RSNIC_NO_QUICK").is_some() {
-        return false;
-    } // TEMP
     crate::sys::set_slice_ns(QUICK_SLICE_NS)
 }
 

@@ -131,9 +131,12 @@ pub struct Opts {
     /// CPU for the NIC engine.
     #[arg(long = "core")]
     pub core: Option<usize>,
-    /// Never yield the engine's core, even when idle (by default an idle
-    /// engine yields after 64 empty poll turns, so that processes sharing
-    /// cores, e.g. both ends on one host, make progress).
+    /// Never give the cores away, even when idle: the engine and the waits
+    /// for completions spin (by default an engine idle for 50 us parks its
+    /// thread until a post, a command or a timer wakes it, and a wait for a
+    /// completion spins 50 us, then parks until the engine wakes it; so
+    /// that processes sharing cores, e.g. both ends on one host, or anything
+    /// else busy on the machine, make progress).
     #[arg(long = "busy_poll")]
     pub busy_poll: bool,
     /// Shard this NIC's QPs over N engine threads behind a dispatcher that
