@@ -93,6 +93,29 @@ fn several_qps_share_the_work() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("-q applies to the bandwidth tests"));
 }
 
+/// `--shared-buffer`: every QP on the one pair of units of `-q 1` (so only
+/// the QPs' own state grows with `-q`); each test kind still runs every
+/// message of every QP to completion.
+#[test]
+fn shared_buffer_runs_every_qp() {
+    for test in ["write_bw", "read_bw", "send_bw"] {
+        let out = run(&[
+            test,
+            "-q",
+            "8",
+            "-n",
+            "200",
+            "-s",
+            "8192",
+            "--shared-buffer",
+        ]);
+        assert!(out.contains(" Number of qps   : 8"), "{out}");
+        assert_eq!(out.matches(" remote address: LID").count(), 8, "{out}");
+        let r = row(&out, "8192");
+        assert_eq!(r[1], 200.0, "{out}");
+    }
+}
+
 #[test]
 fn sharded_nics_run_every_test_kind() {
     // --shards 2: each NIC's QPs over two engines, each on its own queue

@@ -78,7 +78,7 @@ enum Backing {
     Vdev(CString),
     /// One end of a ring pair: uninit the vdev, then (when both ends are
     /// gone) free the rings, which the `Arc` keeps alive until then.
-    RingPair(CString, #[allow(dead_code)] Arc<RingPairRings>),
+    RingPair(CString, Arc<RingPairRings>),
 }
 
 struct RingPairRings(Vec<*mut dpdk_sys::rte_ring>);
@@ -404,6 +404,17 @@ impl Port {
                 pools: Mutex::new(Vec::new()),
                 af_xdp: None,
             }),
+        }
+    }
+
+    /// For one end of a [`Port::ring_pair`], a key both ends share (and no
+    /// other port): whoever turns both ends on one thread knows that what
+    /// one sends the other receives on that thread (nic's engines park
+    /// without a bound then). None for every other port.
+    pub fn ring_pair_key(&self) -> Option<usize> {
+        match &self.inner.backing {
+            Backing::RingPair(_, rings) => Some(Arc::as_ptr(rings) as usize),
+            _ => None,
         }
     }
 

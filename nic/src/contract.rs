@@ -26,6 +26,7 @@ use crate::control::ArpConfig;
 use crate::counters::SharedCounters;
 use crate::doorbell::Doorbells;
 use crate::notify::CqNotify;
+use crate::park::Parker;
 
 /// QP numbers start here (0 and 1 are special in the IBA).
 pub const QPN_BASE: u32 = 0x11;
@@ -68,11 +69,14 @@ pub struct DeviceConfig {
     /// `copy_threshold` of a path MTU and a room to match (4 KiB + 512),
     /// every data frame is one mbuf: no external attach, no trailer.
     pub tx_data_room: u16,
-    /// Yield the engine's core (`sched_yield`) after 64 poll turns in a row
-    /// with nothing to do: for processes that share cores (two `roce-perf`
-    /// on one 2-core host, where a busy-polling engine would hold its core
-    /// for a whole scheduler slice). Off: a pure poll-mode core, no syscall
-    /// ever.
+    /// Park the engine's thread when idle: after `verbs::SPIN_BEFORE_PARK`
+    /// (50 us) with nothing to do it sleeps on a futex until a doorbell, a
+    /// command, the stop or its next timer wakes it (frames from a port
+    /// that cannot wake it end the sleep within 100 us; crate::park,
+    /// `engine::poll`). For threads that share cores (two `roce-perf` on
+    /// one 2-core host, or anything else busy on it), where a busy-polling
+    /// engine would hold its core. Off: a pure poll-mode core, no syscall
+    /// ever. (Named for the `sched_yield` it did before.)
     pub idle_yield: bool,
     /// Seed of the memory-region key bytes (`rdma::transport::MrTable::with_key_seed`):
     /// [`DeviceConfig::new`] draws it from the OS, so a peer cannot guess keys.
@@ -284,6 +288,10 @@ pub enum Command {
         ring: rtrb::Producer<WorkCompletion>,
         /// Its completion channel, if the program waits on an eventfd.
         notify: Option<Arc<CqNotify>>,
+        /// Where the program's thread parks while it waits for a completion
+        /// ([`crate::verbs::CompletionQueue::wait`]); the engine wakes it
+        /// after a push.
+        waiter: Arc<Parker>,
         /// CQ id.
         reply: Reply<u32>,
     },
@@ -393,6 +401,29 @@ pub enum Command {
     },
 }
 
+/// The program's end of an engine's slow path: a [`Command`] sent wakes
+/// the engine's thread if it is parked (crate::park), so a request to an
+/// idle engine is served at once, not at its next timeout.
+#[derive(Clone)]
+pub(crate) struct CommandTx {
+    tx: Sender<Command>,
+    parker: Arc<Parker>,
+}
+
+impl CommandTx {
+    /// The sender `tx` of the engine that parks on `parker`.
+    pub(crate) fn new(tx: Sender<Command>, parker: Arc<Parker>) -> Self {
+        CommandTx { tx, parker }
+    }
+
+    /// Sends `c` and wakes the engine; an error if the engine is gone.
+    pub(crate) fn send(&self, c: Command) -> Result<(), crossbeam_channel::SendError<Command>> {
+        self.tx.send(c)?;
+        self.parker.wake();
+        Ok(())
+    }
+}
+
 /// The states a program moves a QP to with `modify_qp` (IBA 10.3.1,
 /// `ibv_qp_state`), with what each transition needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -441,7 +472,9 @@ pub enum AsyncEvent {
 pub const ASYNC_EVENT_QUEUE: usize = 256;
 
 /// What an engine shares with the API handles: the stop and done flags,
-/// the published counters, the doorbell queue and the async event queue.
+/// the published counters, the doorbell queue, the async event queue and
+/// the parker its thread sleeps on when idle (crate::park; engines that
+/// share a thread share one).
 pub struct EngineShared {
     /// Set by the device to stop the engine.
     pub(crate) stop: AtomicBool,
@@ -451,17 +484,34 @@ pub struct EngineShared {
     doorbells: Doorbells,
     /// Async events, from the engine's slow path to the program.
     pub(crate) events: (Sender<AsyncEvent>, crossbeam_channel::Receiver<AsyncEvent>),
+    /// Where the engine's thread sleeps when idle; a doorbell, a command or
+    /// the stop wakes it.
+    pub(crate) parker: Arc<Parker>,
 }
 
 impl EngineShared {
-    pub(crate) fn new(max_qps: usize, qpn_base: u32) -> Self {
+    /// The shared state of an engine whose thread parks on `parker`.
+    pub(crate) fn new(max_qps: usize, qpn_base: u32, parker: Arc<Parker>) -> Self {
         EngineShared {
             stop: AtomicBool::new(false),
             done: AtomicBool::new(false),
             counters: SharedCounters::default(),
             doorbells: Doorbells::new(max_qps, qpn_base),
             events: crossbeam_channel::bounded(ASYNC_EVENT_QUEUE),
+            parker,
         }
+    }
+
+    /// Asks the engine to stop (and wakes it if it sleeps).
+    pub(crate) fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.parker.wake();
+    }
+
+    /// Whether no doorbell waits to be taken.
+    #[inline]
+    pub(crate) fn no_doorbells(&self) -> bool {
+        self.doorbells.is_empty()
     }
 
     /// The engine's first QPN.
@@ -482,7 +532,9 @@ impl EngineShared {
     /// Tells the engine that QP `qpn` has new work ([`Doorbells::ring`]).
     #[inline]
     pub(crate) fn ring_doorbell(&self, qpn: u32) {
-        self.doorbells.ring(qpn);
+        if self.doorbells.ring(qpn) {
+            self.parker.wake();
+        }
     }
 
     /// The engine's half of [`Self::ring_doorbell`] ([`Doorbells::take`]).
@@ -504,7 +556,7 @@ mod tests {
     /// taken; a lost doorbell leaves one in the ring with nobody to take it.
     #[test]
     fn doorbells_are_never_lost() {
-        let shared = Arc::new(EngineShared::new(4, QPN_BASE));
+        let shared = Arc::new(EngineShared::new(4, QPN_BASE, Arc::default()));
         let taken = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (mut post, mut ring) = rtrb::RingBuffer::<u64>::new(64);

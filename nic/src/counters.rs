@@ -146,6 +146,9 @@ counters! {
     /// ARP or ICMP frames dropped: malformed, bad checksum, or a kind the
     /// control plane does not speak.
     rx_drop_control,
+    /// Times the engine's thread parked, idle (`DeviceConfig::idle_yield`;
+    /// crate::park): each engine of a group counts its thread's parks.
+    engine_parks,
 }
 
 impl Counters {

@@ -12,10 +12,9 @@ use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossbeam_channel::Sender;
 use dpdk::{Eal, Port};
 
-use crate::contract::{Command, DeviceConfig, EngineShared, CAPTURE_SNAP, MAX_QPS, QPN_BASE};
+use crate::contract::{CommandTx, DeviceConfig, EngineShared, CAPTURE_SNAP, MAX_QPS, QPN_BASE};
 use crate::counters::Counters;
 use crate::engine::{Engine, EngineParts, PacketIo};
 use crate::error::VerbsError;
@@ -35,7 +34,7 @@ pub(crate) type CaptureWriter =
 /// One engine of a device: how the API reaches it.
 pub(crate) struct EngineHandle {
     pub(crate) shared: Arc<EngineShared>,
-    pub(crate) cmd: Sender<Command>,
+    pub(crate) cmd: CommandTx,
 }
 
 /// A RoCEv2 NIC on one DPDK port, with its engine running (or, sharded,
@@ -66,7 +65,7 @@ impl Device {
     /// queue) and its engine thread, pinned to `cfg.core`.
     pub fn open(eal: &'static Eal, port: Port, cfg: DeviceConfig) -> Result<Device, VerbsError> {
         let core = cfg.core;
-        let (engine, mut dev) = Self::prepare(eal, port, &cfg)?;
+        let (engine, mut dev) = Self::prepare(eal, port, &cfg, Arc::default())?;
         let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || engine.run())
             .map_err(|source| VerbsError::Thread {
                 what: "engine",
@@ -87,8 +86,11 @@ impl Device {
     ) -> Result<Vec<Device>, VerbsError> {
         let mut engines = Vec::with_capacity(ports.len());
         let mut devices = Vec::with_capacity(ports.len());
+        // One thread, one place to sleep: whatever wakes one engine of the
+        // group wakes the thread that turns them all.
+        let parker = Arc::new(crate::park::Parker::new());
         for (port, cfg) in ports {
-            let (e, d) = Self::prepare(eal, port, &cfg)?;
+            let (e, d) = Self::prepare(eal, port, &cfg, parker.clone())?;
             engines.push(e);
             devices.push(d);
         }
@@ -152,7 +154,8 @@ impl Device {
         let mut port = Some(port);
         let mut shard_parts = |k: usize, io: PacketIo, port: Option<Port>, max_frame| {
             let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
-            let shared = Arc::new(EngineShared::new(MAX_QPS, shard_base(k)));
+            let parker = Arc::new(crate::park::Parker::new());
+            let shared = Arc::new(EngineShared::new(MAX_QPS, shard_base(k), parker.clone()));
             let e = Engine::build(
                 eal,
                 &cfg,
@@ -169,7 +172,7 @@ impl Device {
             )?;
             handles.push(EngineHandle {
                 shared,
-                cmd: cmd_tx,
+                cmd: CommandTx::new(cmd_tx, parker),
             });
             Ok::<_, VerbsError>(e)
         };
@@ -207,7 +210,7 @@ impl Device {
                 from_shard.push(out_c);
                 engines.push(e);
             }
-            let dshared = Arc::new(EngineShared::new(1, QPN_BASE));
+            let dshared = Arc::new(EngineShared::new(1, QPN_BASE, Arc::default()));
             dispatcher = Some((
                 Dispatcher::new(DispatcherParts {
                     port: port.take().ok_or(VerbsError::PortWithoutQueue)?,
@@ -266,11 +269,13 @@ impl Device {
         self.dispatcher.is_some()
     }
 
-    /// Builds a device's engine (not yet running) and its handle.
+    /// Builds a device's engine (not yet running) and its handle; its
+    /// thread will park on `parker`.
     fn prepare(
         eal: &'static Eal,
         port: Port,
         cfg: &DeviceConfig,
+        parker: Arc<crate::park::Parker>,
     ) -> Result<(Engine, Device), VerbsError> {
         let cfg = &adopt(&port, cfg)?;
         let mac = match cfg.mac {
@@ -278,7 +283,7 @@ impl Device {
             None => port.mac()?,
         };
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
-        let shared = Arc::new(EngineShared::new(MAX_QPS, QPN_BASE));
+        let shared = Arc::new(EngineShared::new(MAX_QPS, QPN_BASE, parker.clone()));
         let (producer, writer) = match &cfg.pcap {
             Some(path) => {
                 let (p, w) = start_capture(path, port.name())?;
@@ -289,7 +294,7 @@ impl Device {
         let engine = Engine::on_port(eal, port, cfg, mac, shared.clone(), cmd_rx, producer)?;
         let handle = EngineHandle {
             shared,
-            cmd: cmd_tx,
+            cmd: CommandTx::new(cmd_tx, parker),
         };
         let dev = Device::new(vec![handle], None, writer, mac, cfg, engine.max_frame());
         Ok((engine, dev))
@@ -343,7 +348,7 @@ impl Device {
     /// writer to drain and flush.
     pub(crate) fn stop(&mut self) {
         for s in self.all_engines() {
-            s.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            s.request_stop();
         }
         for t in self.threads.drain(..) {
             let _ = t.join();

@@ -37,15 +37,28 @@ impl Doorbells {
     }
 
     /// The program's half: QP `qpn` has new work (call after pushing it into
-    /// the QP's ring). A QPN outside the engine's range is ignored.
+    /// the QP's ring). A QPN outside the engine's range is ignored. Whether
+    /// the QP was queued: only then may the engine be parked with nothing
+    /// to find (if it was already rung, the engine has yet to take it or is
+    /// taking it now, and its next drain of the ring sees the post), so
+    /// only then does the caller wake it ([`crate::park`]).
     #[inline]
-    pub(crate) fn ring(&self, qpn: u32) {
+    pub(crate) fn ring(&self, qpn: u32) -> bool {
         let i = qpn.wrapping_sub(self.qpn_base) as usize;
         if let Some(flag) = self.rung.get(i) {
             if !flag.swap(true, Ordering::AcqRel) {
                 let _ = self.queue.push(qpn);
+                return true;
             }
         }
+        false
+    }
+
+    /// Whether no QP waits to be taken (the engine's last check before it
+    /// parks).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
     }
 
     /// The engine's half: the next QP index with new work, its flag cleared

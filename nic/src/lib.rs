@@ -4,7 +4,7 @@
 //! them on poll-mode lcores. A program opens a device ([`device`]) and uses
 //! the handles of [`verbs`]; the engine ([`engine`]) runs the datapath; the
 //! two meet only in [`contract`]. Unsafe code is denied outside [`sys`]
-//! (registered memory and the eventfd system calls).
+//! (registered memory, the eventfd and futex system calls).
 
 #![deny(unsafe_code)]
 
@@ -18,6 +18,7 @@ pub mod error;
 pub mod host;
 pub mod io;
 pub mod notify;
+pub mod park;
 pub mod pcapng;
 pub mod port_shaper;
 pub mod shard;

@@ -1,6 +1,7 @@
 //! The atomics through which the program's handles and the engine meet
 //! outside the rings: the doorbell flags and queue ([`crate::doorbell`]) and
-//! the completion channel's armed flag ([`crate::notify`]). They come from
+//! the completion channel's armed flag ([`crate::notify`]) and the parked
+//! flag ([`crate::park`]). They come from
 //! `std`, or from `loom` when the loom model (`nic/loom`, its own crate so
 //! that loom stays out of the workspace; `scripts/loom.sh`) compiles these
 //! files with `--cfg loom`: it explores every interleaving and every value
@@ -34,5 +35,8 @@ impl IndexQueue {
     }
     pub(crate) fn pop(&self) -> Option<u32> {
         self.0.lock().unwrap().pop_front()
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.lock().unwrap().is_empty()
     }
 }

@@ -187,6 +187,8 @@ pub struct Cq {
     pub id: u32,
     /// Empty polls in a row (under `lock`).
     pub idle_polls: std::cell::Cell<u32>,
+    /// When the current run of empty polls began (under `lock`).
+    pub idle_since: std::cell::Cell<Option<std::time::Instant>>,
     /// Yield the core after a run of empty polls (not `RSNIC_BUSY_POLL`).
     pub yield_when_idle: bool,
 }

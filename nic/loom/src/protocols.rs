@@ -8,6 +8,7 @@ use loom::sync::Arc;
 
 use crate::doorbell::Doorbells;
 use crate::notify::CqNotify;
+use crate::park::Parker;
 
 /// A single-producer, single-consumer ring as `rtrb` (0.3) publishes: the
 /// producer writes a slot, then stores the tail with release; the consumer
@@ -123,5 +124,89 @@ fn a_completion_is_polled_or_wakes_the_program() {
                 "both polls missed the completion and the engine did not signal"
             ),
         }
+    });
+}
+
+/// An engine that parks when idle never sleeps through a post: the poster
+/// pushes two work requests, ringing after each and waking the engine when
+/// the ring queued the QP (`EngineShared::ring_doorbell`); the engine takes
+/// and drains, and with nothing found announces its park, takes and drains
+/// once more (its re-check turn) and sleeps with no timeout. A lost wake-up
+/// leaves it asleep with a post in the ring: loom reports the deadlock.
+/// Waking only on the queueing ring is enough: a ring that found the QP
+/// already rung races with an engine that has yet to drain it.
+#[test]
+fn a_parked_engine_wakes_for_every_post() {
+    loom::model(|| {
+        let bells = Arc::new(Doorbells::new(1, QPN_BASE));
+        let ring = Arc::new(Spsc::new());
+        let parker = Arc::new(Parker::new());
+        let poster = {
+            let (bells, ring, parker) = (bells.clone(), ring.clone(), parker.clone());
+            loom::thread::spawn(move || {
+                for v in 0..2 {
+                    ring.push(v);
+                    if bells.ring(QPN_BASE) {
+                        parker.wake();
+                    }
+                }
+            })
+        };
+        let mut taken = Vec::new();
+        let turn = |taken: &mut Vec<u64>| {
+            let before = taken.len();
+            while let Some(i) = bells.take() {
+                assert_eq!(i, 0);
+                while let Some(v) = ring.pop() {
+                    taken.push(v);
+                }
+            }
+            taken.len() > before
+        };
+        while taken.len() < 2 {
+            if turn(&mut taken) {
+                continue;
+            }
+            parker.prepare();
+            if turn(&mut taken) {
+                parker.cancel();
+                continue;
+            }
+            parker.park(None);
+        }
+        poster.join().unwrap();
+        assert_eq!(taken, [0, 1]);
+    });
+}
+
+/// A program parked on its CQ (`CompletionQueue::wait` / `park_for`:
+/// announce, poll once more, sleep with no timeout) is woken by the
+/// engine's push (`CqRing::push`: push, then `Parker::wake`). Without the
+/// fences in `prepare` and `wake` this deadlocks.
+#[test]
+fn a_parked_waiter_wakes_for_a_completion() {
+    loom::model(|| {
+        let parker = Arc::new(Parker::new());
+        let ring = Arc::new(Spsc::new());
+        let engine = {
+            let (parker, ring) = (parker.clone(), ring.clone());
+            loom::thread::spawn(move || {
+                ring.push(7);
+                parker.wake();
+            })
+        };
+        let got = loop {
+            if let Some(v) = ring.pop() {
+                break v;
+            }
+            parker.prepare();
+            if let Some(v) = ring.pop() {
+                parker.cancel();
+                break v;
+            }
+            parker.park(None);
+        };
+        assert_eq!(got, 7);
+        engine.join().unwrap();
     });
 }

@@ -1,13 +1,16 @@
 //! The engine's end of a completion queue: the producer of the CQ's ring,
 //! and its completion channel when the program sleeps on it
 //! ([`crate::notify`]). The hot path pushes through [`CqRing::push`], which
-//! signals an armed channel once and otherwise costs a branch.
+//! signals an armed channel once and otherwise costs a branch, and wakes
+//! the program if it parked waiting for a completion (crate::park: a fence
+//! and a load unless it sleeps).
 
 use std::sync::Arc;
 
 use rdma::transport::WorkCompletion;
 
 use crate::notify::CqNotify;
+use crate::park::Parker;
 
 /// One CQ id's slot in the engine.
 pub(crate) struct CqRing {
@@ -15,16 +18,23 @@ pub(crate) struct CqRing {
     ring: Option<rtrb::Producer<WorkCompletion>>,
     /// The completion channel, if the program asked for one.
     notify: Option<Arc<CqNotify>>,
+    /// Where a program waiting on the CQ sleeps.
+    waiter: Option<Arc<Parker>>,
     /// The program dropped its handle while QPs still used the CQ: it is
     /// freed with its last QP.
     pub(super) orphaned: bool,
 }
 
 impl CqRing {
-    pub(super) fn new(ring: rtrb::Producer<WorkCompletion>, notify: Option<Arc<CqNotify>>) -> Self {
+    pub(super) fn new(
+        ring: rtrb::Producer<WorkCompletion>,
+        notify: Option<Arc<CqNotify>>,
+        waiter: Arc<Parker>,
+    ) -> Self {
         CqRing {
             ring: Some(ring),
             notify,
+            waiter: Some(waiter),
             orphaned: false,
         }
     }
@@ -38,6 +48,7 @@ impl CqRing {
     pub(super) fn free(&mut self) {
         self.ring = None;
         self.notify = None;
+        self.waiter = None;
         self.orphaned = false;
     }
 
@@ -48,13 +59,17 @@ impl CqRing {
     }
 
     /// Pushes a completion (gives it back if the ring is full or the CQ is
-    /// destroyed) and signals the completion channel if it is armed.
+    /// destroyed), signals the completion channel if it is armed and wakes
+    /// the program if it parked on the CQ.
     #[inline]
     pub(super) fn push(&mut self, wc: WorkCompletion) -> Result<(), WorkCompletion> {
         let ring = self.ring.as_mut().ok_or(wc)?;
         ring.push(wc).map_err(|rtrb::PushError::Full(wc)| wc)?;
         if let Some(n) = &self.notify {
             n.completed();
+        }
+        if let Some(w) = &self.waiter {
+            w.wake();
         }
         Ok(())
     }

@@ -113,10 +113,15 @@ struct QpSlot {
 /// thread by [`Engine::run`].
 pub struct Engine {
     _port: Option<Port>,
-    /// Yield the core after `poll::IDLE_TURNS_BEFORE_YIELD` idle turns.
-    idle_yield: bool,
-    /// Consecutive turns without a packet or a doorbell.
-    idle_turns: u32,
+    /// Park the thread when idle (`DeviceConfig::idle_yield`; `poll.rs`).
+    park_when_idle: bool,
+    /// When the engine last had work (a packet in or out, a doorbell), ns.
+    last_busy_ns: u64,
+    /// Every frame the engine can receive comes from a thread that wakes
+    /// it (the other end of its ring pair turns on the same thread), so it
+    /// may sleep until its next timer; otherwise its parks are bounded
+    /// (`poll.rs`). Set by `run_group`.
+    rx_wakes: bool,
     /// The longest frame the port carries (its driver's limit, at most
     /// [`MAX_FRAME`]).
     max_frame: usize,
@@ -247,8 +252,9 @@ impl Engine {
         };
         let clock = TscClock::new(eal);
         Ok(Engine {
-            idle_yield: cfg.idle_yield,
-            idle_turns: 0,
+            park_when_idle: cfg.idle_yield,
+            last_busy_ns: 0,
+            rx_wakes: false,
             max_frame: parts.max_frame,
             _port: parts.port,
             io: parts.io,

@@ -1,15 +1,35 @@
 //! The poll loop: one turn of an engine ([`Engine::poll_turn`]), an engine
 //! on its own thread ([`Engine::run`]) and several engines sharing one
-//! thread ([`run_group`]).
+//! thread ([`run_group`]), which parks when they are all idle.
+//!
+//! # Parking (`DeviceConfig::idle_yield`)
+//! A thread whose engines have had nothing to do for [`SPIN_BEFORE_PARK`]
+//! sleeps on its parker (crate::park) until something gives it work: a
+//! doorbell rung on one of its QPs, a slow-path command, the stop; or until
+//! its next timer is due. A frame is work too: where every frame an engine
+//! receives comes from the other end of a ring pair turned on the same
+//! thread, nothing arrives while the thread sleeps and the park is bounded
+//! by the timers only. Any other port (a TAP, `net_af_xdp`, a real NIC, a
+//! ring pair whose other end runs elsewhere, a shard's ring from its
+//! dispatcher) has no way to wake us: those parks end after at most
+//! [`UNWOKEN_PARK_NS`], so a frame that arrives during one waits that long
+//! at worst, and only after the engine was idle for [`SPIN_BEFORE_PARK`]
+//! (never in the middle of a stream of frames). Without `idle_yield` (a
+//! poll-mode core, `--busy_poll`) the thread spins and never sleeps.
+
+use std::time::Duration;
 
 use super::{Engine, QpSlot};
 use crate::counters::Counters;
+pub use crate::verbs::SPIN_BEFORE_PARK;
 
 /// Poll turns between two visits of the slow path (and of the stop flag).
 const SLOW_PATH_EVERY: u64 = 256;
-/// Idle poll turns (no packet in or out, no doorbell) before an engine with
-/// `DeviceConfig::idle_yield` yields its core once.
-const IDLE_TURNS_BEFORE_YIELD: u32 = 64;
+/// The longest park of a thread that a frame cannot wake (module docs).
+pub const UNWOKEN_PARK_NS: u64 = 100_000;
+/// The timer slack of a parking engine thread: a timed park oversleeps by
+/// at most this (Linux's default is 50 us).
+const PARK_TIMER_SLACK_NS: u64 = 1_000;
 /// How often the counters are published for the API to read, ns.
 const PUBLISH_EVERY_NS: u64 = 1_000_000;
 
@@ -44,7 +64,9 @@ impl Engine {
         self.transmit(now); // 4. TX burst: control first, then round robin
 
         let busy = rung || before != (self.counters.rx_packets, self.counters.tx_packets);
-        self.idle(busy);
+        if busy {
+            self.last_busy_ns = now;
+        }
         if now.saturating_sub(self.last_publish_ns) > PUBLISH_EVERY_NS {
             self.publish();
             self.last_publish_ns = now;
@@ -52,19 +74,53 @@ impl Engine {
         true
     }
 
-    /// Counts idle turns; after [`IDLE_TURNS_BEFORE_YIELD`] of them lets a
-    /// thread that shares this core run (`DeviceConfig::idle_yield`), never
-    /// while there is work.
-    fn idle(&mut self, busy: bool) {
-        if busy {
-            self.idle_turns = 0;
-        } else if self.idle_yield {
-            self.idle_turns += 1;
-            if self.idle_turns >= IDLE_TURNS_BEFORE_YIELD && self.txb.is_empty() {
-                self.idle_turns = 0;
-                std::thread::yield_now();
-            }
+    /// Whether the engine has been idle since `since` ns (no packet in or
+    /// out, no doorbell in any turn that started after it).
+    fn idle_since(&self, since: u64) -> bool {
+        self.last_busy_ns < since
+    }
+
+    /// How long the engine's thread may sleep from `now`: `None` if it must
+    /// not (parking is off, or work is waiting: frames the port refused,
+    /// control packets, a doorbell, a command, the stop), else the time
+    /// (ns) by which it must run again, `u64::MAX` for none (module docs).
+    fn wake_by(&self, now: u64) -> Option<u64> {
+        if !self.park_when_idle
+            || !self.txb.is_empty()
+            || self.sched.control_len() > 0
+            || !self.shared.no_doorbells()
+            || !self.cmd.is_empty()
+            || self.shared.stopping()
+        {
+            return None;
         }
+        let mut by = self.wheel.next_deadline().unwrap_or(u64::MAX);
+        // Nothing wakes us for: a frame from a port that cannot, room the
+        // program polls free in a full CQ, data a QP could send once paced
+        // or once its window opens, an ARP resolution the slow path retries.
+        let unwoken = !self.rx_wakes
+            || !self.cq_waiting.is_empty()
+            || self.sched.active_len() > 0
+            || self.sched.credit_limited_len() > 0
+            || !self.resolving.is_empty();
+        if unwoken {
+            by = by.min(now.saturating_add(UNWOKEN_PARK_NS));
+        }
+        Some(by)
+    }
+
+    /// Before the thread sleeps: the counters as they are now (a reader
+    /// waits for no publication while we sleep).
+    fn before_park(&mut self) {
+        self.counters.engine_parks += 1;
+        self.publish();
+        self.last_publish_ns = self.clock.now_ns();
+    }
+
+    /// After the thread slept: the next turn serves the slow path (a
+    /// command or the stop may be what woke us).
+    fn after_park(&mut self) {
+        self.turn = self.turn.next_multiple_of(SLOW_PATH_EVERY);
     }
 
     /// Publishes the engine's counters, with the QPs' transport counters
@@ -220,8 +276,11 @@ pub fn run_group(engines: Vec<Engine>) {
             }
         }
     }
+    let mut engines = engines;
+    mark_rx_wakes(&mut engines);
+    let parker = engines.first().map(|e| e.shared.parker.clone());
     let mut live: Vec<Hosted> = engines.into_iter().map(|e| Hosted(Some(e))).collect();
-    while !live.is_empty() {
+    let turn_all = |live: &mut Vec<Hosted>| {
         live.retain_mut(|h| match h.0.as_mut() {
             Some(e) => {
                 if e.poll_turn() {
@@ -231,6 +290,91 @@ pub fn run_group(engines: Vec<Engine>) {
                 false
             }
             None => false,
+        });
+    };
+    let Some(parker) = parker else { return };
+    if !live
+        .iter()
+        .filter_map(|h| h.0.as_ref())
+        .all(|e| e.park_when_idle)
+    {
+        // A poll-mode thread: spins, never sleeps.
+        while !live.is_empty() {
+            turn_all(&mut live);
+        }
+        return;
+    }
+    let spin_ns = SPIN_BEFORE_PARK.as_nanos() as u64;
+    let mut slack_set = false;
+    while !live.is_empty() {
+        turn_all(&mut live);
+        // Idle for the whole spin, every engine?
+        let Some(clock) = live.first().and_then(|h| h.0.as_ref()).map(|e| e.clock) else {
+            continue;
+        };
+        let now = clock.now_ns();
+        let since = now.saturating_sub(spin_ns);
+        if !live
+            .iter()
+            .filter_map(|h| h.0.as_ref())
+            .all(|e| e.idle_since(since))
+        {
+            continue;
+        }
+        // Announce the park, then turn every engine once more: whatever
+        // came before the announcement is found now (and cancels the
+        // park), whatever comes after it wakes us (crate::park).
+        parker.prepare();
+        let recheck = clock.now_ns();
+        turn_all(&mut live);
+        if live.is_empty() {
+            // The re-check turn saw the stop (its wake may have come before
+            // the announcement): nothing is left to wake us.
+            parker.cancel();
+            break;
+        }
+        let by = live
+            .iter()
+            .filter_map(|h| h.0.as_ref())
+            .try_fold(u64::MAX, |by, e| {
+                (e.idle_since(recheck))
+                    .then(|| e.wake_by(recheck))
+                    .flatten()
+                    .map(|b| b.min(by))
+            });
+        let Some(by) = by else {
+            parker.cancel();
+            continue;
+        };
+        if !slack_set {
+            crate::sys::set_timer_slack_ns(PARK_TIMER_SLACK_NS);
+            crate::verbs::wake_quickly();
+            slack_set = true;
+        }
+        live.iter_mut()
+            .filter_map(|h| h.0.as_mut())
+            .for_each(Engine::before_park);
+        let now = clock.now_ns();
+        let timeout = (by != u64::MAX).then(|| Duration::from_nanos(by.saturating_sub(now)));
+        parker.park(timeout);
+        live.iter_mut()
+            .filter_map(|h| h.0.as_mut())
+            .for_each(Engine::after_park);
+    }
+}
+
+/// Marks the engines of a group whose every frame comes from another
+/// engine of the group: the two ends of one ring pair (module docs).
+fn mark_rx_wakes(engines: &mut [Engine]) {
+    let keys: Vec<Option<usize>> = engines
+        .iter()
+        .map(|e| e._port.as_ref().and_then(dpdk::Port::ring_pair_key))
+        .collect();
+    for (i, e) in engines.iter_mut().enumerate() {
+        e.rx_wakes = keys[i].is_some_and(|k| {
+            keys.iter()
+                .enumerate()
+                .any(|(j, other)| j != i && *other == Some(k))
         });
     }
 }

@@ -40,9 +40,10 @@ impl Engine {
                 Command::CreateCq {
                     ring,
                     notify,
+                    waiter,
                     reply,
                 } => {
-                    let id = self.create_cq(super::cq::CqRing::new(ring, notify));
+                    let id = self.create_cq(super::cq::CqRing::new(ring, notify, waiter));
                     let _ = reply.send(Ok(id));
                 }
                 Command::CreateQp {

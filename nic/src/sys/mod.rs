@@ -1,7 +1,7 @@
 //! The one module of `nic` with `unsafe` code (the crate denies it
 //! everywhere else): access to registered memory, the caller's memory a
 //! region is registered over, and the eventfd system calls of completion
-//! notification.
+//! notification and of parking.
 //!
 //! # Registered memory
 //! Registered bytes are shared like a NIC's DMA memory: the program, the
@@ -32,16 +32,22 @@
 //! - `region`: the program's access ([`crate::verbs::MemoryRegion`]'s copies) and
 //!   [`crate::device::Device::reg_user_mr`] (the caller's memory);
 //! - [`eventfd`]: the eventfd system calls;
+//! - [`futex`]: the futex a parked thread sleeps on ([`crate::park`]);
+//! - [`sched`]: the timer slack and scheduler slice of a thread that parks;
 //! - [`netlink`]: host mode's rtnetlink socket (slow path).
 //!
 //! `memory` and `eventfd` use nothing of the crate; `region` adds methods to the
 //! verbs' types and nothing imports from it.
 
 pub(crate) mod eventfd;
+pub(crate) mod futex;
 pub(crate) mod memory;
 pub(crate) mod netlink;
 mod region;
+pub(crate) mod sched;
 
 pub(crate) use eventfd::EventFd;
+pub(crate) use futex::Futex;
 pub(crate) use memory::{in_flight, RawMemory};
 pub(crate) use netlink::NetlinkSocket;
+pub(crate) use sched::{set_slice_ns, set_timer_slack_ns};

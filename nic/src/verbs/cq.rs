@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use rdma::transport::WorkCompletion;
 
-use super::{wait_until, AsyncEvent, VerbsError};
-use crate::contract::Command;
+use super::{AsyncEvent, VerbsError, SPIN_BEFORE_PARK};
+use crate::contract::{Command, CommandTx};
 use crate::notify::CqNotify;
+use crate::park::Parker;
 
 /// A completion queue: the consumer end of the engine's completion ring.
 /// Dropping it destroys the CQ (with its last QP, if QPs still use it).
@@ -19,10 +20,23 @@ pub struct CompletionQueue {
     pub(super) shard: usize,
     pub(super) ring: rtrb::Consumer<WorkCompletion>,
     /// The engine's command channel (None once destroyed).
-    pub(super) cmd: Option<Sender<Command>>,
+    pub(super) cmd: Option<CommandTx>,
     /// The completion channel ([`super::Device::create_cq_with_channel`]).
     pub(super) notify: Option<Arc<CqNotify>>,
+    /// Where [`Self::wait`] sleeps; the engine wakes it after each push.
+    pub(super) waiter: Arc<Parker>,
+    /// Until when [`Self::wait`] takes the core as shared and parks
+    /// without spinning.
+    pub(super) contended_until: Option<Instant>,
 }
+
+/// A gap this long between two looks at the clock of a spin (64 polls
+/// apart, well under a microsecond) means that the thread was preempted:
+/// something else wants its core.
+const PREEMPTED: Duration = Duration::from_micros(30);
+/// How long [`CompletionQueue::wait`] parks without spinning after it
+/// found its core shared; then it spins again (and finds out again).
+const CONTENDED_FOR: Duration = Duration::from_millis(50);
 
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
@@ -61,11 +75,74 @@ impl CompletionQueue {
         self.ring.pop().ok()
     }
 
-    /// Polls for one completion for at most `timeout`: busy for a short
-    /// while, then yielding the CPU between polls (on a host with fewer cores
-    /// than spinning threads, the engine needs it to make progress).
+    /// Polls for one completion for at most `timeout`: busy for
+    /// [`SPIN_BEFORE_PARK`], then parked in the kernel until the engine
+    /// pushes one (crate::park), so that a thread sharing the core (the
+    /// engine, the peer of a ping-pong, anything else) runs meanwhile and
+    /// this one runs again as soon as the completion is there. A
+    /// completion costs the engine a system call only while this sleeps.
+    ///
+    /// While the core is shared (a spin was preempted: the scheduler ran
+    /// something else in the middle of it, within the last
+    /// [`CONTENDED_FOR`]), it parks at once instead of spinning: a thread
+    /// that spins on a shared core gets half of it in slices of
+    /// milliseconds and misses its completions by that much, one that
+    /// sleeps is run as soon as it is woken. On an idle core it spins, as
+    /// waking a sleeping (in a VM: halted) CPU costs tens of microseconds.
     pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
-        wait_until(timeout, || self.poll_one())
+        let start = Instant::now();
+        let end = start + timeout;
+        let spin = if self.contended_until.is_some_and(|t| start < t) {
+            Duration::ZERO
+        } else {
+            SPIN_BEFORE_PARK
+        };
+        let spin_end = start + spin.min(timeout);
+        let mut last = start;
+        loop {
+            for _ in 0..64 {
+                if let Some(wc) = self.poll_one() {
+                    return Some(wc);
+                }
+                std::hint::spin_loop();
+            }
+            let now = Instant::now();
+            if now - last >= PREEMPTED {
+                self.contended_until = Some(now + CONTENDED_FOR);
+                break;
+            }
+            last = now;
+            if now >= spin_end {
+                break;
+            }
+        }
+        loop {
+            if let Some(wc) = self.park_for(end.saturating_duration_since(Instant::now())) {
+                return Some(wc);
+            }
+            if Instant::now() >= end {
+                return self.poll_one();
+            }
+        }
+    }
+
+    /// Sleeps until the engine pushes a completion or `timeout` passes
+    /// (spurious returns are possible), then takes one if there is one: the
+    /// park of [`Self::wait`], for a caller that spins on its own first
+    /// (verbs-abi's `ibv_poll_cq` after a run of empty polls).
+    pub fn park_for(&mut self, timeout: Duration) -> Option<WorkCompletion> {
+        self.waiter.prepare();
+        // A completion pushed before the flag was set did not wake us.
+        if let Some(wc) = self.poll_one() {
+            self.waiter.cancel();
+            return Some(wc);
+        }
+        if timeout.is_zero() {
+            self.waiter.cancel();
+            return None;
+        }
+        self.waiter.park(Some(timeout));
+        self.poll_one()
     }
 
     /// Asks the engine to signal the completion channel at the next

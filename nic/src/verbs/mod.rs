@@ -55,12 +55,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::bounded;
 use dpdk::ExtBuf;
 use rdma::transport::{Access, QpState};
 
 pub use crate::contract::{AsyncEvent, DeviceConfig, QpOptions, QpTransition, RemoteQp};
-use crate::contract::{Command, Reply, MAX_HOPS};
+use crate::contract::{Command, CommandTx, Reply, MAX_HOPS};
 use crate::counters::Counters;
 pub use crate::device::Device;
 pub use crate::error::VerbsError;
@@ -262,9 +262,12 @@ impl Device {
         let (prod, cons) = rtrb::RingBuffer::new(depth.max(1));
         let shard = self.next_cq.fetch_add(1, Ordering::Relaxed) % self.engines.len();
         let n2 = notify.clone();
+        let waiter = Arc::new(crate::park::Parker::new());
+        let w2 = waiter.clone();
         let id = self.call(shard, |reply| Command::CreateCq {
             ring: prod,
             notify: n2,
+            waiter: w2,
             reply,
         })?;
         Ok(CompletionQueue {
@@ -273,12 +276,17 @@ impl Device {
             ring: cons,
             cmd: Some(self.engines[shard].cmd.clone()),
             notify,
+            waiter,
+            contended_until: None,
         })
     }
 
     /// Destroys a completion queue (`ibv_destroy_cq`). Refused while a QP
     /// completes into it (EBUSY in ibverbs): the handle comes back in the
     /// error. Dropping the handle instead frees the CQ with its last QP.
+    // The error hands the CQ back whole (as ibverbs keeps it alive): its
+    // size is the handle's, and the slow path has no use for a box.
+    #[allow(clippy::result_large_err)]
     pub fn destroy_cq(&self, mut cq: CompletionQueue) -> Result<(), Busy<CompletionQueue>> {
         let (id, cmd) = (cq.id, cq.cmd.clone());
         let r = match &cmd {
@@ -478,37 +486,60 @@ impl<T> From<Busy<T>> for VerbsError {
 
 /// Sends an engine the command `make` builds around a reply channel and
 /// waits for the reply (the slow path, docs/design.md §5).
-fn request<T>(
-    cmd: &Sender<Command>,
-    make: impl FnOnce(Reply<T>) -> Command,
-) -> Result<T, VerbsError> {
+fn request<T>(cmd: &CommandTx, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, VerbsError> {
     let (tx, rx) = bounded(1);
     cmd.send(make(tx)).map_err(|_| VerbsError::EngineGone)?;
     Ok(rx.recv().map_err(|_| VerbsError::EngineGone)??)
 }
 
+/// How long a waiter spins before it parks ([`CompletionQueue::wait`],
+/// [`wait_until`]), and an idle engine before its thread does: Linux's
+/// default busy-poll budget. Longer than the gap between two completions
+/// of a busy QP, so that a stream of work never parks, and short enough
+/// that an idle thread hands its core over within a scheduler tick.
+pub const SPIN_BEFORE_PARK: Duration = Duration::from_micros(50);
+
+/// The scheduler slice [`wake_quickly`] asks for: EEVDF's shortest.
+const QUICK_SLICE_NS: u64 = 100_000;
+
+/// Asks the kernel to run the calling thread as soon as it is woken, also
+/// when a CPU-bound thread holds its core: a scheduler slice of 0.1 ms
+/// (Linux 6.12+; older kernels ignore it; nice is kept). For a thread that
+/// waits in [`CompletionQueue::wait`] on a core it shares: woken by the
+/// engine, it would otherwise wait for its neighbour's slice (~3 ms) to
+/// end. Engine threads that park (`DeviceConfig::idle_yield`) do this
+/// themselves. Whether the kernel took it.
+pub fn wake_quickly() -> bool {
+    crate::sys::set_slice_ns(QUICK_SLICE_NS)
+}
+
+/// The longest sleep of [`wait_until`] between two polls once it stops
+/// spinning: what it can wait on has no waker it can park on.
+const POLL_SLEEP: Duration = Duration::from_micros(20);
+
 /// Calls `poll` until it returns something or `timeout` has passed: busy
-/// for a short while, then yielding the CPU between polls (on a host with
-/// fewer cores than spinning threads, the engine needs it to make progress).
-/// [`CompletionQueue::wait`] is this over one CQ; a program polling several
-/// CQs can use it the same way.
+/// for [`SPIN_BEFORE_PARK`], then sleeping [`POLL_SLEEP`] between polls
+/// (on a host with fewer cores than busy threads, whoever shares the core
+/// runs meanwhile; `sched_yield` would hand it a whole scheduler slice).
+/// For a condition nothing wakes; [`CompletionQueue::wait`] parks on its
+/// CQ instead, and wakes as soon as the completion is there.
 pub fn wait_until<T>(timeout: Duration, mut poll: impl FnMut() -> Option<T>) -> Option<T> {
-    let end = Instant::now() + timeout;
-    let mut spins = 0u32;
+    let start = Instant::now();
+    let end = start + timeout;
+    let spin_end = start + SPIN_BEFORE_PARK;
     loop {
-        if let Some(v) = poll() {
-            return Some(v);
+        for _ in 0..64 {
+            if let Some(v) = poll() {
+                return Some(v);
+            }
+            std::hint::spin_loop();
         }
-        if Instant::now() >= end {
+        let now = Instant::now();
+        if now >= end {
             return None;
         }
-        // Spin briefly (a PAUSE is ~40-140 cycles), then let a thread
-        // that shares this core run (e.g. the peer of a ping-pong).
-        spins = spins.saturating_add(1);
-        if spins < 64 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
+        if now >= spin_end {
+            std::thread::sleep(POLL_SLEEP.min(end - now));
         }
     }
 }

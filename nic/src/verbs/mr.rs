@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
 use dpdk::ExtBuf;
 use rdma::transport::Sge;
 
 use super::{request, VerbsError};
-use crate::contract::Command;
+use crate::contract::{Command, CommandTx};
 
 /// A registered memory region. Its bytes are shared with the engine, like a
 /// real NIC's DMA memory: do not change bytes an operation in flight uses.
@@ -26,7 +25,7 @@ pub(super) struct MrInner {
     pub(super) rkey: u32,
     pub(super) len: usize,
     /// The engines it is registered with (emptied once deregistered).
-    pub(super) cmds: Vec<Sender<Command>>,
+    pub(super) cmds: Vec<CommandTx>,
     /// The caller's memory ([`super::Device::reg_user_mr`]): deregistering waits
     /// until nothing uses it any more.
     pub(super) caller_memory: bool,

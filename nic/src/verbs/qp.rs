@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
 use rdma::transport::{QpState, RecvWr, SendOp, SendWr, Sge};
 
 use super::staging::{Part, Staging};
 use super::{request, QpOptions, QpTransition, RemoteQp, SgRef, VerbsError};
-use crate::contract::{Command, Doorbell, EngineShared, Reply};
+use crate::contract::{Command, CommandTx, Doorbell, EngineShared, Reply};
 
 /// An RC queue pair handle: posts work requests to the engine.
 pub struct QueuePair {
@@ -18,9 +17,9 @@ pub struct QueuePair {
     pub(super) ring: rtrb::Producer<Doorbell>,
     pub(super) shared: Arc<EngineShared>,
     /// The engine's command channel (None once destroyed).
-    pub(super) cmd: Option<Sender<Command>>,
+    pub(super) cmd: Option<CommandTx>,
     /// The engine that runs the port's control plane (ARP).
-    pub(super) resolver: Sender<Command>,
+    pub(super) resolver: CommandTx,
     /// Host mode: resolve peers through this interface's kernel neighbours.
     pub(super) kernel_iface: Option<crate::host::KernelIface>,
     pub(super) mac: [u8; 6],

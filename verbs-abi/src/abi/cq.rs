@@ -107,6 +107,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_cq(
             channel: ch.cast(),
             id,
             idle_polls: std::cell::Cell::new(0),
+            idle_since: std::cell::Cell::new(None),
             yield_when_idle: !ctx.backend.cfg.busy_poll,
         });
         let p = Box::into_raw(b);
@@ -205,21 +206,34 @@ pub(crate) extern "C" fn op_poll_cq(q: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -
             fill_wc(&c, unsafe { &mut *wc.add(got as usize) });
             got += 1;
         }
-        if got == 0 && cq.yield_when_idle {
+        if got == 0 && n > 0 && cq.yield_when_idle {
             // A program spinning on an empty CQ (perftest does) on a host
-            // with fewer cores than spinning threads holds its core for a
-            // whole scheduler slice while the engine (or the peer) needs it:
-            // after IDLE_POLLS_BEFORE_YIELD empty polls in a row it yields
-            // once, as the engine does (RSNIC_BUSY_POLL=1: never).
+            // with fewer cores than busy threads holds its core while the
+            // engine (or the peer, or anything else) needs it: once a run of
+            // empty polls has lasted SPIN_BEFORE_PARK, each empty poll parks
+            // on the CQ until the engine's next completion or IDLE_POLL_PARK
+            // (nic::park; RSNIC_BUSY_POLL=1: never). sched_yield would give
+            // a busy neighbour a whole scheduler slice.
             let idle = cq.idle_polls.get() + 1;
             if idle >= IDLE_POLLS_BEFORE_YIELD {
                 cq.idle_polls.set(0);
-                std::thread::yield_now();
+                let now = std::time::Instant::now();
+                let since = cq.idle_since.get().unwrap_or(now);
+                cq.idle_since.set(Some(since));
+                if now.duration_since(since) >= nic::verbs::SPIN_BEFORE_PARK {
+                    if let Some(c) = h.park_for(IDLE_POLL_PARK) {
+                        // SAFETY: the caller's array has room for one (n > 0).
+                        fill_wc(&c, unsafe { &mut *wc });
+                        cq.idle_since.set(None);
+                        return 1;
+                    }
+                }
             } else {
                 cq.idle_polls.set(idle);
             }
         } else {
             cq.idle_polls.set(0);
+            cq.idle_since.set(None);
         }
         got
     })

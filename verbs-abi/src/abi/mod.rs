@@ -25,9 +25,14 @@ pub const MAX_INLINE: u32 = 256;
 pub const MAX_WR: u32 = 16384;
 /// The deepest CQ (`max_cqe`).
 pub const MAX_CQE: i32 = 1 << 20;
-/// Empty `ibv_poll_cq` calls in a row before one `sched_yield` (unless
-/// `RSNIC_BUSY_POLL=1`).
+/// Empty `ibv_poll_cq` calls in a row between two looks at the clock
+/// (whether the run of empty polls has lasted `nic::verbs::SPIN_BEFORE_PARK`).
 pub const IDLE_POLLS_BEFORE_YIELD: u32 = 64;
+/// The longest park of one empty `ibv_poll_cq` once a run of empty polls
+/// lasted `nic::verbs::SPIN_BEFORE_PARK` (unless `RSNIC_BUSY_POLL=1`): the
+/// engine's next completion ends it at once; the bound keeps a program
+/// that also watches memory (perftest's `write_lat`) polling that.
+pub const IDLE_POLL_PARK: std::time::Duration = std::time::Duration::from_micros(50);
 /// Outstanding READ/ATOMIC requests a QP issues and takes.
 pub const MAX_RD_ATOMIC: u8 = 16;
 

@@ -58,6 +58,12 @@ pub struct Opts {
     /// Run sizes 2 .. 2^23, as perftest's -a.
     #[arg(short = 'a', long = "all")]
     pub all: bool,
+    /// Every QP works on one buffer of the `-q 1` size (one send and one
+    /// receive unit, shared) instead of a unit each (perftest's layout):
+    /// with many QPs, what remains of the cost is the QPs' own state, not
+    /// the memory their messages touch.
+    #[arg(long = "shared-buffer")]
+    pub shared_buffer: bool,
     /// Run for this many seconds instead of a number of iterations.
     #[arg(short = 'D', long = "duration")]
     pub duration: Option<u64>,
@@ -130,9 +136,12 @@ pub struct Opts {
     /// CPU for the NIC engine.
     #[arg(long = "core")]
     pub core: Option<usize>,
-    /// Never yield the engine's core, even when idle (by default an idle
-    /// engine yields after 64 empty poll turns, so that processes sharing
-    /// cores, e.g. both ends on one host, make progress).
+    /// Never give the cores away, even when idle: the engine and the waits
+    /// for completions spin (by default an engine idle for 50 us parks its
+    /// thread until a post, a command or a timer wakes it, and a wait for a
+    /// completion spins 50 us, then parks until the engine wakes it; so
+    /// that processes sharing cores, e.g. both ends on one host, or anything
+    /// else busy on the machine, make progress).
     #[arg(long = "busy_poll")]
     pub busy_poll: bool,
     /// Shard this NIC's QPs over N engine threads

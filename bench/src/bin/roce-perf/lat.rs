@@ -72,25 +72,14 @@ pub fn run(test: &Test, s: &mut Session, quiet: bool) -> Res<Vec<LatRow>> {
     Ok(rows)
 }
 
-/// Waits until `ready()` holds, spinning then yielding; `false` at the
-/// deadline or after 10 s without it.
+/// Waits until `ready()` holds (a byte of memory the peer WRITEs: nothing
+/// wakes a waiter on it), spinning, then sleeping briefly between polls
+/// ([`nic::verbs::wait_until`]); `false` at the deadline or after 10 s
+/// without it.
 fn poll_until(deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
     let end = deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(10));
-    let mut spins = 0u32;
-    loop {
-        if ready() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        spins += 1;
-        if spins < 64 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
+    let left = end.saturating_duration_since(Instant::now());
+    nic::verbs::wait_until(left, || ready().then_some(())).is_some()
 }
 
 fn write_pingpong(

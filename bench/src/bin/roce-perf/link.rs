@@ -20,30 +20,45 @@ pub struct Layout {
     pub unit: u64,
     pub cycle: u64,
     pub cache_line: u64,
-    pub nq: u64,
+    /// Units of each direction: one per QP (perftest's layout), or one that
+    /// every QP shares (`--shared-buffer`).
+    pub units: u64,
 }
 
 impl Layout {
-    pub(crate) fn new(max_size: u32, cycle: u32, cache_line: u32, nq: usize) -> Layout {
+    /// The buffer of `nq` QPs: a send and a receive unit per QP, or, if
+    /// `shared`, one of each for all of them (so that only the QPs' own
+    /// state grows with `-q`, not the memory the messages touch).
+    pub(crate) fn new(
+        max_size: u32,
+        cycle: u32,
+        cache_line: u32,
+        nq: usize,
+        shared: bool,
+    ) -> Layout {
         let cl = u64::from(cache_line.max(1));
         let unit = u64::from(max_size).max(u64::from(cycle));
         Layout {
             unit: unit.div_ceil(cl) * cl,
             cycle: u64::from(cycle),
             cache_line: cl,
-            nq: nq as u64,
+            units: if shared { 1 } else { nq as u64 },
         }
     }
     pub fn bytes(&self) -> usize {
-        (2 * self.nq * self.unit) as usize
+        (2 * self.units * self.unit) as usize
+    }
+    /// Unit index of QP `q`.
+    fn unit_of(&self, q: usize) -> u64 {
+        q as u64 % self.units.max(1)
     }
     /// Offset of QP `q`'s send unit.
     pub fn local(&self, q: usize) -> u64 {
-        q as u64 * self.unit
+        self.unit_of(q) * self.unit
     }
     /// Offset of QP `q`'s receive unit (what the peer is told).
     pub fn incoming(&self, q: usize) -> u64 {
-        (self.nq + q as u64) * self.unit
+        (self.units + self.unit_of(q)) * self.unit
     }
     /// Offset of the `k`th message of a bandwidth run inside a unit: perftest
     /// cycles messages of up to half the cycle buffer through it, in steps of
@@ -224,21 +239,25 @@ mod tests {
     #[test]
     fn layout_follows_perftest() {
         // 64 KiB messages, 4 KiB pages, 2 QPs: units of 64 KiB.
-        let l = Layout::new(65536, 4096, 64, 2);
+        let l = Layout::new(65536, 4096, 64, 2, false);
         assert_eq!(l.bytes(), 4 * 65536);
         assert_eq!(
             (l.local(1), l.incoming(0), l.incoming(1)),
             (65536, 131072, 196608)
         );
+        // --shared-buffer: every QP on the one pair of units of -q 1.
+        let l = Layout::new(65536, 4096, 64, 16384, true);
+        assert_eq!(l.bytes(), 2 * 65536);
+        assert_eq!((l.local(9999), l.incoming(9999)), (0, 65536));
         assert_eq!(l.slot(7, 65536), 0);
         // Small messages cycle through the page in cache-line steps.
-        let l = Layout::new(2, 4096, 64, 1);
+        let l = Layout::new(2, 4096, 64, 1, false);
         assert_eq!(l.unit, 4096);
         assert_eq!(l.slot(1, 2), 64);
         assert_eq!(l.slot(64, 2), 0);
         assert_eq!(l.slot(3, 100), 384);
         // A latency buffer holds the message twice (ours and the peer's).
-        let l = Layout::new(64, 32, 64, 1);
+        let l = Layout::new(64, 32, 64, 1, false);
         assert!(l.bytes() >= 2 * 64 && l.incoming(0) >= 64);
     }
 

@@ -111,12 +111,17 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
             Some(open(pb, client_ip, o.pcap.as_ref(), &plan[shards..])?),
         )
     } else {
-        // --pcap captures at the client's NIC (both directions).
+        // --pcap captures at the client's NIC (both directions). The
+        // group's thread parks when both engines are idle (unless
+        // --busy_poll), so that the core is free for whatever shares it.
+        let mut server_cfg = device_config(o, o.ip);
+        server_cfg.idle_yield = !o.busy_poll;
         let mut client_cfg = device_config(o, client_ip);
+        client_cfg.idle_yield = !o.busy_poll;
         client_cfg.pcap = o.pcap.as_ref().map(std::path::PathBuf::from);
         let mut devs = Device::open_group(
             eal,
-            vec![(pa, device_config(o, o.ip)), (pb, client_cfg)],
+            vec![(pa, server_cfg), (pb, client_cfg)],
             Some(engine_core),
         )?;
         let (dev_b, dev_a) = (devs.pop(), devs.pop());
@@ -168,6 +173,11 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
 /// One side (server or client) of a test.
 fn run_side(test: &Test, eal: &'static Eal, dev: Option<Device>, quiet: bool) -> Res<()> {
     let (name, o) = test.parts();
+    if !o.busy_poll {
+        // Woken by the engine (a completion), run at once even on a core
+        // something else keeps busy.
+        nic::verbs::wake_quickly();
+    }
     let mut s = setup::setup(test, eal, dev, quiet)?;
     if !quiet {
         if test.is_lat() {

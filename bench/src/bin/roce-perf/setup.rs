@@ -52,8 +52,14 @@ impl Cqs {
         None
     }
 
-    /// As [`CompletionQueue::wait`], over every CQ.
+    /// As [`CompletionQueue::wait`] (spin, then park until the engine
+    /// pushes a completion), over every CQ; with several (one per shard)
+    /// nothing wakes a waiter on all of them, so it spins, then sleeps
+    /// briefly between polls ([`nic::verbs::wait_until`]).
     pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
+        if let [cq] = self.cqs.as_mut_slice() {
+            return cq.wait(timeout);
+        }
         nic::verbs::wait_until(timeout, || self.poll_one())
     }
 }
@@ -242,7 +248,7 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
     let (cq, mut qps, qopts) = create_qps(test, o, &dev, mtu)?;
     let nq = qps.len();
     let max_size = test.sizes().into_iter().max().unwrap_or(2);
-    let layout = Layout::new(max_size, cycle, cache_line, nq);
+    let layout = Layout::new(max_size, cycle, cache_line, nq, o.shared_buffer);
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let mr = dev.reg_mr(layout.bytes(), access)?;
     let mine = Mine {
