@@ -512,15 +512,18 @@ verbs_afxdp() {
   [ -x "$ex" ] && [ -f target/release/librsnic_verbs.so ] || cargo build --release -q -p verbs-abi -p rsnic-exec
   up afxdp
   local eal="--no-huge -m 512 --no-pci --no-shconf --no-telemetry --log-level=error"
-  local out
+  local out objs
+  objs=$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'rsnic-xdp-*.o' | wc -l)
   out=$(ip netns exec "$A" timeout 60 "$ex" --dev af_xdp:xdv-a --eal="$eal" -- ibv_devinfo -v 2>&1) || { echo "$out"; fail "verbs: ibv_devinfo failed"; }
   echo "$out" | grep -qE 'GID\[ *0\]:.*(::ffff:10\.77\.0\.1|0000:0000:0000:0000:0000:ffff:0a4d:0001)' \
     || { echo "$out"; fail "verbs: GID 0 is not the interface's 10.77.0.1"; }
   echo "afxdp: verbs: ibv_devinfo on af_xdp:xdv-a (no --ip): $(echo "$out" | grep -E 'GID\[ *0\]' | tr -s ' \t' ' ')"
   # The library's device lives until the program exits, without closing its
   # port: the program is detached at exit (dpdk::xdp_link), else the next
-  # NIC on xdv-a would be refused.
+  # NIC on xdv-a would be refused; and its object's file was removed once
+  # loaded.
   no_xdp_left
+  [ "$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'rsnic-xdp-*.o' | wc -l)" = "$objs" ] || fail "verbs: ibv_devinfo left an XDP object file in ${TMPDIR:-/tmp}"
   local spec t args
   for spec in "ib_write_bw -s 65536 -n 500" "ib_read_lat -s 2 -n 500"; do
     t=${spec%% *}

@@ -22,7 +22,8 @@
 //!
 //! The object is written to a private temporary file for the PMD to load
 //! (libbpf opens it by path when the RX queue is set up, and the PMD links
-//! it to the interface then) and removed when the port is closed.
+//! it to the interface then) and removed as soon as the RX queues are set
+//! up ([`Prepared::program_loaded`]), or when the port is dropped before.
 
 use std::ffi::CString;
 use std::io::Write;
@@ -81,6 +82,15 @@ impl Prepared {
     /// `name,args`, as DPDK's devargs.
     pub fn devargs(&self) -> String {
         format!("{},{}", self.name, self.args)
+    }
+
+    /// Removes our object's temporary file once the PMD has loaded it
+    /// (after the RX queues are set up): a process that never closes its
+    /// port (the ibverbs library's) or is killed leaves no file behind.
+    pub fn program_loaded(&self) {
+        if let Some(f) = &self._prog {
+            let _ = std::fs::remove_file(&f.0);
+        }
     }
 }
 

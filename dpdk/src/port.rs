@@ -484,6 +484,10 @@ impl Port {
                     crate::xdp_link::guard(crate::af_xdp::ifindex(&p.iface));
                 }
             }
+            // The PMD has loaded our XDP object: its file can go.
+            if let Some(p) = &self.inner.af_xdp {
+                p.program_loaded();
+            }
             for q in 0..cfg.tx_queues {
                 check(
                     "rte_eth_tx_queue_setup",
