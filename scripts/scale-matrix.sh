@@ -38,6 +38,8 @@ if [ "$part" = all ] || [ "$part" = oneqp ]; then
   run "write 64K -q1 (engines on one thread)" write_bw -s 65536
   run "write 64K -q1 --shards 1" write_bw -s 65536 --shards 1
   run "read 64K -q1 --shards 1" read_bw -s 65536 --shards 1
+  run "write 64K -q1 --shards 1 --copy_threshold 4096" write_bw -s 65536 --shards 1 --copy_threshold 4096
+  run "read 64K -q1 --shards 1 --copy_threshold 4096" read_bw -s 65536 --shards 1 --copy_threshold 4096
 fi
 if [ "$part" = all ] || [ "$part" = shards ]; then
   for s in 1 2 4 6 7 8; do
@@ -49,7 +51,9 @@ fi
 if [ "$part" = all ] || [ "$part" = small ]; then
   run "write 64B -q1 (engines on one thread)" write_bw -s 64
   for s in 1 2 4 6 7 8; do
-    run "write 64B --shards $s -q $((4 * s)) -t 1024" write_bw -s 64 --shards $s -q $((4 * s)) -t 1024
+    run "write 64B --shards $s -q $((4 * s)) -t 1024 -l 16" write_bw -s 64 --shards $s -q $((4 * s)) -t 1024 -l 16
   done
-  run "write 64B --shards 4 -q 16 -t 1024 --dispatcher" write_bw -s 64 --shards 4 -q 16 -t 1024 --dispatcher
+  run "write 64B --shards 4 -q 16 -t 1024 (-l 1)" write_bw -s 64 --shards 4 -q 16 -t 1024
+  run "write 64B --shards 7 -q 28 -t 1024 (-l 1)" write_bw -s 64 --shards 7 -q 28 -t 1024
+  run "write 64B --shards 4 -q 16 -t 1024 -l 16 --dispatcher" write_bw -s 64 --shards 4 -q 16 -t 1024 -l 16 --dispatcher
 fi
