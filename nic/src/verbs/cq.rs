@@ -34,9 +34,15 @@ pub struct CompletionQueue {
 /// apart, well under a microsecond) means that the thread was preempted:
 /// something else wants its core.
 const PREEMPTED: Duration = Duration::from_micros(30);
-/// How long [`CompletionQueue::wait`] parks without spinning after it
-/// found its core shared; then it spins again (and finds out again).
+/// How long [`CompletionQueue::wait`] spins only [`SPIN_WHEN_SHARED`]
+/// after it found its core shared; then it spins in full again (and finds
+/// out again).
 const CONTENDED_FOR: Duration = Duration::from_millis(50);
+/// The spin of [`CompletionQueue::wait`] on a shared core: about three
+/// round trips of a READ between two engines on one core (read_lat's
+/// t_typical is 3 us), so that a latency test's answers are caught
+/// spinning and only its tail parks.
+const SPIN_WHEN_SHARED: Duration = Duration::from_micros(10);
 
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
@@ -84,7 +90,8 @@ impl CompletionQueue {
     ///
     /// While the core is shared (a spin was preempted: the scheduler ran
     /// something else in the middle of it, within the last
-    /// [`CONTENDED_FOR`]), it parks at once instead of spinning: a thread
+    /// [`CONTENDED_FOR`]), it spins only [`SPIN_WHEN_SHARED`] (a round trip
+    /// of the engines: a ping-pong's answer) before it parks: a thread
     /// that spins on a shared core gets half of it in slices of
     /// milliseconds and misses its completions by that much, one that
     /// sleeps is run as soon as it is woken. On an idle core it spins, as
@@ -93,7 +100,7 @@ impl CompletionQueue {
         let start = Instant::now();
         let end = start + timeout;
         let spin = if self.contended_until.is_some_and(|t| start < t) {
-            Duration::ZERO
+            SPIN_WHEN_SHARED
         } else {
             SPIN_BEFORE_PARK
         };
