@@ -271,6 +271,7 @@ impl Device {
             notify,
             waiter,
             contended_until: None,
+            quick_answers: 0,
         })
     }
 
