@@ -28,15 +28,29 @@ pub struct CompletionQueue {
     /// Until when [`Self::wait`] takes the core as shared and parks
     /// without spinning.
     pub(super) contended_until: Option<Instant>,
+    /// A score of how often recent completions came within
+    /// [`SPIN_WHEN_SHARED`] of the wait's start (up one for each that did,
+    /// down one for each that did not; 0..=2 x [`QUICK_ANSWERS_TO_SPIN`]).
+    pub(super) quick_answers: u8,
 }
+
+/// The score of quick completions from which [`CompletionQueue::wait`]
+/// spins on a shared core.
+const QUICK_ANSWERS_TO_SPIN: u8 = 8;
 
 /// A gap this long between two looks at the clock of a spin (64 polls
 /// apart, well under a microsecond) means that the thread was preempted:
 /// something else wants its core.
 const PREEMPTED: Duration = Duration::from_micros(30);
-/// How long [`CompletionQueue::wait`] parks without spinning after it
-/// found its core shared; then it spins again (and finds out again).
+/// How long [`CompletionQueue::wait`] spins only [`SPIN_WHEN_SHARED`]
+/// after it found its core shared; then it spins in full again (and finds
+/// out again).
 const CONTENDED_FOR: Duration = Duration::from_millis(50);
+/// The spin of [`CompletionQueue::wait`] on a shared core: about three
+/// round trips of a READ between two engines on one core (read_lat's
+/// t_typical is 3 us), so that a latency test's answers are caught
+/// spinning and only its tail parks.
+const SPIN_WHEN_SHARED: Duration = Duration::from_micros(10);
 
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
@@ -84,7 +98,9 @@ impl CompletionQueue {
     ///
     /// While the core is shared (a spin was preempted: the scheduler ran
     /// something else in the middle of it, within the last
-    /// [`CONTENDED_FOR`]), it parks at once instead of spinning: a thread
+    /// [`CONTENDED_FOR`]), it spins only [`SPIN_WHEN_SHARED`] (a few round
+    /// trips of the engines: a ping-pong's answer), and only while recent
+    /// completions came that quickly, before it parks: a thread
     /// that spins on a shared core gets half of it in slices of
     /// milliseconds and misses its completions by that much, one that
     /// sleeps is run as soon as it is woken. On an idle core it spins, as
@@ -92,16 +108,18 @@ impl CompletionQueue {
     pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
         let start = Instant::now();
         let end = start + timeout;
-        let spin = if self.contended_until.is_some_and(|t| start < t) {
-            Duration::ZERO
-        } else {
-            SPIN_BEFORE_PARK
+        let shared = self.contended_until.is_some_and(|t| start < t);
+        let spin = match (shared, self.quick_answers >= QUICK_ANSWERS_TO_SPIN) {
+            (false, _) => SPIN_BEFORE_PARK,
+            (true, true) => SPIN_WHEN_SHARED,
+            (true, false) => Duration::ZERO,
         };
         let spin_end = start + spin.min(timeout);
         let mut last = start;
         loop {
             for _ in 0..64 {
                 if let Some(wc) = self.poll_one() {
+                    self.learn(start);
                     return Some(wc);
                 }
                 std::hint::spin_loop();
@@ -118,12 +136,25 @@ impl CompletionQueue {
         }
         loop {
             if let Some(wc) = self.park_for(end.saturating_duration_since(Instant::now())) {
+                self.learn(start);
                 return Some(wc);
             }
             if Instant::now() >= end {
                 return self.poll_one();
             }
         }
+    }
+
+    /// Scores whether the completion [`Self::wait`] began waiting for at
+    /// `start` came within [`SPIN_WHEN_SHARED`] (a spin on a shared core
+    /// would have caught it) or later (the spin would only have taken CPU
+    /// from the neighbour).
+    fn learn(&mut self, start: Instant) {
+        self.quick_answers = if start.elapsed() <= SPIN_WHEN_SHARED {
+            (self.quick_answers + 1).min(2 * QUICK_ANSWERS_TO_SPIN)
+        } else {
+            self.quick_answers.saturating_sub(1)
+        };
     }
 
     /// Sleeps until the engine pushes a completion or `timeout` passes

@@ -278,6 +278,7 @@ impl Device {
             notify,
             waiter,
             contended_until: None,
+            quick_answers: 0,
         })
     }
 
