@@ -190,10 +190,7 @@ impl QueuePair {
     /// a full send queue) come back as error completions.
     /// In ERR, it completes with `WR_FLUSH_ERR`.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), VerbsError> {
-        if !matches!(self.state, QpState::Rts | QpState::Err) {
-            return Err(self.not_ready());
-        }
-        self.ring(Doorbell::Send(wr))
+        self.post_send_list(&[wr]).map_err(|(_, e)| e)
     }
 
     /// Posts send work requests in order with one doorbell for all of them
