@@ -32,7 +32,7 @@
 //!
 //! Nothing here allocates, locks or makes a syscall per frame: the rings
 //! and bursts are made before the loop starts.
-
+//!
 //! # A queue pair per shard
 //!
 //! Where the port offers a queue pair per shard (a multi-queue ring pair,
@@ -46,7 +46,7 @@
 //! counted as `rx_drop_shard_full`. With queues cabled as the shards own
 //! QPs (roce-perf's loopback), no frame takes that path, and nothing is
 //! shared between the shards on the data path.
-//!
+
 use std::sync::Arc;
 
 use dpdk::{Burst, Mempool, Port, Ring, RingConsumer, RingProducer, RxQueue, TxQueue};
