@@ -20,6 +20,12 @@
 //! lost. The futex's own check (the kernel sleeps only while the word still
 //! says "parked") closes the window between the re-check and the sleep.
 //!
+//! A waiter may ask for several items before it is woken
+//! ([`Parker::prepare_for`], the word holds the count): a waker that counts
+//! what is queued ([`Parker::wake_when`]) wakes it only at that count, as
+//! `ibv_modify_cq`'s `cq_count` moderates completion events. The same
+//! fences make the waker of the last item needed see the flag.
+//!
 //! This file depends on nothing but [`crate::sync`] and the futex of
 //! `crate::sys`, so that the loom model (`nic/loom`, `scripts/loom.sh`)
 //! runs the very code the engine and the program run.
@@ -29,9 +35,9 @@ use std::time::Duration;
 use crate::sync::{fence, Ordering};
 use crate::sys::Futex;
 
-/// The word's values.
+/// The word's value while the waiter runs. A parked waiter's word holds
+/// how many items it waits for (1 or more; see [`Parker::prepare_for`]).
 const RUNNING: u32 = 0;
-const PARKED: u32 = 1;
 
 /// One waiter's parked flag and the futex it sleeps on. One thread parks
 /// on it at a time (an engine thread, or the program's thread polling a
@@ -52,7 +58,17 @@ impl Parker {
     /// The waiter's step 1: from here on wakers make the system call.
     /// Check for work after this, then [`Self::park`] or [`Self::cancel`].
     pub fn prepare(&self) {
-        self.futex.word().store(PARKED, Ordering::SeqCst);
+        self.prepare_for(1);
+    }
+
+    /// As [`Self::prepare`] for a waiter that needs `want` items (one at
+    /// least) before it is worth waking: a waker that counts what it published
+    /// ([`Self::wake_when`]) leaves it asleep below that (completion
+    /// moderation: a client with several completions due sleeps until half
+    /// of them are there instead of waking for each). The waiter must be
+    /// sure that `want` items will come, or bound its park.
+    pub fn prepare_for(&self, want: u32) {
+        self.futex.word().store(want.max(1), Ordering::SeqCst);
         // Pairs with the fence in `wake`: the re-check's loads come after
         // the flag's store in the single total order of SeqCst fences.
         fence(Ordering::SeqCst);
@@ -68,8 +84,9 @@ impl Parker {
     /// return; the waiter is running again on return. The caller checks for
     /// work after it in any case.
     pub fn park(&self, timeout: Option<Duration>) {
-        if self.futex.word().load(Ordering::Acquire) == PARKED {
-            self.futex.wait(PARKED, timeout);
+        let want = self.futex.word().load(Ordering::Acquire);
+        if want != RUNNING {
+            self.futex.wait(want, timeout);
         }
         // Acquire pairs with the waker's swap: what it published before
         // waking is visible to the caller's next check (the fences give
@@ -79,7 +96,7 @@ impl Parker {
 
     /// Whether the waiter announced that it sleeps (for tests and counters).
     pub fn is_parked(&self) -> bool {
-        self.futex.word().load(Ordering::Relaxed) == PARKED
+        self.futex.word().load(Ordering::Relaxed) != RUNNING
     }
 
     /// The waker's half, after it published work for the waiter: wakes it
@@ -88,14 +105,28 @@ impl Parker {
     pub fn wake(&self) {
         // Pairs with the fence in `prepare` (see the module docs).
         fence(Ordering::SeqCst);
-        if self.futex.word().load(Ordering::Relaxed) == PARKED {
+        if self.futex.word().load(Ordering::Relaxed) != RUNNING {
+            self.wake_parked();
+        }
+    }
+
+    /// As [`Self::wake`] for a waker that can count the items waiting for
+    /// the waiter (`queued`, called only while the waiter is parked; it
+    /// may count more than the waiter will find, never fewer): wakes it
+    /// only once they reach what it asked for in [`Self::prepare_for`].
+    /// The waker whose item makes the count is the one that wakes it.
+    #[inline]
+    pub fn wake_when(&self, queued: impl FnOnce() -> usize) {
+        fence(Ordering::SeqCst);
+        let want = self.futex.word().load(Ordering::Relaxed);
+        if want != RUNNING && queued() >= want as usize {
             self.wake_parked();
         }
     }
 
     #[cold]
     fn wake_parked(&self) {
-        if self.futex.word().swap(RUNNING, Ordering::AcqRel) == PARKED {
+        if self.futex.word().swap(RUNNING, Ordering::AcqRel) != RUNNING {
             self.futex.wake();
         }
     }
@@ -143,6 +174,41 @@ mod tests {
         p.prepare();
         p.park(Some(Duration::from_millis(1)));
         assert!(!p.is_parked());
+    }
+
+    /// A waiter that asks for two items sleeps through the first (a
+    /// counting waker leaves it parked) and is woken by the second.
+    #[test]
+    fn a_moderated_waiter_sleeps_until_its_count() {
+        let p = Arc::new(Parker::new());
+        let queued = Arc::new(AtomicU64::new(0));
+        let t = {
+            let (p, queued) = (p.clone(), queued.clone());
+            std::thread::spawn(move || loop {
+                p.prepare_for(2);
+                let n = queued.load(Ordering::Acquire);
+                if n >= 2 {
+                    p.cancel();
+                    return n;
+                }
+                p.park(Some(Duration::from_secs(20)));
+            })
+        };
+        while !p.is_parked() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        queued.store(1, Ordering::Release);
+        p.wake_when(|| queued.load(Ordering::Acquire) as usize);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(p.is_parked(), "woken with one item of two");
+        let start = Instant::now();
+        queued.store(2, Ordering::Release);
+        p.wake_when(|| queued.load(Ordering::Acquire) as usize);
+        assert_eq!(t.join().unwrap(), 2);
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "woken by the timeout"
+        );
     }
 
     /// No lost wake-up under stress: a producer publishes numbered items and

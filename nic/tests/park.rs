@@ -141,9 +141,65 @@ fn a_parked_engine_fires_its_timers() {
         .wait(Duration::from_secs(5))
         .expect("no completion: the parked engine missed its retransmit timer");
     assert_eq!(wc.status, WcStatus::RetryExcErr);
-    assert!(
-        a.counters().timeouts >= 2,
-        "two timeouts (the first try and the retry)"
-    );
+    // The counters are published about every millisecond, not with the
+    // completion: wait for them (a busy machine delays the publication).
+    let end = Instant::now() + Duration::from_secs(5);
+    while a.counters().timeouts < 2 {
+        assert!(
+            Instant::now() < end,
+            "two timeouts (the first try and the retry), counted: {}",
+            a.counters().timeouts
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     wait_parked(&a, before);
+}
+
+/// Completion moderation (`CompletionQueue::wait_batch`): a program parked
+/// for two completions sleeps through the first and is woken by the
+/// second. The first is a WRITE to a QP nobody answers, failed by its
+/// retransmit timer after milliseconds (long after the wait's spin); the
+/// second is a WRITE on a connected QP sharing the CQ, posted by another
+/// thread 50 ms later. Woken at the first, the wait returns one; a lost
+/// wake-up at the second, none until its timeout.
+#[test]
+fn a_moderated_waiter_sleeps_until_its_count() {
+    let eal = Eal::for_tests();
+    let (a, b) = parking_pair(eal, "park_moderated");
+    let mut ca = a.create_cq(64).unwrap();
+    let cb = b.create_cq(64).unwrap();
+    let opts = QpOptions {
+        timeout_ns: 1_000_000,
+        retry_cnt: 1,
+        ..QpOptions::default()
+    };
+    let mut ghost_qp = a.create_qp(&ca, &ca, opts).unwrap();
+    let mut qa = a.create_qp(&ca, &ca, QpOptions::default()).unwrap();
+    let mut qb = b.create_qp(&cb, &cb, QpOptions::default()).unwrap();
+    let mut ghost: RemoteQp = qb.remote_info();
+    ghost.qpn += 1000; // nobody there: the frames are dropped
+    ghost_qp.connect(&ghost).unwrap();
+    qa.connect(&qb.remote_info()).unwrap();
+    qb.connect(&qa.remote_info()).unwrap();
+    let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let (ma, mb) = (a.reg_mr(128, acc).unwrap(), b.reg_mr(128, acc).unwrap());
+    write(&mut ghost_qp, 1, &ma, &mb);
+    let later = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        write(&mut qa, 2, &ma, &mb);
+        (qa, ma, mb)
+    });
+    let start = Instant::now();
+    let mut out = [rdma::transport::WorkCompletion::BLANK; 4];
+    let n = ca.wait_batch(&mut out, 2, Duration::from_secs(10));
+    let waited = start.elapsed();
+    assert!(waited < Duration::from_secs(5), "woken by the timeout");
+    assert_eq!(n, 2, "woken before both completions were queued");
+    assert_eq!(
+        (out[0].wr_id, out[0].status, out[1].wr_id, out[1].status),
+        (1, WcStatus::RetryExcErr, 2, WcStatus::Success)
+    );
+    assert!(waited >= Duration::from_millis(50));
+    let _ = later.join().unwrap();
+    drop(qb);
 }

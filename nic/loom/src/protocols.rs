@@ -45,6 +45,17 @@ impl Spsc {
         self.tail.store(tail + 1, Ordering::Release);
     }
 
+    /// Items queued, as the producer counts them (its own tail, the
+    /// consumer's head as last published: never fewer than there are).
+    fn queued(&self) -> usize {
+        self.tail.load(Ordering::Relaxed) - self.head.load(Ordering::Acquire)
+    }
+
+    /// Items queued, as the consumer counts them.
+    fn available(&self) -> usize {
+        self.tail.load(Ordering::Acquire) - self.head.load(Ordering::Relaxed)
+    }
+
     fn pop(&self) -> Option<u64> {
         let head = self.head.load(Ordering::Relaxed);
         if self.tail.load(Ordering::Acquire) == head {
@@ -207,6 +218,41 @@ fn a_parked_waiter_wakes_for_a_completion() {
             parker.park(None);
         };
         assert_eq!(got, 7);
+        engine.join().unwrap();
+    });
+}
+
+/// Completion moderation (`CompletionQueue::wait_batch`): a program parked
+/// until two completions are queued (`Parker::prepare_for(2)`, re-check,
+/// sleep with no timeout) is woken by the push that makes two
+/// (`CqRing::push`: push, then `Parker::wake_when` with the producer's
+/// count), and not left asleep by the one before it.
+#[test]
+fn a_moderated_waiter_wakes_at_its_count() {
+    loom::model(|| {
+        let parker = Arc::new(Parker::new());
+        let ring = Arc::new(Spsc::new());
+        let engine = {
+            let (parker, ring) = (parker.clone(), ring.clone());
+            loom::thread::spawn(move || {
+                for v in [7, 8] {
+                    ring.push(v);
+                    parker.wake_when(|| ring.queued());
+                }
+            })
+        };
+        loop {
+            if ring.available() >= 2 {
+                break;
+            }
+            parker.prepare_for(2);
+            if ring.available() >= 2 {
+                parker.cancel();
+                break;
+            }
+            parker.park(None);
+        }
+        assert_eq!((ring.pop(), ring.pop()), (Some(7), Some(8)));
         engine.join().unwrap();
     });
 }

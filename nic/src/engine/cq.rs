@@ -69,7 +69,11 @@ impl CqRing {
             n.completed();
         }
         if let Some(w) = &self.waiter {
-            w.wake();
+            // A waiter that asked for N completions (CompletionQueue::
+            // wait_batch) sleeps until N are queued. The producer's count
+            // of free slots can lag the consumer's pops, so this counts
+            // high, never low.
+            w.wake_when(|| ring.buffer().capacity() - ring.slots());
         }
         Ok(())
     }

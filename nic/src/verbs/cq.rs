@@ -106,6 +106,37 @@ impl CompletionQueue {
     /// sleeps is run as soon as it is woken. On an idle core it spins, as
     /// waking a sleeping (in a VM: halted) CPU costs tens of microseconds.
     pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
+        self.wait_until_queued(1, timeout)
+            .then(|| self.poll_one())
+            .flatten()
+    }
+
+    /// As [`Self::wait`], for a caller with `want` or more completions due
+    /// (signaled requests outstanding): once it parks, it sleeps until
+    /// `want` are queued (or `timeout` passes), not until the first, then
+    /// takes up to `out.len()`; returns how many (0: timed out). As
+    /// `ibv_modify_cq`'s `cq_count`: a bandwidth client that waits for half
+    /// of its completions wakes half as often and still finds the other
+    /// half of its requests in flight. While it spins it returns at the
+    /// first completion. If fewer than `want` come, it sleeps until the
+    /// timeout.
+    pub fn wait_batch(
+        &mut self,
+        out: &mut [WorkCompletion],
+        want: usize,
+        timeout: Duration,
+    ) -> usize {
+        if self.wait_until_queued(want, timeout) {
+            self.poll(out)
+        } else {
+            0
+        }
+    }
+
+    /// The wait of [`Self::wait`] and [`Self::wait_batch`]: spins until
+    /// one completion is queued, parks until `want` are; true if one is
+    /// queued at the end.
+    fn wait_until_queued(&mut self, want: usize, timeout: Duration) -> bool {
         let start = Instant::now();
         let end = start + timeout;
         let shared = self.contended_until.is_some_and(|t| start < t);
@@ -118,9 +149,9 @@ impl CompletionQueue {
         let mut last = start;
         loop {
             for _ in 0..64 {
-                if let Some(wc) = self.poll_one() {
+                if !self.ring.is_empty() {
                     self.learn(start);
-                    return Some(wc);
+                    return true;
                 }
                 std::hint::spin_loop();
             }
@@ -134,13 +165,22 @@ impl CompletionQueue {
                 break;
             }
         }
+        let want = want.clamp(1, self.ring.buffer().capacity());
         loop {
-            if let Some(wc) = self.park_for(end.saturating_duration_since(Instant::now())) {
+            let left = end.saturating_duration_since(Instant::now());
+            self.waiter.prepare_for(want as u32);
+            // Completions pushed before the flag was set did not wake us.
+            if self.ring.slots() >= want || left.is_zero() {
+                self.waiter.cancel();
+            } else {
+                self.waiter.park(Some(left));
+            }
+            if self.ring.slots() >= want {
                 self.learn(start);
-                return Some(wc);
+                return true;
             }
             if Instant::now() >= end {
-                return self.poll_one();
+                return !self.ring.is_empty();
             }
         }
     }

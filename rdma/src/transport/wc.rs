@@ -70,6 +70,19 @@ pub struct WorkCompletion {
     pub qp_num: u32,
 }
 
+impl WorkCompletion {
+    /// A blank completion (all zero: `wr_id` 0, success, SEND), to fill
+    /// the arrays that completions are polled into.
+    pub const BLANK: WorkCompletion = WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm: None,
+        qp_num: 0,
+    };
+}
+
 /// A scatter/gather element: a local buffer inside a registered region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sge {

@@ -62,6 +62,43 @@ impl Cqs {
         }
         nic::verbs::wait_until(timeout, || self.poll_one())
     }
+
+    /// As [`CompletionQueue::wait_batch`] (once parked, sleep until `want`
+    /// completions are queued) with one CQ; with several, as [`Self::wait`]
+    /// and then what else is queued. Returns how many it put in `out`.
+    pub fn wait_batch(
+        &mut self,
+        out: &mut [WorkCompletion],
+        want: usize,
+        timeout: Duration,
+    ) -> usize {
+        if let [cq] = self.cqs.as_mut_slice() {
+            return cq.wait_batch(out, want, timeout);
+        }
+        let mut n = 0;
+        if let Some(wc) = self.wait(timeout) {
+            out[0] = wc;
+            n = 1;
+            while let Some(wc) = out.get(n).and(self.poll_one()) {
+                out[n] = wc;
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// The next completions (at least one, up to `out.len()`, sleeping until
+/// `want` are there once the wait parks), which must be successes.
+pub fn wait_wcs(cq: &mut Cqs, out: &mut [WorkCompletion], want: usize) -> Res<usize> {
+    let n = cq.wait_batch(out, want, Duration::from_secs(10));
+    if n == 0 {
+        return Err("no completion within 10 s (peer gone?)".into());
+    }
+    if let Some(wc) = out[..n].iter().find(|wc| wc.status != WcStatus::Success) {
+        return Err(format!("work request failed: {:?}", wc.status).into());
+    }
+    Ok(n)
 }
 
 /// The next completion, which must be a success.

@@ -470,14 +470,7 @@ fn poll_completions(
     scratch: &mut [u8],
     totals: &mut Totals,
 ) -> Result<usize, SoakError> {
-    let mut wcs = [WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm: None,
-        qp_num: 0,
-    }; 64];
+    let mut wcs = [WorkCompletion::BLANK; 64];
     let unexpected = |wc: &WorkCompletion| SoakError::Unexpected {
         qp: usize::MAX,
         cc: CcKind::None,
