@@ -23,8 +23,10 @@
 //!   `e & (slots - 1)`, so every timer found in a slot when its tick is
 //!   processed is due (no "rounds" to skip).
 //! * Timers further out than one rotation sit in an *overflow* list that is
-//!   migrated into the wheel once per rotation (when the current tick crosses
-//!   a multiple of `slots`), an amortised O(1) per timer per rotation.
+//!   migrated into the wheel when the current tick crosses a multiple of
+//!   `slots` and the list's earliest expiry (a lower bound kept on insert,
+//!   made exact by each sweep) falls within the next rotation: an amortised
+//!   O(1) per timer per sweep, and no sweep while nothing in it is near.
 //! * Timers whose deadline has already passed go straight to a *ready* list and
 //!   fire on the next advance, whatever `now` it is given.
 //! * A time jump longer than one rotation is handled in one pass over the slots
@@ -487,7 +489,15 @@ impl<T: Copy> TimerWheel<T> {
             self.cur += 1;
             let slot = self.slot_of(self.cur);
             self.drain_slot(slot);
-            if self.cur & self.mask == 0 && self.overflow_len > 0 {
+            // Once a rotation, the overflow timers due within the next one
+            // move into the slots; none is while `overflow_min` (a lower
+            // bound) lies beyond it, so a list of long timers (a 67 ms
+            // retransmit timeout per QP against a 4 ms rotation) is walked
+            // once per its earliest timer, not once per rotation.
+            if self.cur & self.mask == 0
+                && self.overflow_len > 0
+                && self.overflow_min <= self.cur + self.slots as u64
+            {
                 self.sweep_overflow();
             }
         }

@@ -107,6 +107,9 @@ struct QpSlot {
     /// The transport counters as last added to the engine's sums
     /// (`poll.rs`).
     synced: poll::QpSums,
+    /// The QP did work since the last publication: it is in the engine's
+    /// `counters_dirty` list.
+    counters_dirty: bool,
 }
 
 /// The engine. Built on the caller's thread, then moved to its poll-mode
@@ -166,8 +169,9 @@ pub struct Engine {
     /// The QPs' transport counters summed as of their last sync, kept when
     /// a QP is destroyed (`poll.rs`).
     qp_sums: poll::QpSums,
-    /// The next index in `connected` whose counters a publication syncs.
-    sync_cursor: usize,
+    /// QPs that did work since the last publication, whose counters it
+    /// syncs (preallocated: MAX_QPS).
+    counters_dirty: Vec<u32>,
     capture: Option<CaptureProducer<CAPTURE_SNAP>>,
     /// The port's ARP and ICMP echo (crate::control).
     control: ControlPlane,
@@ -291,7 +295,7 @@ impl Engine {
             turn: 0,
             last_publish_ns: 0,
             qp_sums: poll::QpSums::default(),
-            sync_cursor: 0,
+            counters_dirty: Vec::with_capacity(MAX_QPS),
             capture: parts.capture,
             control: ControlPlane::new(parts.mac, cfg.ip, cfg.arp),
             control_out: vec![0u8; MAX_FRAME],

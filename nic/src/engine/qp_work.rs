@@ -23,6 +23,7 @@ impl Engine {
         if s.core.qp.is_none() {
             return;
         }
+        super::poll::mark_counters_dirty(s, &mut self.counters_dirty, i);
         if s.core.feed_events(now).fatal {
             s.fatal_pending = true;
         }

@@ -314,6 +314,7 @@ impl Engine {
             err_by_program: false,
             fatal_pending: false,
             synced: super::poll::QpSums::default(),
+            counters_dirty: false,
         }));
         if self.life.take_ctrl_orphan(i) {
             // The control-ring entry a destroyed QP left in this slot is ours.

@@ -70,6 +70,7 @@ impl Engine {
             self.life.clear_ctrl_orphan(i);
             return;
         };
+        super::poll::mark_counters_dirty(s, &mut self.counters_dirty, i);
         let mut out = MbufSink {
             tpl: s.tpl.as_ref(),
             mr_mem: &self.mr_mem,
@@ -90,6 +91,7 @@ impl Engine {
             let _ = self.sched.mark_idle(i as u32);
             return;
         };
+        super::poll::mark_counters_dirty(s, &mut self.counters_dirty, i);
         let mut out = MbufSink {
             tpl: s.tpl.as_ref(),
             mr_mem: &self.mr_mem,
