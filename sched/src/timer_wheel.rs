@@ -485,22 +485,55 @@ impl<T: Copy> TimerWheel<T> {
             self.sweep_overflow();
             return;
         }
+        // Tick by tick, but over the occupancy bitmap: a run of empty slots
+        // costs a bit scan, not a look at each slot's list (4096 list heads
+        // are more than L1 holds; the bitmap is 512 bytes).
         while self.cur < target {
-            self.cur += 1;
-            let slot = self.slot_of(self.cur);
-            self.drain_slot(slot);
-            // Once a rotation, the overflow timers due within the next one
-            // move into the slots; none is while `overflow_min` (a lower
-            // bound) lies beyond it, so a list of long timers (a 67 ms
-            // retransmit timeout per QP against a 4 ms rotation) is walked
-            // once per its earliest timer, not once per rotation.
-            if self.cur & self.mask == 0
-                && self.overflow_len > 0
-                && self.overflow_min <= self.cur + self.slots as u64
-            {
-                self.sweep_overflow();
+            let base = self.cur + 1;
+            if base & self.mask == 0 {
+                // A new rotation: its first slot, then (once a rotation)
+                // the overflow timers due within it move into the slots, as
+                // long as `overflow_min` (a lower bound) says one may be:
+                // a list of long timers (a 67 ms retransmit timeout per QP
+                // against a 4 ms rotation) is walked once per its earliest
+                // timer, not once per rotation.
+                self.cur = base;
+                self.drain_slot(0);
+                if self.overflow_len > 0 && self.overflow_min <= self.cur + self.slots as u64 {
+                    self.sweep_overflow();
+                }
+                continue;
+            }
+            // Ticks base..=limit lie in one rotation: slots from..=to.
+            let limit = target.min(base | self.mask);
+            let (from, to) = (self.slot_of(base), self.slot_of(limit));
+            match self.first_occupied(from, to) {
+                Some(slot) => {
+                    self.cur = base + (slot - from) as u64;
+                    self.drain_slot(slot);
+                }
+                None => self.cur = limit,
             }
         }
+    }
+
+    /// The first slot in `from..=to` (`from <= to`) whose list is not
+    /// empty, by the occupancy bitmap.
+    fn first_occupied(&self, from: usize, to: usize) -> Option<usize> {
+        let (w_from, w_to) = (from / 64, to / 64);
+        for w in w_from..=w_to {
+            let mut bits = self.occupied[w];
+            if w == w_from {
+                bits &= !0u64 << (from % 64);
+            }
+            if w == w_to && to % 64 != 63 {
+                bits &= (1u64 << (to % 64 + 1)) - 1;
+            }
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+        }
+        None
     }
 
     /// Pops one expired timer (moved to the ready list by [`Self::expire`], or
