@@ -22,11 +22,16 @@
 //!   rotation: a pending timer with `cur < e <= cur + slots` sits in slot
 //!   `e & (slots - 1)`, so every timer found in a slot when its tick is
 //!   processed is due (no "rounds" to skip).
-//! * Timers further out than one rotation sit in an *overflow* list that is
-//!   migrated into the wheel when the current tick crosses a multiple of
-//!   `slots` and the list's earliest expiry (a lower bound kept on insert,
-//!   made exact by each sweep) falls within the next rotation: an amortised
-//!   O(1) per timer per sweep, and no sweep while nothing in it is near.
+//! * Timers further out than one rotation sit in a second level of
+//!   [`LEVEL2`] lists, one per rotation (rotation `r` holds the ticks
+//!   `r * slots + 1 ..= (r + 1) * slots`): when the current tick crosses a
+//!   multiple of `slots`, the list of the rotation that begins moves into
+//!   the slots. So a timer 67 ms out (a retransmit timeout) against a 4 ms
+//!   rotation is moved once, O(1), however many such timers are pending.
+//! * Timers further out than that sit in an *overflow* list, swept when the
+//!   current tick crosses a multiple of `slots` and the list's earliest expiry
+//!   (a lower bound kept on insert, made exact by each sweep) comes within the
+//!   second level's reach: no sweep while nothing in it is near.
 //! * Timers whose deadline has already passed go straight to a *ready* list and
 //!   fire on the next advance, whatever `now` it is given.
 //! * A time jump longer than one rotation is handled in one pass over the slots
@@ -39,6 +44,11 @@
 
 /// Index value meaning "no node".
 const NIL: u32 = u32::MAX;
+
+/// Lists of the second level: one per rotation of the slots, the next
+/// `LEVEL2` rotations (module docs). 64, so that one word marks which are
+/// occupied.
+pub const LEVEL2: usize = 64;
 
 /// What kind of timer a [`TimerKey`] is; the engine matches on it when a timer
 /// fires (docs/design.md §5 lists the timers).
@@ -108,6 +118,7 @@ pub enum TimerError {
 enum Place {
     Free,
     Slot,
+    Level2,
     Overflow,
     Ready,
     Sentinel,
@@ -134,8 +145,16 @@ pub struct TimerWheel<T: Copy> {
     mask: u64,
     capacity: usize,
     /// `capacity` timer nodes, then `slots` slot sentinels, then the overflow
-    /// sentinel, then the ready sentinel.
+    /// sentinel, then the ready sentinel, then [`LEVEL2`] second-level
+    /// sentinels.
     nodes: Vec<Node<T>>,
+    /// `log2(slots)`: a tick's rotation is `(tick - 1) >> shift`.
+    shift: u32,
+    /// One bit per second-level list: the list is non-empty.
+    level2_occupied: u64,
+    /// Lower bound of each second-level list's expiry ticks (stale-low
+    /// after cancels, as `overflow_min`).
+    level2_min: [u64; LEVEL2],
     /// One bit per slot: the slot list is non-empty (for [`Self::next_deadline`]).
     occupied: Vec<u64>,
     free_head: u32,
@@ -165,8 +184,8 @@ impl<T: Copy> TimerWheel<T> {
         let tick_ns = tick_ns.max(1);
         let slots = slots.clamp(2, 1 << 24).next_power_of_two();
         // Keep every index (timers + sentinels) below NIL.
-        let capacity = capacity.min((u32::MAX as usize) - slots - 3);
-        let total = capacity + slots + 2;
+        let capacity = capacity.min((u32::MAX as usize) - slots - 3 - LEVEL2);
+        let total = capacity + slots + 2 + LEVEL2;
         let mut nodes = Vec::with_capacity(total);
         for i in 0..capacity {
             nodes.push(Node {
@@ -196,6 +215,9 @@ impl<T: Copy> TimerWheel<T> {
             tick_ns,
             slots,
             mask: (slots - 1) as u64,
+            shift: slots.trailing_zeros(),
+            level2_occupied: 0,
+            level2_min: [u64::MAX; LEVEL2],
             capacity,
             nodes,
             occupied: vec![0; slots.div_ceil(64)],
@@ -253,6 +275,18 @@ impl<T: Copy> TimerWheel<T> {
     }
 
     #[inline]
+    fn level2_sentinel(&self, list: usize) -> u32 {
+        (self.capacity + self.slots + 2 + list) as u32
+    }
+
+    /// The rotation that begins at the next multiple of `slots` after the
+    /// current tick: the first one the second level holds.
+    #[inline]
+    fn next_rotation(&self) -> u64 {
+        (self.cur >> self.shift) + 1
+    }
+
+    #[inline]
     fn list_is_empty(&self, sentinel: u32) -> bool {
         self.nodes[sentinel as usize].next == sentinel
     }
@@ -306,6 +340,13 @@ impl<T: Copy> TimerWheel<T> {
             self.nodes[i as usize].place = Place::Slot;
             self.push_back(self.slot_sentinel(slot), i);
             self.set_occupied(slot);
+        } else if ((tick - 1) >> self.shift) < self.next_rotation() + LEVEL2 as u64 {
+            // tick > cur + slots, so its rotation is at least the next one.
+            let list = ((tick - 1) >> self.shift) as usize & (LEVEL2 - 1);
+            self.nodes[i as usize].place = Place::Level2;
+            self.push_back(self.level2_sentinel(list), i);
+            self.level2_occupied |= 1 << list;
+            self.level2_min[list] = self.level2_min[list].min(tick);
         } else {
             self.nodes[i as usize].place = Place::Overflow;
             self.push_back(self.overflow_sentinel(), i);
@@ -322,6 +363,14 @@ impl<T: Copy> TimerWheel<T> {
             Place::Slot => {
                 let slot = self.slot_of(self.nodes[i as usize].tick);
                 self.clear_occupied_if_empty(slot);
+            }
+            Place::Level2 => {
+                let list =
+                    ((self.nodes[i as usize].tick - 1) >> self.shift) as usize & (LEVEL2 - 1);
+                if self.list_is_empty(self.level2_sentinel(list)) {
+                    self.level2_occupied &= !(1 << list);
+                    self.level2_min[list] = u64::MAX;
+                }
             }
             Place::Overflow => {
                 self.overflow_len -= 1;
@@ -342,7 +391,11 @@ impl<T: Copy> TimerWheel<T> {
     fn live(&self, h: TimerHandle) -> bool {
         (h.idx as usize) < self.capacity && {
             let n = &self.nodes[h.idx as usize];
-            n.gen == h.gen && matches!(n.place, Place::Slot | Place::Overflow | Place::Ready)
+            n.gen == h.gen
+                && matches!(
+                    n.place,
+                    Place::Slot | Place::Level2 | Place::Overflow | Place::Ready
+                )
         }
     }
 
@@ -441,16 +494,45 @@ impl<T: Copy> TimerWheel<T> {
         self.occupied[slot / 64] &= !(1u64 << (slot % 64));
     }
 
-    /// Walks the overflow list: due timers go to ready, those within one
-    /// rotation of `cur` go to their slot, others stay. Recomputes the min.
+    /// Re-places every timer of second-level list `list` relative to the
+    /// current tick (into the slots, when its rotation has begun).
+    fn drain_level2(&mut self, list: usize) {
+        let l = self.level2_sentinel(list);
+        // Detach the whole list first: a timer may go back into it (after
+        // a jump of the current tick, its rotation may still be ahead).
+        let mut i = self.nodes[l as usize].next;
+        let last = self.nodes[l as usize].prev;
+        self.nodes[l as usize].next = l;
+        self.nodes[l as usize].prev = l;
+        self.level2_occupied &= !(1 << list);
+        self.level2_min[list] = u64::MAX;
+        if i == l {
+            return;
+        }
+        loop {
+            let next = self.nodes[i as usize].next;
+            self.nodes[i as usize].prev = NIL;
+            self.nodes[i as usize].next = NIL;
+            self.place(i);
+            if i == last {
+                break;
+            }
+            i = next;
+        }
+    }
+
+    /// Walks the overflow list: timers now within the reach of the slots or
+    /// the second level go there (or to ready), others stay. Recomputes the
+    /// min.
     fn sweep_overflow(&mut self) {
         let o = self.overflow_sentinel();
         let mut i = self.nodes[o as usize].next;
         let mut min = u64::MAX;
+        let reach = (self.next_rotation() + LEVEL2 as u64) << self.shift;
         while i != o {
             let next = self.nodes[i as usize].next;
             let tick = self.nodes[i as usize].tick;
-            if tick - self.cur.min(tick) <= self.slots as u64 {
+            if tick <= reach {
                 self.unlink(i);
                 self.overflow_len -= 1;
                 self.place(i);
@@ -482,6 +564,9 @@ impl<T: Copy> TimerWheel<T> {
                 self.drain_slot(slot);
             }
             self.cur = target;
+            for list in 0..LEVEL2 {
+                self.drain_level2(list);
+            }
             self.sweep_overflow();
             return;
         }
@@ -491,15 +576,18 @@ impl<T: Copy> TimerWheel<T> {
         while self.cur < target {
             let base = self.cur + 1;
             if base & self.mask == 0 {
-                // A new rotation: its first slot, then (once a rotation)
-                // the overflow timers due within it move into the slots, as
-                // long as `overflow_min` (a lower bound) says one may be:
-                // a list of long timers (a 67 ms retransmit timeout per QP
-                // against a 4 ms rotation) is walked once per its earliest
-                // timer, not once per rotation.
+                // A new rotation: its first slot, then its second-level
+                // list moves into the slots, and the overflow list is swept
+                // once `overflow_min` (a lower bound) says that a timer in
+                // it may have come within the second level's reach.
                 self.cur = base;
                 self.drain_slot(0);
-                if self.overflow_len > 0 && self.overflow_min <= self.cur + self.slots as u64 {
+                let list = (base >> self.shift) as usize & (LEVEL2 - 1);
+                if self.level2_occupied & (1 << list) != 0 {
+                    self.drain_level2(list);
+                }
+                let reach = (self.next_rotation() + LEVEL2 as u64) << self.shift;
+                if self.overflow_len > 0 && self.overflow_min <= reach {
                     self.sweep_overflow();
                 }
                 continue;
@@ -572,6 +660,16 @@ impl<T: Copy> TimerWheel<T> {
             return Some(self.now_ns());
         }
         let mut best = self.overflow_min;
+        if self.level2_occupied != 0 {
+            // The first occupied second-level list from the next rotation on
+            // (its timers come before every later list's).
+            let first = self.next_rotation() as usize & (LEVEL2 - 1);
+            let k = self
+                .level2_occupied
+                .rotate_right(first as u32)
+                .trailing_zeros();
+            best = best.min(self.level2_min[(first + k as usize) & (LEVEL2 - 1)]);
+        }
         // Scan slots cur+1 ..= cur+slots in order via the occupancy bitmap.
         let start = self.slot_of(self.cur + 1);
         let words = self.occupied.len();
