@@ -18,7 +18,7 @@
 #   hugepages             the reservation and the hugetlbfs mount at
 #                         /dev/hugepages (scripts/setup.sh makes both again)
 #   cargo-fuzz            uninstalled (scripts/setup.sh installs it again)
-#   target/, fuzz/target  absent in the new clone
+#   target/ (the fuzz builds too)  absent in the new clone
 # Kept (a new Debian 12 gets them from scripts/setup.sh, which this run
 # executes): Debian's packages, unless FRESH_PURGE_PACKAGES=1 removes them
 # too (apt-get purge; only on a machine where nothing else needs them), and

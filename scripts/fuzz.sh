@@ -6,6 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-5}"
 found=0
+# One target directory for the three fuzz crates (each is its own
+# workspace): libFuzzer and the shared crates are built once, not three
+# times.
+target_dir="$PWD/target/fuzz"
 for dir in */fuzz; do
   [ -f "$dir/Cargo.toml" ] || continue
   for target in $(cd "$dir/.." && RUSTC_BOOTSTRAP=1 cargo fuzz list); do
@@ -14,8 +18,9 @@ for dir in */fuzz; do
     # Start from the checked-in minimised corpus (fuzz/corpus/<target>, made by
     # scripts/fuzz-record.sh); what this run finds goes to a scratch dir, so
     # the checked-in one stays as committed.
-    scratch="fuzz/target/scratch-corpus/$target"
-    (cd "$dir/.." && mkdir -p "$scratch" && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none --release "$target" \
+    scratch="$target_dir/scratch-corpus/$target"
+    (cd "$dir/.." && mkdir -p "$scratch" && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none --release \
+        --target-dir "$target_dir" "$target" \
         "$scratch" $( [ -d "fuzz/corpus/$target" ] && echo "fuzz/corpus/$target" ) -- \
         -max_total_time="$secs" -print_final_stats=0 2>&1 | tail -n 3)
   done
