@@ -110,11 +110,17 @@ impl<const N: usize> Burst<N> {
         }
     }
 
-    /// Frees everything held; returns how many mbufs were freed.
+    /// Frees everything held, in one `rte_pktmbuf_free_bulk` (the mbufs
+    /// of one pool go back to it together); returns how many were freed.
     pub fn clear(&mut self) -> usize {
         let n = self.len;
-        for m in self.drain() {
-            drop(m);
+        if n > 0 {
+            self.len = 0;
+            // SAFETY: the first `n` slots hold owned mbufs, laid out as the
+            // `rte_mbuf*[]` it takes (segments and attached external
+            // buffers are released as by `rte_pktmbuf_free`); with `len`
+            // 0 nothing else frees them.
+            unsafe { dpdk_sys::rte_pktmbuf_free_bulk(self.as_raw(), n as u32) };
         }
         n
     }

@@ -323,14 +323,23 @@ pub(crate) extern "C" fn rsnic_ibv_query_qp(
     })
 }
 
-/// One send work request to the engine.
+/// A send work request of the caller's chain, translated.
+enum Prepared {
+    /// Goes to the engine as it is (batched with its neighbours).
+    Wr(SendWr),
+    /// `IBV_SEND_INLINE`: its bytes, copied now (staged when posted).
+    Inline {
+        wr_id: u64,
+        op: SendOp,
+        buf: [u8; MAX_INLINE as usize],
+        len: usize,
+        signaled: bool,
+    },
+}
+
+/// Translates one send work request (its flags, opcode and SGEs).
 #[inline]
-pub(crate) fn post_one(
-    h: &mut nic::verbs::QueuePair,
-    inner_sig_all: bool,
-    max_inline: u32,
-    w: &ibv_send_wr,
-) -> Result<(), i32> {
+fn prepare(inner_sig_all: bool, max_inline: u32, w: &ibv_send_wr) -> Result<Prepared, i32> {
     let op = send_op(w)?;
     let signaled = inner_sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
     let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
@@ -366,9 +375,13 @@ pub(crate) fn post_one(
             }
             len += l;
         }
-        return h
-            .post_send_inline(w.wr_id, op, &buf[..len], signaled)
-            .map_err(|e| errno_of(&e));
+        return Ok(Prepared::Inline {
+            wr_id: w.wr_id,
+            op,
+            buf,
+            len,
+            signaled,
+        });
     }
     let sge = match sges {
         [] => Sge::default(),
@@ -379,20 +392,24 @@ pub(crate) fn post_one(
         },
         _ => return Err(EINVAL),
     };
-    h.post_send(SendWr {
+    Ok(Prepared::Wr(SendWr {
         wr_id: w.wr_id,
         op,
         sge,
         signaled,
         solicited,
-    })
-    .map_err(|e| errno_of(&e))
+    }))
 }
 
-/// `ibv_post_send` (through `ops.post_send`): the chain of work requests,
-/// each to the engine's doorbell ring; on the first failure `*bad` is set
-/// to it and its errno returned (ibv_post_send(3)). No allocation, no
-/// system call.
+/// Work requests of a chain posted with one doorbell
+/// (`QueuePair::post_send_list`).
+const CHAIN_BATCH: usize = 16;
+
+/// `ibv_post_send` (through `ops.post_send`): the chain of work requests to
+/// the engine's doorbell ring, up to [`CHAIN_BATCH`] of them with one
+/// doorbell (an inline one goes alone, in its place in the order); on the
+/// first failure `*bad` is set to it and its errno returned, those before
+/// it posted (ibv_post_send(3)). No allocation, no system call.
 pub(crate) extern "C" fn op_post_send(
     q: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -418,16 +435,75 @@ pub(crate) extern "C" fn op_post_send(
         let Some(h) = inner.qp.as_mut() else {
             return fail(wr, EINVAL);
         };
+        const FILLER: SendWr = SendWr {
+            wr_id: 0,
+            op: SendOp::Send,
+            sge: Sge {
+                addr: 0,
+                len: 0,
+                lkey: 0,
+            },
+            signaled: false,
+            solicited: false,
+        };
+        let mut batch = [FILLER; CHAIN_BATCH];
+        let mut from = [null_mut::<ibv_send_wr>(); CHAIN_BATCH];
+        let mut n = 0;
+        // Posts the batch; the failed request's place in the chain if any.
+        let flush = |h: &mut nic::verbs::QueuePair,
+                     batch: &[SendWr],
+                     from: &[*mut ibv_send_wr]|
+         -> Result<(), (*mut ibv_send_wr, i32)> {
+            if batch.is_empty() {
+                return Ok(());
+            }
+            h.post_send_list(batch)
+                .map_err(|(k, e)| (from[k], errno_of(&e)))
+        };
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
             let w = unsafe { &*cur };
-            if let Err(e) = post_one(h, sig_all, max_inline, w) {
-                return fail(cur, e);
+            match prepare(sig_all, max_inline, w) {
+                Ok(Prepared::Wr(x)) => {
+                    batch[n] = x;
+                    from[n] = cur;
+                    n += 1;
+                    if n == CHAIN_BATCH {
+                        if let Err((at, e)) = flush(h, &batch, &from) {
+                            return fail(at, e);
+                        }
+                        n = 0;
+                    }
+                }
+                Ok(Prepared::Inline {
+                    wr_id,
+                    op,
+                    buf,
+                    len,
+                    signaled,
+                }) => {
+                    if let Err((at, e)) = flush(h, &batch[..n], &from[..n]) {
+                        return fail(at, e);
+                    }
+                    n = 0;
+                    if let Err(e) = h.post_send_inline(wr_id, op, &buf[..len], signaled) {
+                        return fail(cur, errno_of(&e));
+                    }
+                }
+                Err(e) => {
+                    if let Err((at, e)) = flush(h, &batch[..n], &from[..n]) {
+                        return fail(at, e);
+                    }
+                    return fail(cur, e);
+                }
             }
             cur = w.next;
         }
-        0
+        match flush(h, &batch[..n], &from[..n]) {
+            Ok(()) => 0,
+            Err((at, e)) => fail(at, e),
+        }
     })
 }
 

@@ -287,6 +287,39 @@ int main(int argc, char **argv)
 			  wc.opcode == IBV_WC_COMP_SWAP && *old == 42 && *target == 7;
 		CHECK(ok1 && ok2, "ATOMIC fetch-add and compare-swap");
 	}
+	{
+		/* A chain of 40 WRITEs (the library posts up to 16 per doorbell),
+		 * then a chain of 20 whose 19th has a bad opcode: the 18 before it
+		 * are posted, *bad names it, nothing after it is posted. */
+		struct ibv_sge sg[40];
+		struct ibv_send_wr w[40], *b = NULL;
+		for (int i = 0; i < 40; i++) {
+			uint64_t v = 1000 + i;
+			memcpy(buf[0] + 20000 + 8 * i, &v, 8);
+			sg[i] = (struct ibv_sge){ .addr = (uintptr_t)buf[0] + 20000 + 8 * i, .length = 8, .lkey = m0->lkey };
+			w[i] = (struct ibv_send_wr){ .wr_id = 500 + i, .sg_list = &sg[i], .num_sge = 1,
+						     .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+						     .next = i + 1 < 40 ? &w[i + 1] : NULL };
+			w[i].wr.rdma.remote_addr = (uintptr_t)buf[1] + 20000 + 8 * i;
+			w[i].wr.rdma.rkey = m1->rkey;
+		}
+		int ok = ibv_post_send(p.a, &w[0], &b) == 0;
+		for (int i = 0; ok && i < 40; i++)
+			ok = wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == (uint64_t)(500 + i);
+		ok = ok && !memcmp(buf[1] + 20000, buf[0] + 20000, 8 * 40);
+		CHECK(ok, "a chain of 40 WRITEs: 40 completions in order, data placed");
+		memset(buf[1] + 20000, 0, 8 * 40);
+		w[19].next = NULL;
+		w[18].opcode = (enum ibv_wr_opcode)0x7f;
+		int rc = ibv_post_send(p.a, &w[0], &b);
+		ok = rc == EINVAL && b == &w[18];
+		for (int i = 0; ok && i < 18; i++)
+			ok = wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == (uint64_t)(500 + i);
+		ok = ok && ibv_poll_cq(p.cq, 1, &wc) == 0 && !memcmp(buf[1] + 20000, buf[0] + 20000, 8 * 18);
+		uint64_t zero[2] = { 0, 0 };
+		ok = ok && !memcmp(buf[1] + 20000 + 8 * 18, zero, 16);
+		CHECK(ok, "a chain with a bad 19th WR: EINVAL, bad_wr names it, the 18 before it done (rc %d)", rc);
+	}
 	CHECK(post(p.a, IBV_WR_RDMA_WRITE, m0, 0, 8, (uintptr_t)buf[1], m1->rkey ^ 0x5500, m0->lkey) == 0 &&
 		      wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_REM_ACCESS_ERR,
 	      "WRITE with a wrong rkey: IBV_WC_REM_ACCESS_ERR (%s)", ibv_wc_status_str(wc.status));
