@@ -327,19 +327,25 @@ pub(crate) extern "C" fn rsnic_ibv_query_qp(
 enum Prepared {
     /// Goes to the engine as it is (batched with its neighbours).
     Wr(SendWr),
-    /// `IBV_SEND_INLINE`: its bytes, copied now (staged when posted).
+    /// `IBV_SEND_INLINE`: its `len` bytes, copied now into the caller's
+    /// buffer (staged when posted).
     Inline {
         wr_id: u64,
         op: SendOp,
-        buf: [u8; MAX_INLINE as usize],
         len: usize,
         signaled: bool,
     },
 }
 
-/// Translates one send work request (its flags, opcode and SGEs).
+/// Translates one send work request (its flags, opcode and SGEs); an
+/// inline one's bytes go to `buf`.
 #[inline]
-fn prepare(inner_sig_all: bool, max_inline: u32, w: &ibv_send_wr) -> Result<Prepared, i32> {
+fn prepare(
+    inner_sig_all: bool,
+    max_inline: u32,
+    w: &ibv_send_wr,
+    buf: &mut [u8; MAX_INLINE as usize],
+) -> Result<Prepared, i32> {
     let op = send_op(w)?;
     let signaled = inner_sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
     let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
@@ -359,7 +365,6 @@ fn prepare(inner_sig_all: bool, max_inline: u32, w: &ibv_send_wr) -> Result<Prep
             SendOp::Send | SendOp::SendImm(_) | SendOp::Write { .. } | SendOp::WriteImm { .. }
         )
     {
-        let mut buf = [0u8; MAX_INLINE as usize];
         let mut len = 0usize;
         for s in sges {
             let l = s.length as usize;
@@ -378,7 +383,6 @@ fn prepare(inner_sig_all: bool, max_inline: u32, w: &ibv_send_wr) -> Result<Prep
         return Ok(Prepared::Inline {
             wr_id: w.wr_id,
             op,
-            buf,
             len,
             signaled,
         });
@@ -449,6 +453,7 @@ pub(crate) extern "C" fn op_post_send(
         let mut batch = [FILLER; CHAIN_BATCH];
         let mut from = [null_mut::<ibv_send_wr>(); CHAIN_BATCH];
         let mut n = 0;
+        let mut inline = [0u8; MAX_INLINE as usize];
         // Posts the batch; the failed request's place in the chain if any.
         let flush = |h: &mut nic::verbs::QueuePair,
                      batch: &[SendWr],
@@ -464,7 +469,7 @@ pub(crate) extern "C" fn op_post_send(
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
             let w = unsafe { &*cur };
-            match prepare(sig_all, max_inline, w) {
+            match prepare(sig_all, max_inline, w, &mut inline) {
                 Ok(Prepared::Wr(x)) => {
                     batch[n] = x;
                     from[n] = cur;
@@ -479,7 +484,6 @@ pub(crate) extern "C" fn op_post_send(
                 Ok(Prepared::Inline {
                     wr_id,
                     op,
-                    buf,
                     len,
                     signaled,
                 }) => {
@@ -487,7 +491,7 @@ pub(crate) extern "C" fn op_post_send(
                         return fail(at, e);
                     }
                     n = 0;
-                    if let Err(e) = h.post_send_inline(wr_id, op, &buf[..len], signaled) {
+                    if let Err(e) = h.post_send_inline(wr_id, op, &inline[..len], signaled) {
                         return fail(cur, errno_of(&e));
                     }
                 }
