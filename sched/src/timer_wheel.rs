@@ -563,9 +563,12 @@ impl<T: Copy> TimerWheel<T> {
                 let slot = self.slot_of(self.cur + k);
                 self.drain_slot(slot);
             }
+            // The second level in rotation order from the old time's next
+            // one, so that the ready list stays in expiry order.
+            let first = self.next_rotation() as usize;
             self.cur = target;
-            for list in 0..LEVEL2 {
-                self.drain_level2(list);
+            for k in 0..LEVEL2 {
+                self.drain_level2((first + k) & (LEVEL2 - 1));
             }
             self.sweep_overflow();
             return;
@@ -740,6 +743,20 @@ mod tests {
         w.schedule(1_000, 2).unwrap();
         assert_eq!(w.next_deadline(), Some(1_000));
         assert_eq!(fired(&mut w, 1_000), vec![1, 2]);
+    }
+
+    /// A jump over many rotations fires the second level's timers in expiry
+    /// order, also where its lists wrap (rotations 62 and 63 sit in the
+    /// last lists, 67 and 72 in lists 3 and 8).
+    #[test]
+    fn a_jump_fires_second_level_timers_in_expiry_order() {
+        let mut w = TimerWheel::with_start(1, 8, 8, 480);
+        for (id, d) in [(1, 540), (2, 580), (3, 500), (4, 510), (5, 100_000)] {
+            w.schedule(d, id).unwrap();
+        }
+        assert_eq!(w.next_deadline(), Some(500));
+        assert_eq!(fired(&mut w, 5_000), vec![3, 4, 1, 2]);
+        assert_eq!(w.len(), 1);
     }
 
     #[test]
