@@ -5,11 +5,13 @@
 //! same thread). A lost wake-up hangs the test; the waits below fail it
 //! after seconds instead.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use dpdk::{Eal, Port};
 use nic::verbs::{CompletionQueue, Device, DeviceConfig, QpOptions, QueuePair, RemoteQp};
-use rdma::transport::{Access, SendOp, SendWr, Sge, WcStatus};
+use rdma::transport::{Access, WcStatus};
 
 /// Two parking devices on one thread, on the two ends of a ring pair.
 fn parking_pair(eal: &'static Eal, name: &str) -> (Device, Device) {
@@ -43,23 +45,12 @@ fn wait_parked(dev: &Device, than: u64) -> u64 {
     }
 }
 
+/// WRITE `i` (8 bytes, signaled): `i` from the start of `m` to offset 64
+/// of `peer`.
 fn write(q: &mut QueuePair, i: u64, m: &nic::verbs::MemoryRegion, peer: &nic::verbs::MemoryRegion) {
     m.write(0, &i.to_le_bytes());
-    q.post_send(SendWr {
-        wr_id: i,
-        op: SendOp::Write {
-            remote_va: peer.va() + 64,
-            rkey: peer.rkey(),
-        },
-        sge: Sge {
-            addr: m.va(),
-            len: 8,
-            lkey: m.lkey(),
-        },
-        signaled: true,
-        solicited: false,
-    })
-    .unwrap();
+    q.post_send(support::write_wr(i, m, 0, peer, 64, 8))
+        .unwrap();
 }
 
 fn completes(cq: &mut CompletionQueue, i: u64) {

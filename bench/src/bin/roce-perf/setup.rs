@@ -75,14 +75,16 @@ impl Cqs {
         if let [cq] = self.cqs.as_mut_slice() {
             return cq.wait_batch(out, want, timeout);
         }
-        let mut n = 0;
-        if let Some(wc) = self.wait(timeout) {
-            out[0] = wc;
-            n = 1;
-            while let Some(wc) = out.get(n).and(self.poll_one()) {
-                out[n] = wc;
-                n += 1;
-            }
+        let Some(wc) = self.wait(timeout) else {
+            return 0;
+        };
+        out[0] = wc;
+        let mut n = 1;
+        // Take no completion there is no room for.
+        while n < out.len() {
+            let Some(wc) = self.poll_one() else { break };
+            out[n] = wc;
+            n += 1;
         }
         n
     }
