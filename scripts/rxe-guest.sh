@@ -27,6 +27,7 @@
 #
 # usage:
 #   rxe-guest.sh build                       build the initramfs ($RXE_DIR)
+#   rxe-guest.sh agent-check                 check the control agent on the host
 #   rxe-guest.sh net-up | net-down           the namespace, bridge and TAPs
 #   rxe-guest.sh boot NAME                   boot guest NAME (rxe0 or rxe1)
 #   rxe-guest.sh start NAME ID 'script'      run a script in the background
@@ -56,6 +57,92 @@ guest_params() { # NAME -> TAP IP MAC
 
 kernel_version() {
   ls /lib/modules | grep -E 'amd64$' | sort -V | tail -1
+}
+
+# The guest's control agent (installed as /agent in the image).
+agent_script() {
+  cat <<'AGENT'
+#!/bin/sh
+# The control agent on ttyS1: "START id base64-script" runs it in the
+# background; "WAIT id secs" answers with the base64 of its output and
+# "== rc=N"; "PING" -> "== pong". Arguments (for agent-check): the port
+# and the work directory.
+#
+# busybox's `read` drops the part of a line it has already read when a
+# signal interrupts it, and a serial line arrives slowly enough for that to
+# happen. So the agent must never get a SIGCHLD while it reads: each job is
+# started by a subshell that the agent waits for and that exits at once,
+# and the job, orphaned, belongs to PID 1 from then on.
+P=${1:-/dev/ttyS1} W=${2:-/tmp}
+exec 3<>"$P"
+while read -r cmd id arg <&3; do
+  case $cmd in
+    PING) echo "== pong" >&3 ;;
+    START)
+      echo "$arg" | base64 -d > $W/$id.sh
+      rm -f $W/$id.rc $W/$id.out
+      ( (sh $W/$id.sh > $W/$id.out 2>&1; echo $? > $W/$id.rc.tmp; mv $W/$id.rc.tmp $W/$id.rc) &
+        echo $! > $W/$id.pid )
+      echo "== started $id" >&3 ;;
+    WAIT)
+      n=0; lim=$(( ${arg:-60} * 10 ))
+      while [ ! -f $W/$id.rc ] && [ $n -lt $lim ]; do sleep 0.1; n=$((n+1)); done
+      if [ ! -f $W/$id.rc ]; then
+        kill $(cat $W/$id.pid) 2>/dev/null
+        echo 124 > $W/$id.rc
+        echo "rxe guest: timed out after ${arg}s" >> $W/$id.out
+      fi
+      base64 $W/$id.out >&3
+      echo "== rc=$(cat $W/$id.rc)" >&3 ;;
+    POWEROFF) echo "== bye" >&3; sync; poweroff -f ;;
+    *) echo "== unknown command: $(echo "$cmd $id" | cut -c1-40)" >&3 ;;
+  esac
+done
+AGENT
+}
+
+# Checks the agent on the host's busybox, on a pseudo-terminal in raw mode:
+# a job ends while its WAIT line is still arriving, a byte every 40 ms as a
+# slow serial line delivers it, and the agent must answer the whole command
+# (the job's output and rc).
+agent_check() {
+  local t rc=0
+  t=$(mktemp -d)
+  agent_script > "$t/agent"
+  python3 - "$t" <<'PY' || rc=$?
+import base64, os, pty, select, subprocess, sys, time, tty
+work = sys.argv[1]
+master, slave = pty.openpty()
+tty.setraw(slave)
+agent = subprocess.Popen(["busybox", "sh", work + "/agent", os.ttyname(slave), work],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def answer(timeout=10):
+    buf, end = b"", time.time() + timeout
+    while time.time() < end:
+        if select.select([master], [], [], 0.1)[0]:
+            buf += os.read(master, 4096)
+            if any(l.startswith(b"== ") for l in buf.split(b"\n")):
+                return buf
+    return buf
+try:
+    job = base64.b64encode(b"sleep 0.2; echo done").decode()
+    os.write(master, f"START j1 {job}\n".encode())
+    got = answer()
+    if b"== started j1" not in got:
+        sys.exit(f"agent-check: START answered {got!r}")
+    for c in b"WAIT j1 30\n":
+        os.write(master, bytes([c]))
+        time.sleep(0.04)
+    got = answer()
+    lines = got.split(b"\n")
+    if b"== rc=0" not in lines or base64.b64decode(b"".join(lines[:lines.index(b"== rc=0")])) != b"done\n":
+        sys.exit(f"agent-check: WAIT, with the job ending mid-line, answered {got!r}")
+    print("agent-check: a WAIT line that a job's end interrupts is answered whole")
+finally:
+    agent.kill()
+PY
+  rm -rf "$t"
+  return $rc
 }
 
 # Builds the guest image once: under a lock (so that guests booted at the
@@ -128,9 +215,9 @@ build_locked() {
   echo "root:x:0:0:root:/root:/bin/sh" > "$R/etc/passwd"
   cat > "$R/init" <<'INIT'
 #!/bin/sh
-# rsnic rxe guest: brings up rxe0 on eth0, then serves the control agent on
-# ttyS1: "START id base64-script" runs it in the background; "WAIT id secs"
-# answers with the base64 of its output and "== rc=N"; "PING" -> "== pong".
+# rsnic rxe guest: brings up rxe0 on eth0, then runs the control agent
+# (/agent) on ttyS1. The agent is a child of this shell, not PID 1 itself:
+# see /agent for why.
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 for m in crc32_generic virtio_pci virtio_net rdma_rxe ib_uverbs rdma_ucm; do modprobe $m; done
@@ -144,32 +231,12 @@ i=0; while [ $i -lt 50 ] && ! ibv_devinfo -d rxe0 2>/dev/null | grep -q PORT_ACT
 echo "== guest ready"
 ibv_devinfo -d rxe0 | grep -E 'state|active_mtu'
 stty -F /dev/ttyS1 raw -echo 115200
-exec 3<>/dev/ttyS1
-while read -r cmd id arg <&3; do
-  case $cmd in
-    PING) echo "== pong" >&3 ;;
-    START)
-      echo "$arg" | base64 -d > /tmp/$id.sh
-      rm -f /tmp/$id.rc /tmp/$id.out
-      (sh /tmp/$id.sh > /tmp/$id.out 2>&1; echo $? > /tmp/$id.rc.tmp; mv /tmp/$id.rc.tmp /tmp/$id.rc) &
-      echo $! > /tmp/$id.pid
-      echo "== started $id" >&3 ;;
-    WAIT)
-      n=0; lim=$(( ${arg:-60} * 10 ))
-      while [ ! -f /tmp/$id.rc ] && [ $n -lt $lim ]; do sleep 0.1; n=$((n+1)); done
-      if [ ! -f /tmp/$id.rc ]; then
-        kill $(cat /tmp/$id.pid) 2>/dev/null
-        echo 124 > /tmp/$id.rc
-        echo "rxe guest: timed out after ${arg}s" >> /tmp/$id.out
-      fi
-      base64 /tmp/$id.out >&3
-      echo "== rc=$(cat /tmp/$id.rc)" >&3 ;;
-    POWEROFF) echo "== bye" >&3; sync; poweroff -f ;;
-    *) echo "== unknown command: $(echo "$cmd $id" | cut -c1-40)" >&3 ;;
-  esac
-done
+# PID 1 waits here, and so also reaps the agent's orphaned jobs.
+sh /agent
+echo "== agent exited"
 INIT
-  chmod +x "$R/init"
+  agent_script > "$R/agent"
+  chmod +x "$R/init" "$R/agent"
   cp "/boot/vmlinuz-$K" "$T/vmlinuz"
   (cd "$R" && find . | cpio -o -H newc 2>/dev/null | gzip -1 > "$T/initramfs.gz")
   rm -rf "$R"
@@ -307,6 +374,7 @@ stop() {
 
 case "${1:-}" in
   build) build ;;
+  agent-check) agent_check ;;
   net-up) net_up ;;
   net-down) net_down ;;
   boot) boot "${2:?NAME}" ;;

@@ -42,6 +42,7 @@ SWITCH_FWD_SECS=3 SWITCH_FWD_ROUNDS=1 cargo bench --profile release -p bench --b
 GOODPUT_SECS=1 cargo bench --profile release -p bench --bench nic_goodput
 
 stage "interop: roce-perf, and perftest on rsnic (librsnic_verbs.so), against Linux rxe + perftest 4.5 in a QEMU guest (scripts/interop.sh; about 2.5 minutes on the 2-core VM, the guest image included)"
+scripts/rxe-guest.sh agent-check
 timeout 780 scripts/interop.sh all
 
 stage "net_af_xdp: rsnic on a veth shared with the kernel, peers on AF_XDP, TAP and Linux rxe in the QEMU guest, TCP and ping alongside; roce-switch and perftest on rsnic (librsnic_verbs.so) on AF_XDP ports; bad input (scripts/afxdp.sh; 80 s on the 2-core VM at load 3, 49 s of it for the rxe guest, roce-switch, verbs and signal checks)"
