@@ -196,6 +196,10 @@ impl Device {
             let (rx, tx, mf) = Engine::open_port(p, &rx_pool)?;
             max_frame = mf;
             let (mut to_shard, mut from_shard, mut pools) = (Vec::new(), Vec::new(), Vec::new());
+            let mut shard_parkers = Vec::new();
+            // Shards wake the dispatcher when they hand it frames, the
+            // dispatcher wakes a shard when it hands it frames (crate::shard).
+            let dparker = Arc::new(crate::park::Parker::new());
             for k in 0..n {
                 let (in_p, in_c) = dpdk::Ring::spsc(eal, &Engine::unique_name("in"), SHARD_RING)?;
                 let (out_p, out_c) =
@@ -203,14 +207,16 @@ impl Device {
                 let io = PacketIo::Shard {
                     rx: in_c,
                     tx: out_p,
+                    dispatcher: dparker.clone(),
                 };
                 let e = shard_parts(k, io, None, max_frame)?;
                 pools.push(e.tx_pools().clone());
+                shard_parkers.push(e.parker().clone());
                 to_shard.push(in_p);
                 from_shard.push(out_c);
                 engines.push(e);
             }
-            let dshared = Arc::new(EngineShared::new(1, QPN_BASE, Arc::default()));
+            let dshared = Arc::new(EngineShared::new(1, QPN_BASE, dparker));
             dispatcher = Some((
                 Dispatcher::new(DispatcherParts {
                     port: port.take().ok_or(VerbsError::PortWithoutQueue)?,
@@ -219,9 +225,11 @@ impl Device {
                     rx_pool: rx_pool.clone(),
                     to_shard,
                     from_shard,
+                    shard_parkers,
                     pools,
                     int_dscp: cfg.int_dscp,
-                    idle_yield: cfg.idle_yield,
+                    park_when_idle: cfg.idle_yield,
+                    clock: dpdk::TscClock::new(eal),
                     shared: dshared.clone(),
                 }),
                 dshared,

@@ -31,7 +31,10 @@
 //! recovers it like any loss.
 //!
 //! Nothing here allocates, locks or makes a syscall per frame: the rings
-//! and bursts are made before the loop starts.
+//! and bursts are made before the loop starts. An idle dispatcher parks
+//! ([`Dispatcher::run`], crate::park), and a parked one is woken by a shard
+//! that hands it frames; it wakes a parked shard when it hands that shard
+//! frames. On the busy path each side pays a fence and a load per burst.
 //!
 //! # A queue pair per shard
 //!
@@ -48,13 +51,16 @@
 //! shared between the shards on the data path.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use dpdk::{Burst, Mempool, Port, Ring, RingConsumer, RingProducer, RxQueue, TxQueue};
+use dpdk::{Burst, Mempool, Port, Ring, RingConsumer, RingProducer, RxQueue, TscClock, TxQueue};
 use rdma::wire::int;
 
 use crate::contract::{EngineShared, MAX_QPS, QPN_BASE};
 use crate::counters::Counters;
+use crate::engine::{SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
 use crate::io::TxPools;
+use crate::park::Parker;
 
 /// UDP destination port of RoCEv2 (IBA Annex A17).
 const ROCEV2_PORT: u16 = 4791;
@@ -174,6 +180,8 @@ pub(crate) struct Dispatcher {
     tx: TxQueue,
     to_shard: Vec<RingProducer>,
     from_shard: Vec<RingConsumer>,
+    /// Each shard's parker, by shard: frames handed to a parked shard wake it.
+    shard_parkers: Vec<Arc<Parker>>,
     /// Frames of one RX burst, by shard, before they go into the rings.
     staged: Vec<Burst>,
     rxb: Burst,
@@ -181,8 +189,8 @@ pub(crate) struct Dispatcher {
     /// The shard the TX side takes from first next time (round robin).
     next_shard: usize,
     int_dscp: u8,
-    idle_yield: bool,
-    idle_turns: u32,
+    park_when_idle: bool,
+    clock: TscClock,
     turn: u64,
     counters: Counters,
     shared: Arc<EngineShared>,
@@ -207,13 +215,18 @@ pub(crate) struct DispatcherParts {
     pub to_shard: Vec<RingProducer>,
     /// Rings from each shard's engine, by shard.
     pub from_shard: Vec<RingConsumer>,
+    /// Each shard's parker, by shard (what wakes its engine).
+    pub shard_parkers: Vec<Arc<Parker>>,
     /// Each shard's TX pools (frames in the rings come from them).
     pub pools: Vec<TxPools>,
     /// DSCP that announces an INT container.
     pub int_dscp: u8,
-    /// Yield the core when idle (`DeviceConfig::idle_yield`).
-    pub idle_yield: bool,
-    /// The dispatcher's stop/done flags and counters.
+    /// Park when idle (`DeviceConfig::idle_yield`).
+    pub park_when_idle: bool,
+    /// The time source of the idle spin.
+    pub clock: TscClock,
+    /// The dispatcher's stop/done flags, counters and parker (which the
+    /// shards wake when they hand it frames).
     pub shared: Arc<EngineShared>,
 }
 
@@ -225,12 +238,13 @@ impl Dispatcher {
             staged: (0..p.to_shard.len()).map(|_| Burst::new()).collect(),
             to_shard: p.to_shard,
             from_shard: p.from_shard,
+            shard_parkers: p.shard_parkers,
             rxb: Burst::new(),
             txb: Burst::new(),
             next_shard: 0,
             int_dscp: p.int_dscp,
-            idle_yield: p.idle_yield,
-            idle_turns: 0,
+            park_when_idle: p.park_when_idle,
+            clock: p.clock,
             turn: 0,
             counters: Counters::default(),
             shared: p.shared,
@@ -242,8 +256,43 @@ impl Dispatcher {
 
     /// Runs until the device is asked to stop, then publishes its counters
     /// and marks itself done (the port is released when it is dropped).
+    ///
+    /// Idle for [`SPIN_BEFORE_PARK`] (and `park_when_idle`), the thread
+    /// parks as an engine's does (crate::engine::poll): a shard handing it
+    /// frames or the stop wakes it; a frame arriving at the port cannot,
+    /// so the park ends after [`UNWOKEN_PARK_NS`] at most.
     pub(crate) fn run(mut self) {
-        while self.poll_turn() {}
+        let spin_ns = SPIN_BEFORE_PARK.as_nanos() as u64;
+        let mut last_busy = self.clock.now_ns();
+        let mut slack_set = false;
+        while let Some(work) = self.poll_turn() {
+            let now = self.clock.now_ns();
+            if work > 0 || !self.txb.is_empty() {
+                last_busy = now;
+                continue;
+            }
+            if !self.park_when_idle || now.saturating_sub(last_busy) < spin_ns {
+                continue;
+            }
+            // Announce the park, then look once more: what came before the
+            // announcement is found now, what comes after it wakes us.
+            let parker = self.shared.parker.clone();
+            parker.prepare();
+            if self.shared.stopping() || self.steer() + self.transmit() > 0 || !self.txb.is_empty()
+            {
+                parker.cancel();
+                last_busy = now;
+                continue;
+            }
+            if !slack_set {
+                crate::sys::set_timer_slack_ns(crate::engine::PARK_TIMER_SLACK_NS);
+                crate::verbs::wake_quickly();
+                slack_set = true;
+            }
+            self.counters.engine_parks += 1;
+            self.shared.counters.publish(&self.counters);
+            parker.park(Some(Duration::from_nanos(UNWOKEN_PARK_NS)));
+        }
         self.shared.counters.publish(&self.counters);
         let shared = self.shared.clone();
         drop(self);
@@ -251,27 +300,19 @@ impl Dispatcher {
     }
 
     /// One turn: steer a burst from the port into the shards' rings, then
-    /// send what the shards built. `false` once asked to stop.
-    fn poll_turn(&mut self) -> bool {
+    /// send what the shards built. The frames moved, or `None` once asked
+    /// to stop.
+    fn poll_turn(&mut self) -> Option<usize> {
         if self.turn.is_multiple_of(256) {
             if self.shared.stopping() {
-                return false;
+                return None;
             }
             self.shared.counters.publish(&self.counters);
         }
         self.turn = self.turn.wrapping_add(1);
         let got = self.steer();
         let sent = self.transmit();
-        if got + sent > 0 {
-            self.idle_turns = 0;
-        } else if self.idle_yield {
-            self.idle_turns += 1;
-            if self.idle_turns >= 64 {
-                self.idle_turns = 0;
-                std::thread::yield_now();
-            }
-        }
-        true
+        Some(got + sent)
     }
 
     /// Port RX -> the rings of the shards that own the frames' QPs.
@@ -289,9 +330,12 @@ impl Dispatcher {
                 drop(m);
             }
         }
-        for (ring, staged) in self.to_shard.iter_mut().zip(&mut self.staged) {
+        let rings = self.to_shard.iter_mut().zip(&self.shard_parkers);
+        for ((ring, parker), staged) in rings.zip(&mut self.staged) {
             if !staged.is_empty() {
-                ring.enqueue(staged);
+                if ring.enqueue(staged) > 0 {
+                    parker.wake();
+                }
                 self.counters.rx_drop_shard_full += staged.clear() as u64;
             }
         }

@@ -244,3 +244,102 @@ fn a_qp_whose_cqs_are_on_two_shards_is_refused() {
     let (pe, _pf) = Port::ring_pair(eal, "shard_none", 1024).unwrap();
     assert!(Device::open_sharded(eal, pe, config(1), &[]).is_err());
 }
+
+/// Waits until `dev`'s dispatcher has parked more than `than` times.
+fn dispatcher_parked(dev: &Device, than: u64) -> u64 {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = dev
+            .dispatcher_counters()
+            .expect("a dispatcher")
+            .engine_parks;
+        if n > than {
+            return n;
+        }
+        assert!(Instant::now() < end, "the idle dispatcher never parked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// An idle dispatcher parks (nic::shard), and so do its shards; a WRITE or
+/// READ posted while all of them sleep still completes: the doorbell wakes
+/// the shard, the shard handing a frame to its dispatcher wakes that, the
+/// peer's dispatcher finds the frame on its port within its bounded park
+/// and wakes the peer's shard. A lost wake-up between a dispatcher and a
+/// shard leaves a frame in a ring with nobody turning it: the wait fails.
+#[test]
+fn idle_dispatchers_park_and_frames_still_cross_them() {
+    let eal = Eal::for_tests();
+    let (pa, pb) = Port::ring_pair(eal, "shard_park", 4096).unwrap();
+    let a = Device::open_sharded(eal, pa, config(1), &[None, None]).unwrap();
+    let b = Device::open_sharded(eal, pb, config(2), &[None, None]).unwrap();
+    assert!(a.has_dispatcher() && b.has_dispatcher());
+    let mut fl = flows(&a, &b, CcKind::Dcqcn);
+    let r = regions(&a, &b);
+    let (mut pa_seen, mut pb_seen) = (0, 0);
+    for i in 0..12usize {
+        // Both dispatchers idle long enough to have parked since the last
+        // message.
+        pa_seen = dispatcher_parked(&a, pa_seen);
+        pb_seen = dispatcher_parked(&b, pb_seen);
+        let k = i % QPS;
+        let f = &mut fl[k];
+        let off = (f.off + i * 64) as u64;
+        let read = i % 3 == 2;
+        let want = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes();
+        if read {
+            r.remote.write(off as usize, &want);
+        } else {
+            r.local.write(off as usize, &want);
+        }
+        let op = if read {
+            SendOp::Read {
+                remote_va: r.remote.va() + off,
+                rkey: r.remote.rkey(),
+            }
+        } else {
+            SendOp::Write {
+                remote_va: r.remote.va() + off,
+                rkey: r.remote.rkey(),
+            }
+        };
+        let sge = Sge {
+            addr: r.local.va() + off,
+            len: 8,
+            lkey: r.local.lkey(),
+        };
+        if read {
+            r.local.write(off as usize, &[0; 8]);
+        }
+        f.qa.post_send(SendWr {
+            wr_id: i as u64,
+            op,
+            sge,
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
+        let wc = f
+            .cq
+            .wait(Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("message {i} on flow {k}: no completion (a lost wake-up?)"));
+        assert_eq!((wc.wr_id, wc.status), (i as u64, WcStatus::Success));
+        let mut got = [0u8; 8];
+        if read {
+            r.local.read(off as usize, &mut got);
+        } else {
+            r.remote.read(off as usize, &mut got);
+        }
+        assert_eq!(
+            got,
+            want,
+            "message {i} ({})",
+            if read { "READ" } else { "WRITE" }
+        );
+    }
+    let total = a.counters();
+    assert_eq!(total.rx_drop_shard_full, 0, "{total}");
+    drop((fl, r));
+    a.close();
+    b.close();
+}

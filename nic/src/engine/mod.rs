@@ -60,6 +60,7 @@ use crate::contract::{DeviceConfig, QpOptions, Reply};
 use crate::control::ControlPlane;
 use crate::port_shaper::PortShaper;
 pub use poll::run_group;
+pub(crate) use poll::{PARK_TIMER_SLACK_NS, SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
 pub(crate) use port::PacketIo;
 
 /// Time at line rate the port's shaper lets go back to back: longer than a
@@ -314,6 +315,11 @@ impl Engine {
     /// The TX pools of an engine.
     pub(crate) fn tx_pools(&self) -> &TxPools {
         &self.pools
+    }
+
+    /// The parker the engine's thread sleeps on (what wakes it: crate::park).
+    pub(crate) fn parker(&self) -> &Arc<crate::park::Parker> {
+        &self.shared.parker
     }
 
     /// The longest frame the port carries (what bounds the RoCE path MTU).

@@ -9,9 +9,11 @@
 //! its next timer is due. A frame is work too: where every frame an engine
 //! receives comes from the other end of a ring pair turned on the same
 //! thread, nothing arrives while the thread sleeps and the park is bounded
-//! by the timers only. Any other port (a TAP, `net_af_xdp`, a real NIC, a
-//! ring pair whose other end runs elsewhere, a shard's ring from its
-//! dispatcher) has no way to wake us: those parks end after at most
+//! by the timers only; a shard behind a dispatcher is woken by the
+//! dispatcher when it hands the shard frames (crate::shard). Any other port
+//! (a TAP, `net_af_xdp`, a real NIC, a ring pair whose other end runs
+//! elsewhere, a shard's own queue of a multi-queue port) has no way to
+//! wake us: those parks end after at most
 //! [`UNWOKEN_PARK_NS`], so a frame that arrives during one waits that long
 //! at worst, and only after the engine was idle for [`SPIN_BEFORE_PARK`]
 //! (never in the middle of a stream of frames). Without `idle_yield` (a
@@ -29,7 +31,7 @@ const SLOW_PATH_EVERY: u64 = 256;
 pub const UNWOKEN_PARK_NS: u64 = 100_000;
 /// The timer slack of a parking engine thread: a timed park oversleeps by
 /// at most this (Linux's default is 50 us).
-const PARK_TIMER_SLACK_NS: u64 = 1_000;
+pub(crate) const PARK_TIMER_SLACK_NS: u64 = 1_000;
 /// How often the counters are published for the API to read, ns.
 const PUBLISH_EVERY_NS: u64 = 1_000_000;
 
@@ -368,18 +370,21 @@ pub fn run_group(engines: Vec<Engine>) {
     }
 }
 
-/// Marks the engines of a group whose every frame comes from another
-/// engine of the group: the two ends of one ring pair (module docs).
+/// Marks the engines whose every frame comes with a wake-up: the two ends
+/// of one ring pair turned by the same group, and a shard behind a
+/// dispatcher, which wakes the shard when it hands it frames (module docs).
 fn mark_rx_wakes(engines: &mut [Engine]) {
     let keys: Vec<Option<usize>> = engines
         .iter()
         .map(|e| e._port.as_ref().and_then(dpdk::Port::ring_pair_key))
         .collect();
     for (i, e) in engines.iter_mut().enumerate() {
-        e.rx_wakes = keys[i].is_some_and(|k| {
-            keys.iter()
-                .enumerate()
-                .any(|(j, other)| j != i && *other == Some(k))
-        });
+        let behind_dispatcher = matches!(e.io, super::port::PacketIo::Shard { .. });
+        e.rx_wakes = behind_dispatcher
+            || keys[i].is_some_and(|k| {
+                keys.iter()
+                    .enumerate()
+                    .any(|(j, other)| j != i && *other == Some(k))
+            });
     }
 }

@@ -11,6 +11,7 @@ use crate::contract::DeviceConfig;
 use crate::counters::Counters;
 use crate::error::VerbsError;
 use crate::io::MAX_FRAME;
+use crate::park::Parker;
 use crate::shard::Steer;
 
 /// The IP MTU the engine asks of its port: jumbo, room for a 4 KiB RoCE MTU
@@ -44,6 +45,10 @@ pub(crate) enum PacketIo {
         rx: RingConsumer,
         /// Frames for the dispatcher to send.
         tx: RingProducer,
+        /// The dispatcher's parker: a frame handed to a parked dispatcher
+        /// wakes it (crate::park), so an idle dispatcher costs no latency
+        /// on the way out.
+        dispatcher: Arc<Parker>,
     },
 }
 
@@ -67,7 +72,13 @@ impl PacketIo {
     pub(super) fn send(&mut self, b: &mut Burst) -> usize {
         match self {
             PacketIo::Port { tx, .. } | PacketIo::Queue { tx, .. } => tx.send(b),
-            PacketIo::Shard { tx, .. } => tx.enqueue(b),
+            PacketIo::Shard { tx, dispatcher, .. } => {
+                let n = tx.enqueue(b);
+                if n > 0 {
+                    dispatcher.wake();
+                }
+                n
+            }
         }
     }
 }

@@ -105,6 +105,13 @@ impl Device {
             .collect()
     }
 
+    /// The dispatcher's counters, for a sharded device that has one
+    /// ([`Self::has_dispatcher`]): frames it dropped on a full shard ring,
+    /// and how often it parked.
+    pub fn dispatcher_counters(&self) -> Option<Counters> {
+        self.dispatcher.as_ref().map(|d| d.counters.snapshot())
+    }
+
     /// The largest RoCE path MTU (256 .. 4096) whose frames, with the
     /// headers, the CC extension and a full INT stack, the port carries
     /// (as `ibv_port_attr.active_mtu` follows the netdev's MTU): 1024 on a
