@@ -8,10 +8,14 @@
 # on a host without DPDK, a bundle's `run roce-perf`, ../shared/device/README.md).
 # EAL: extra EAL arguments (e.g. --no-huge -m 4096 -d PMDS on such a host).
 # MATRIX: which part: all (default), shards, small, oneqp.
+# LINE_GBPS: the ring pair's line rate (--line_rate_gbps, default 400): the
+# shards of a side share their port's line, so the matrix's port is faster
+# than anything it measures.
 set -u
 out=${1:-/dev/stdout}
 rp=${ROCE_PERF:-target/release/roce-perf}
 eal=${EAL:-}
+line=${LINE_GBPS:-400}
 part=${MATRIX:-all}
 n=0
 run() { # label, roce-perf args...
@@ -20,7 +24,7 @@ run() { # label, roce-perf args...
   local res json=${TMPDIR:-/tmp}/scale-matrix.$$.json
   rm -f "$json"
   # shellcheck disable=SC2086
-  res=$(timeout 40 $rp "$@" --loopback --ip 10.9.0.1 --report_gbits -D 3 --out_json "$json" \
+  res=$(timeout 40 $rp "$@" --loopback --ip 10.9.0.1 --report_gbits -D 3 --line_rate_gbps "$line" --out_json "$json" \
         -- $eal --file-prefix=sm$$_$n --log-level=error 2>&1)
   local row warn losses
   row=$(printf '%s\n' "$res" | awk '$1 ~ /^[0-9]+$/ && NF >= 5 {print $4, $5}' | tail -1)

@@ -19,6 +19,7 @@ use crate::counters::Counters;
 use crate::engine::{Engine, EngineParts, PacketIo};
 use crate::error::VerbsError;
 use crate::pcapng::{CaptureProducer, Interface, PcapngWriter};
+use crate::port_shaper::SharedLine;
 use crate::shard::{shard_base, Dispatcher, DispatcherParts, Steer};
 
 /// Records in the ring between the engine and the capture writer.
@@ -152,6 +153,14 @@ impl Device {
         let mut handles = Vec::new();
         let mut dispatcher = None;
         let mut port = Some(port);
+        // One port, one line: the shards share its rate (crate::port_shaper),
+        // on one clock.
+        let clock = dpdk::TscClock::new(eal);
+        let line = Arc::new(SharedLine::new(
+            cfg.line_rate_bps,
+            crate::engine::shaper_depth(cfg.line_rate_bps),
+            clock.now_ns(),
+        ));
         let mut shard_parts = |k: usize, io: PacketIo, port: Option<Port>, max_frame| {
             let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
             let parker = Arc::new(crate::park::Parker::new());
@@ -168,6 +177,7 @@ impl Device {
                     shared: shared.clone(),
                     cmd: cmd_rx,
                     capture: None,
+                    line: Some((line.clone(), clock)),
                 },
             )?;
             handles.push(EngineHandle {

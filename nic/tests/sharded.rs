@@ -343,3 +343,70 @@ fn idle_dispatchers_park_and_frames_still_cross_them() {
     a.close();
     b.close();
 }
+
+/// The shards of a device send on one port, so together they keep to its
+/// line rate (nic::port_shaper::SharedLine): two QPs on two shards, each
+/// paced at the line rate by itself, WRITE 2 MiB each at once; the whole
+/// transfer cannot take less than 4 MiB's time on the line. (Each shard at
+/// the line rate on its own would finish in half that time. A slow machine
+/// only makes it take longer.)
+#[test]
+fn shards_share_the_port_line_rate() {
+    let eal = Eal::for_tests();
+    let (pa, pb) = Port::ring_pair_queues(eal, "shard_line", 4096, 2).unwrap();
+    let mut cfg = config(1);
+    cfg.line_rate_bps = 1_000_000_000;
+    let a = Device::open_sharded(eal, pa, cfg, &[None, None]).unwrap();
+    // Queue k at one end is cabled to queue k at the other: B has a shard
+    // per queue too.
+    let b = Device::open_sharded(eal, pb, config(2), &[None, None]).unwrap();
+    assert!(!a.has_dispatcher());
+    let mut fl = flows(&a, &b, CcKind::None);
+    let r = regions(&a, &b);
+    // Two flows, on the two shards (CQs go round robin).
+    let per_flow = 2usize << 20;
+    let mut used = Vec::new();
+    let start = Instant::now();
+    for (k, f) in fl.iter_mut().enumerate().take(2) {
+        for m in 0..per_flow / MSG {
+            let off = (k * per_flow + m * MSG) as u64;
+            f.qa.post_send(SendWr {
+                wr_id: m as u64,
+                op: SendOp::Write {
+                    remote_va: r.remote.va() + off,
+                    rkey: r.remote.rkey(),
+                },
+                sge: Sge {
+                    addr: r.local.va() + off,
+                    len: MSG as u32,
+                    lkey: r.local.lkey(),
+                },
+                signaled: true,
+                solicited: false,
+            })
+            .unwrap();
+        }
+        used.push(f.qa.qpn());
+    }
+    for (k, f) in fl.iter_mut().enumerate().take(2) {
+        for m in 0..per_flow / MSG {
+            let wc =
+                f.cq.wait(Duration::from_secs(30))
+                    .unwrap_or_else(|| panic!("flow {k}: no completion {m}"));
+            assert_eq!(wc.status, WcStatus::Success, "flow {k}: {wc:?}");
+        }
+    }
+    let took = start.elapsed();
+    assert!(
+        used[1].abs_diff(used[0]) >= nic::engine::MAX_QPS as u32,
+        "both flows on one shard: {used:x?}"
+    );
+    let line_time = Duration::from_secs_f64((2 * per_flow * 8) as f64 / 1e9);
+    assert!(
+        took.as_secs_f64() >= 0.95 * line_time.as_secs_f64(),
+        "4 MiB in {took:?}: faster than the line ({line_time:?} at 1 Gbit/s)"
+    );
+    drop((fl, r));
+    a.close();
+    b.close();
+}

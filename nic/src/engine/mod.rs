@@ -58,7 +58,7 @@ pub use crate::contract::{
 };
 use crate::contract::{DeviceConfig, QpOptions, Reply};
 use crate::control::ControlPlane;
-use crate::port_shaper::PortShaper;
+use crate::port_shaper::{PortShaper, SharedLine};
 pub use poll::run_group;
 pub(crate) use poll::{PARK_TIMER_SLACK_NS, SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
 pub(crate) use port::PacketIo;
@@ -69,7 +69,7 @@ const SHAPER_BURST_NS: u64 = 20_000;
 
 /// The depth of the port's shaper at `line_rate_bps`: [`SHAPER_BURST_NS`]
 /// at line rate, at least [`PACING_BURST_BYTES`].
-fn shaper_depth(line_rate_bps: u64) -> u32 {
+pub(crate) fn shaper_depth(line_rate_bps: u64) -> u32 {
     let bytes = u128::from(line_rate_bps) * u128::from(SHAPER_BURST_NS) / 8_000_000_000;
     u32::try_from(bytes)
         .unwrap_or(u32::MAX)
@@ -206,6 +206,11 @@ pub(crate) struct EngineParts {
     pub cmd: Receiver<Command>,
     /// Where sent and received frames are copied to, if capturing.
     pub capture: Option<CaptureProducer<CAPTURE_SNAP>>,
+    /// The port's line, when other engines send on it too (a sharded
+    /// device's shards: crate::port_shaper), with the clock the line's time
+    /// is read on (the shards share one); None: the engine's own line and
+    /// clock.
+    pub line: Option<(Arc<SharedLine>, TscClock)>,
 }
 
 impl Engine {
@@ -233,6 +238,7 @@ impl Engine {
                 shared,
                 cmd,
                 capture,
+                line: None,
             },
         )
     }
@@ -255,7 +261,10 @@ impl Engine {
             bare: Mempool::new(eal, &Self::unique_name("ext"), cfg.pool_size, 256, 0)?,
             copy_threshold: cfg.copy_threshold,
         };
-        let clock = TscClock::new(eal);
+        let clock = parts
+            .line
+            .as_ref()
+            .map_or_else(|| TscClock::new(eal), |l| l.1);
         Ok(Engine {
             park_when_idle: cfg.idle_yield,
             last_busy_ns: 0,
@@ -304,11 +313,14 @@ impl Engine {
             // Host mode: the kernel answers ARP for the interface; no
             // gratuitous ARP of ours (crate::host).
             announced: cfg.kernel_iface.is_some(),
-            shaper: PortShaper::new(
-                cfg.line_rate_bps,
-                shaper_depth(cfg.line_rate_bps),
-                clock.now_ns(),
-            ),
+            shaper: match parts.line {
+                Some((line, _)) => PortShaper::on_line(line),
+                None => PortShaper::new(
+                    cfg.line_rate_bps,
+                    shaper_depth(cfg.line_rate_bps),
+                    clock.now_ns(),
+                ),
+            },
         })
     }
 

@@ -129,6 +129,13 @@ pub struct Opts {
     /// Congestion control.
     #[arg(long = "cc", value_enum, default_value = "none")]
     pub cc: CcArg,
+    /// The port's line rate in Gbit/s (`DeviceConfig::line_rate_bps`): what
+    /// the NIC's port shaper lets onto the wire (all shards together) and
+    /// what the CC assumes. A ring pair or TAP has no rate of its own; a
+    /// loopback past 100 Gbit/s (many shards) needs a higher one.
+    #[arg(long = "line_rate_gbps", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=3200))]
+    pub line_rate_gbps: u32,
     /// Capture every frame into this pcapng file (with --loopback: the
     /// client's NIC).
     #[arg(long = "pcap")]

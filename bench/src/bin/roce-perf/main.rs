@@ -233,6 +233,7 @@ fn run_side(test: &Test, eal: &'static Eal, dev: Option<Device>, quiet: bool) ->
 /// room for them.
 pub(crate) fn device_config(o: &cli::Opts, ip: Ipv4Addr) -> DeviceConfig {
     let mut cfg = DeviceConfig::new(ip.octets());
+    cfg.line_rate_bps = u64::from(o.line_rate_gbps) * 1_000_000_000;
     if let Some(n) = o.copy_threshold {
         cfg.copy_threshold = usize::from(n);
         // Headers (with INT and the CC extension), pad, ICRC and headroom.
