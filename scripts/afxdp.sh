@@ -227,7 +227,8 @@ run_pair() {
 # 100" (the guest's ib_write_bw connects) and "read_lat client 64 20000"
 # (roce-perf connects to the guest's ib_read_lat). Each run: both ends exit
 # 0 and print their row, our data packets counted, ping and a TCP transfer
-# from rxe-ns to 10.0.0.1 over the same veth while the RDMA test runs; then
+# from rxe-ns to 10.0.0.1 over the same veth while the RDMA test runs (the
+# capture must show RDMA data frames between their start and end); then
 # the kernel's entry for 10.0.0.2 in xd-r is the guest's MAC, learned by
 # ARP, the NIC sent no ARP, tshark on xdv-g decodes every UDP 4791 frame as
 # RoCEv2 and the NIC's frames go to that entry's MAC; the guest learned
@@ -261,6 +262,7 @@ rxe_guest() {
   local shark=$!
   PIDS+=("$shark")
   sleep 1
+  RXE_WINDOWS=()
   while read -r t role size n; do
     [ -n "$t" ] || continue
     rxe_one "$t" "$role" "$size" "$n"
@@ -268,6 +270,7 @@ rxe_guest() {
   sleep 0.5
   kill "$shark" 2>/dev/null || true
   wait "$shark" 2>/dev/null || true
+  rxe_overlap "$OUT/rxe.pcapng"
   # What the NIC used is the kernel's entry: the guest's MAC, learned by ARP.
   local entry amac n bad gentry
   entry=$(ip -n "$R" neigh show 10.0.0.2 dev xdv-r)
@@ -332,10 +335,16 @@ rxe_one() {
     sleep 0.1; k=$((k + 1)); [ $k -lt 600 ] || break
   done
   kill -0 "$hp" 2>/dev/null || { cat "$log"; $G wait rxe0 "$id" 5; fail "rxe: roce-perf $t ended before ping and TCP started"; }
+  local ts te
+  ts=$(date +%s.%N)
   ping_check rxe-ns 10.0.0.1 &
   local pinger=$!
   tcp_transfer "$R" rxe-ns 10.0.0.1
   wait "$pinger" || fail "rxe: ping (above)"
+  te=$(date +%s.%N)
+  # Checked against the capture once it is closed (rxe_guest): RoCEv2 data
+  # frames between the NIC and the guest while ping and TCP ran.
+  RXE_WINDOWS+=("$t $ts $te")
   local during=no
   kill -0 "$hp" 2>/dev/null && during=yes
   wait "$hp" || { cat "$log"; $G wait rxe0 "$id" 30; fail "rxe: roce-perf $t ($role) failed"; }
@@ -364,6 +373,24 @@ if errs: print("afxdp: rxe:", "; ".join(errs)); sys.exit(1)
 print(f"afxdp: rxe: roce-perf {t} ({role}, af_xdp) <-> ib_{t} on rxe: {size} B x {n} ok, {fig}, {key} {c[key]}, tx_arp_requests 0")
 PY
   echo "afxdp: rxe: $t: transfer still running when ping and TCP were done: $during ($((SECONDS - t1)) s)"
+}
+
+# rxe_overlap PCAP: for each run of RXE_WINDOWS ("TEST START END", epoch
+# seconds), the RoCEv2 data frames (RDMA WRITE, READ request or response)
+# the capture on xdv-g saw while that run's ping and TCP transfer ran;
+# fails unless there were some, and says how many and over how much of the
+# window.
+rxe_overlap() {
+  local pcap=$1 w t ts te got n span window
+  for w in "${RXE_WINDOWS[@]}"; do
+    read -r t ts te <<<"$w"
+    got=$(tshark -r "$pcap" -T fields -e frame.time_epoch \
+            -Y "(infiniband.bth.opcode >= 6 && infiniband.bth.opcode <= 16) && frame.time_epoch >= $ts && frame.time_epoch <= $te" \
+            2>/dev/null | awk -v s="$ts" -v e="$te" 'NR == 1 {f = $1} {l = $1; n++} END {if (n) printf "%d %.1f %.1f", n, l - f, e - s; else printf "0 0 %.1f", e - s}')
+    read -r n span window <<<"$got"
+    echo "afxdp: rxe: $t: $n RoCEv2 data frames on xdv-g while ping and TCP ran (over $span s of their $window s)"
+    [ "$n" -gt 0 ] || fail "rxe: $t: no RDMA data moved while ping and TCP ran"
+  done
 }
 
 # roce-switch with both ports on af_xdp, routing RoCEv2 between two hosts
