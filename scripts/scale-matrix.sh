@@ -7,7 +7,9 @@
 # ROCE_PERF: the command that runs roce-perf (default target/release/roce-perf;
 # on a host without DPDK, a bundle's `run roce-perf`, ../shared/device/README.md).
 # EAL: extra EAL arguments (e.g. --no-huge -m 4096 -d PMDS on such a host).
-# MATRIX: which part: all (default), shards, small, oneqp.
+# MATRIX: which part: all (default), shards, small, oneqp, qpscale (16k QPs
+# against one, item 4), shared (64 B confined to CPUs 0-1, alone and beside
+# a `yes` on CPU 0, item 5).
 # LINE_GBPS: the ring pair's line rate (--line_rate_gbps, default 400): the
 # shards of a side share their port's line, so the matrix's port is faster
 # than anything it measures.
@@ -24,7 +26,7 @@ run() { # label, roce-perf args...
   local res json=${TMPDIR:-/tmp}/scale-matrix.$$.json
   rm -f "$json"
   # shellcheck disable=SC2086
-  res=$(timeout 40 $rp "$@" --loopback --ip 10.9.0.1 --report_gbits -D 3 --line_rate_gbps "$line" --out_json "$json" \
+  res=$(timeout 60 ${WRAP:-} $rp "$@" --loopback --ip 10.9.0.1 --report_gbits -D 3 --line_rate_gbps "$line" --out_json "$json" \
         -- $eal --file-prefix=sm$$_$n --log-level=error 2>&1)
   local row warn losses
   row=$(printf '%s\n' "$res" | awk '$1 ~ /^[0-9]+$/ && NF >= 5 {print $4, $5}' | tail -1)
@@ -51,6 +53,22 @@ if [ "$part" = all ] || [ "$part" = shards ]; then
   done
   run "write 64K --shards 4 -q 8 --dispatcher" write_bw -s 65536 --shards 4 -q 8 --dispatcher
   run "write 64K --shards 6 -q 12 --dispatcher" write_bw -s 65536 --shards 6 -q 12 --dispatcher
+fi
+if [ "$part" = all ] || [ "$part" = qpscale ]; then
+  for r in 1 2; do
+    run "write 64K -q 1 (round $r)" write_bw -s 65536 -q 1
+    run "write 64K -q 16384 --shared-buffer (round $r)" write_bw -s 65536 -q 16384 --shared-buffer
+    run "write 64K -q 16384 (round $r)" write_bw -s 65536 -q 16384
+  done
+fi
+if [ "$part" = all ] || [ "$part" = shared ]; then
+  for r in 1 2 3; do
+    WRAP="taskset -c 0,1" run "write 64B on CPUs 0-1, alone (round $r)" write_bw -s 64
+    taskset -c 0 yes >/dev/null &
+    y=$!
+    WRAP="taskset -c 0,1" run "write 64B on CPUs 0-1, yes on 0 (round $r)" write_bw -s 64
+    kill "$y"; wait "$y" 2>/dev/null
+  done
 fi
 if [ "$part" = all ] || [ "$part" = small ]; then
   run "write 64B -q1 (engines on one thread)" write_bw -s 64
