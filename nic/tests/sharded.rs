@@ -370,21 +370,8 @@ fn shards_share_the_port_line_rate() {
     for (k, f) in fl.iter_mut().enumerate().take(2) {
         for m in 0..per_flow / MSG {
             let off = (k * per_flow + m * MSG) as u64;
-            f.qa.post_send(SendWr {
-                wr_id: m as u64,
-                op: SendOp::Write {
-                    remote_va: r.remote.va() + off,
-                    rkey: r.remote.rkey(),
-                },
-                sge: Sge {
-                    addr: r.local.va() + off,
-                    len: MSG as u32,
-                    lkey: r.local.lkey(),
-                },
-                signaled: true,
-                solicited: false,
-            })
-            .unwrap();
+            let wr = support::write_wr(m as u64, &r.local, off, &r.remote, off, MSG as u32);
+            f.qa.post_send(wr).unwrap();
         }
         used.push(f.qa.qpn());
     }
