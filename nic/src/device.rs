@@ -239,7 +239,7 @@ impl Device {
                     pools,
                     int_dscp: cfg.int_dscp,
                     park_when_idle: cfg.idle_yield,
-                    clock: dpdk::TscClock::new(eal),
+                    clock,
                     shared: dshared.clone(),
                 }),
                 dshared,

@@ -33,6 +33,23 @@
 use std::time::Duration;
 
 use crate::sync::{fence, Ordering};
+
+/// How long a waiter spins before it parks (`CompletionQueue::wait`,
+/// `verbs::wait_until`), and an idle engine or dispatcher before its thread
+/// does: Linux's default busy-poll budget. Longer than the gap between two
+/// completions of a busy QP, so that a stream of work never parks, and
+/// short enough that an idle thread hands its core over within a scheduler
+/// tick.
+pub const SPIN_BEFORE_PARK: Duration = Duration::from_micros(50);
+
+/// The longest park of a thread that a frame cannot wake (an engine on a
+/// port nobody wakes it for, a dispatcher on its port), ns: a frame that
+/// arrives meanwhile waits that long at worst.
+pub const UNWOKEN_PARK_NS: u64 = 100_000;
+
+/// The timer slack of a parking poll-mode thread: a timed park oversleeps
+/// by at most this (Linux's default is 50 us).
+pub(crate) const PARK_TIMER_SLACK_NS: u64 = 1_000;
 use crate::sys::Futex;
 
 /// The word's value while the waiter runs. A parked waiter's word holds

@@ -32,7 +32,7 @@
 //!
 //! Nothing here allocates, locks or makes a syscall per frame: the rings
 //! and bursts are made before the loop starts. An idle dispatcher parks
-//! ([`Dispatcher::run`], crate::park), and a parked one is woken by a shard
+//! (`Dispatcher::run`, crate::park), and a parked one is woken by a shard
 //! that hands it frames; it wakes a parked shard when it hands that shard
 //! frames. On the busy path each side pays a fence and a load per burst.
 //!
@@ -58,9 +58,8 @@ use rdma::wire::int;
 
 use crate::contract::{EngineShared, MAX_QPS, QPN_BASE};
 use crate::counters::Counters;
-use crate::engine::{SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
 use crate::io::TxPools;
-use crate::park::Parker;
+use crate::park::{Parker, PARK_TIMER_SLACK_NS, SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
 
 /// UDP destination port of RoCEv2 (IBA Annex A17).
 const ROCEV2_PORT: u16 = 4791;
@@ -285,7 +284,7 @@ impl Dispatcher {
                 continue;
             }
             if !slack_set {
-                crate::sys::set_timer_slack_ns(crate::engine::PARK_TIMER_SLACK_NS);
+                crate::sys::set_timer_slack_ns(PARK_TIMER_SLACK_NS);
                 crate::verbs::wake_quickly();
                 slack_set = true;
             }

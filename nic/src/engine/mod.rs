@@ -60,7 +60,6 @@ use crate::contract::{DeviceConfig, QpOptions, Reply};
 use crate::control::ControlPlane;
 use crate::port_shaper::{PortShaper, SharedLine};
 pub use poll::run_group;
-pub(crate) use poll::{PARK_TIMER_SLACK_NS, SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
 pub(crate) use port::PacketIo;
 
 /// Time at line rate the port's shaper lets go back to back: longer than a

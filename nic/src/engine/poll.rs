@@ -23,15 +23,11 @@ use std::time::Duration;
 
 use super::{Engine, QpSlot};
 use crate::counters::Counters;
-pub use crate::verbs::SPIN_BEFORE_PARK;
+use crate::park::PARK_TIMER_SLACK_NS;
+pub use crate::park::{SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
 
 /// Poll turns between two visits of the slow path (and of the stop flag).
 const SLOW_PATH_EVERY: u64 = 256;
-/// The longest park of a thread that a frame cannot wake (module docs).
-pub const UNWOKEN_PARK_NS: u64 = 100_000;
-/// The timer slack of a parking engine thread: a timed park oversleeps by
-/// at most this (Linux's default is 50 us).
-pub(crate) const PARK_TIMER_SLACK_NS: u64 = 1_000;
 /// How often the counters are published for the API to read, ns.
 const PUBLISH_EVERY_NS: u64 = 1_000_000;
 

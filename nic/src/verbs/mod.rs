@@ -500,12 +500,7 @@ fn request<T>(cmd: &CommandTx, make: impl FnOnce(Reply<T>) -> Command) -> Result
     Ok(rx.recv().map_err(|_| VerbsError::EngineGone)??)
 }
 
-/// How long a waiter spins before it parks ([`CompletionQueue::wait`],
-/// [`wait_until`]), and an idle engine before its thread does: Linux's
-/// default busy-poll budget. Longer than the gap between two completions
-/// of a busy QP, so that a stream of work never parks, and short enough
-/// that an idle thread hands its core over within a scheduler tick.
-pub const SPIN_BEFORE_PARK: Duration = Duration::from_micros(50);
+pub use crate::park::SPIN_BEFORE_PARK;
 
 /// The scheduler slice [`wake_quickly`] asks for: EEVDF's shortest.
 const QUICK_SLICE_NS: u64 = 100_000;
