@@ -91,10 +91,10 @@ fn run(test: Test, eal_args: Vec<String>) -> Res<()> {
     // exchange over TCP on the loopback address.
     let queues = o.shards.filter(|_| !o.dispatcher).unwrap_or(1);
     let (pa, pb) = Port::ring_pair_queues(eal, "roce-perf", 4096, queues)?;
-    // The engines on the last core (or --core), both sides on the first.
+    // The engines on the last core (or --core), the sides by `side_core`.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let engine_core = o.core.unwrap_or(cores.saturating_sub(1));
-    let side_core = (cores > 1).then_some(0);
+    let side_core = side_core(cores, o.busy_poll, o.shards.is_some());
     let [a, b, c, d] = o.ip.octets();
     let client_ip = Ipv4Addr::new(a, b, c, d.wrapping_add(1));
     let (dev_a, dev_b) = if let Some(shards) = o.shards {
@@ -228,6 +228,18 @@ fn run_side(test: &Test, eal: &'static Eal, dev: Option<Device>, quiet: bool) ->
     Ok(())
 }
 
+/// The CPU of a loopback run's server and client threads on `cores` CPUs:
+/// the first where they spin (`busy_poll`: each needs a core of its own,
+/// away from the engines') or beside pinned shards (`sharded`:
+/// [`shard_cores`] keeps CPU 0 for them); otherwise none. Those threads
+/// then park while they wait, and the kernel wakes them on whichever CPU is
+/// free: pinned to CPU 0 beside another busy process, a woken client waited
+/// out that process's slice (over 1 ms, a quarter of the run) while the
+/// engine's core idled (docs/benchmarks.md, "roce-perf on a shared core").
+fn side_core(cores: usize, busy_poll: bool, sharded: bool) -> Option<usize> {
+    (cores > 1 && (busy_poll || sharded)).then_some(0)
+}
+
 /// A device at `ip` with the options every NIC of a run shares: where
 /// payloads are copied into one-segment frames (`--copy_threshold`), the
 /// room for them.
@@ -298,4 +310,19 @@ fn cpus_by_core(cores: usize) -> Vec<usize> {
     }
     first.extend(siblings);
     first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::side_core;
+
+    /// Threads that spin, or share the machine with pinned shards, keep
+    /// CPU 0; threads that park float; one CPU pins nothing.
+    #[test]
+    fn sides_are_pinned_only_where_they_spin_or_shards_are_pinned() {
+        assert_eq!(side_core(2, true, false), Some(0));
+        assert_eq!(side_core(16, false, true), Some(0));
+        assert_eq!(side_core(2, false, false), None);
+        assert_eq!(side_core(1, true, true), None);
+    }
 }
