@@ -256,3 +256,46 @@ fn a_moderated_waiter_wakes_at_its_count() {
         engine.join().unwrap();
     });
 }
+
+/// Why `scripts/loom.sh` bounds the preemptions: loom 0.7 lets a store
+/// land between the read and the write of an RMW another thread did before
+/// it (tokio-rs/loom#254, #424; the fix, tokio-rs/loom#391, is not
+/// released), so a later load of that thread may return the RMW's write
+/// although the store happens before the load. From 4 preemptions on, that
+/// gives [`a_parked_engine_wakes_for_every_post`] a deadlock the memory
+/// model forbids: the poster's `wake_parked` swap, then the engine's next
+/// `prepare` store, then the poster's ring of its second post (after the
+/// engine's re-check has taken the doorbell queue's lock) reading the
+/// swap's `RUNNING`. With the fix applied to a local copy of loom (a store
+/// is ordered after every earlier RMW's write), all five models above pass
+/// with no bound, and still catch a missing fence in `Parker::wake`. This
+/// test is that bug in three lines: it passes while loom has it, and fails
+/// once a loom without it is in use, the time to lift the bound.
+#[test]
+#[should_panic(expected = "a load missed a store that happens before it")]
+fn loom_still_lets_a_store_into_an_rmw() {
+    use loom::sync::atomic::AtomicU32;
+    use loom::sync::Mutex;
+    loom::model(|| {
+        let x = Arc::new(AtomicU32::new(0));
+        let m = Arc::new(Mutex::new(false));
+        let t = {
+            let (x, m) = (x.clone(), m.clone());
+            loom::thread::spawn(move || {
+                let before = x.swap(0, Ordering::AcqRel);
+                *m.lock().unwrap() = true;
+                (before, x.load(Ordering::Relaxed))
+            })
+        };
+        x.store(1, Ordering::Relaxed);
+        let after_mine = !*m.lock().unwrap();
+        let (before, seen) = t.join().unwrap();
+        // `before == 0`: the swap precedes the store of 1 in x's order;
+        // `after_mine`: that store happens before the thread's load
+        // (through the lock), which must then return 1.
+        assert!(
+            !(after_mine && before == 0) || seen == 1,
+            "a load missed a store that happens before it"
+        );
+    });
+}
