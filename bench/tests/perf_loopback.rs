@@ -254,3 +254,69 @@ fn post_lists_move_every_message_of_every_qp() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("must be a multiple of -l 8"));
 }
+
+/// A thread's `Cpus_allowed_list` (as /proc prints it, e.g. `0-1`).
+fn cpus_allowed(status: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+}
+
+/// The CPUs the loopback's client thread may run on, and the process's
+/// main thread's, read from /proc while a run of `extra` goes on.
+fn client_and_process_cpus(extra: &[&str]) -> (String, String) {
+    let mut child = Command::new(BIN)
+        .args(["write_bw", "-s", "64", "-D", "2"])
+        .args(["--loopback", "--ip", "10.0.0.1", "-m", "1024"])
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run roce-perf");
+    let proc_dir = format!("/proc/{}", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let client = loop {
+        let found = std::fs::read_dir(format!("{proc_dir}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "roce-perf-clien")
+            })
+            .and_then(|t| std::fs::read_to_string(t.path().join("status")).ok())
+            .and_then(|s| cpus_allowed(&s));
+        if let Some(c) = found {
+            break c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no client thread within 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let process = std::fs::read_to_string(format!("{proc_dir}/status"))
+        .ok()
+        .and_then(|s| cpus_allowed(&s))
+        .expect("the process's status");
+    assert!(child.wait().expect("wait").success(), "roce-perf {extra:?}");
+    (client, process)
+}
+
+/// The loopback's server and client threads park while they wait, so they
+/// are left to the kernel (pinned beside a busy process, a woken client
+/// waited out its slice); with `--busy_poll` they spin and keep CPU 0 away
+/// from the engines (on a machine with more than one CPU).
+#[test]
+fn the_loopback_client_floats_unless_it_spins() {
+    let (client, process) = client_and_process_cpus(&[]);
+    assert_eq!(client, process, "a parking client is not pinned");
+    let (client, process) = client_and_process_cpus(&["--busy_poll"]);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus > 1 {
+        assert_eq!(client, "0", "a spinning client keeps CPU 0");
+    } else {
+        assert_eq!(client, process);
+    }
+}
