@@ -33,6 +33,7 @@
 use std::time::Duration;
 
 use crate::sync::{fence, Ordering};
+use crate::sys::Futex;
 
 /// How long a waiter spins before it parks (`CompletionQueue::wait`,
 /// `verbs::wait_until`), and an idle engine or dispatcher before its thread
@@ -50,7 +51,6 @@ pub const UNWOKEN_PARK_NS: u64 = 100_000;
 /// The timer slack of a parking poll-mode thread: a timed park oversleeps
 /// by at most this (Linux's default is 50 us).
 pub(crate) const PARK_TIMER_SLACK_NS: u64 = 1_000;
-use crate::sys::Futex;
 
 /// The word's value while the waiter runs. A parked waiter's word holds
 /// how many items it waits for (1 or more; see [`Parker::prepare_for`]).
