@@ -64,13 +64,10 @@ fn main() {
     ];
 
     let (eal, mem) = bench::memory::init_eal("tx_pipeline", 128, 1024);
-    let pools = TxPools {
-        hdr: Mempool::new(eal, "txp_hdr", 16384, 250, Mempool::DEFAULT_DATA_ROOM).unwrap(),
-        bare: Mempool::new(eal, "txp_bare", 1024, 32, 0).unwrap(),
-        copy_threshold: nic::io::COPY_THRESHOLD,
-    };
+    let hdr_pool = Mempool::new(eal, "txp_hdr", 16384, 250, Mempool::DEFAULT_DATA_ROOM).unwrap();
+    let bare_pool = Mempool::new(eal, "txp_bare", 1024, 32, 0).unwrap();
     let mut port = Port::open(eal, "net_null0").expect("net_null0");
-    let (_rx, tx) = port.configure_single(&pools.hdr).expect("configure");
+    let (_rx, tx) = port.configure_single(&hdr_pool).expect("configure");
     let mut tx = Some(tx);
 
     println!(
@@ -85,9 +82,12 @@ fn main() {
         let count = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let checked = Arc::new(AtomicU64::new(0));
-        let (c2, s2, c3, pools2) = (count.clone(), stop.clone(), checked.clone(), pools.clone());
+        let (c2, s2, c3) = (count.clone(), stop.clone(), checked.clone());
+        let (hdr2, bare2) = (hdr_pool.clone(), bare_pool.clone());
         let mut txq = tx.take().unwrap();
         let worker = lcore::spawn_pinned(eal, "txp", Some(tx_core), move || {
+            // The TX mbufs of this thread, as an engine has its own.
+            let mut pools2 = TxPools::new(hdr2, bare2, nic::io::COPY_THRESHOLD).expect("TX pools");
             let fb = FrameBuilder {
                 net: NetHeaders {
                     src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
@@ -115,7 +115,7 @@ fn main() {
             while !s2.load(Ordering::Relaxed) {
                 let first = burst.len();
                 // All or nothing: on an exhausted pool, send what is left.
-                if use_tpl && pools2.hdr.alloc_bulk(&mut burst).is_ok() {
+                if use_tpl && pools2.hdr.pool().alloc_bulk(&mut burst).is_ok() {
                     let mut bad = burst.len();
                     for (k, m) in burst.as_mut_slice()[first..].iter_mut().enumerate() {
                         let payload = [psn as u8];
@@ -131,7 +131,7 @@ fn main() {
                             &pkt,
                             Ecn::Ect0,
                             Payload::Copy(&payload),
-                            &pools2,
+                            &mut pools2,
                         )
                         .is_err()
                         {
@@ -153,7 +153,13 @@ fn main() {
                             rkey: 0x100,
                             dma_len: 1,
                         });
-                        match build_frame(&fb, &pkt, Ecn::Ect0, Payload::Copy(&payload), &pools2) {
+                        match build_frame(
+                            &fb,
+                            &pkt,
+                            Ecn::Ect0,
+                            Payload::Copy(&payload),
+                            &mut pools2,
+                        ) {
                             Ok(m) => {
                                 let _ = burst.push(m);
                             }

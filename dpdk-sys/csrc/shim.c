@@ -32,6 +32,21 @@ void shim_rte_pktmbuf_free(struct rte_mbuf *m)
 	rte_pktmbuf_free(m);
 }
 
+void shim_rte_pktmbuf_reset(struct rte_mbuf *m)
+{
+	rte_pktmbuf_reset(m);
+}
+
+int shim_rte_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n)
+{
+	return rte_mempool_get_bulk(mp, objs, n);
+}
+
+void shim_rte_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned int n)
+{
+	rte_mempool_put_bulk(mp, objs, n);
+}
+
 char *shim_rte_pktmbuf_append(struct rte_mbuf *m, uint16_t len)
 {
 	return rte_pktmbuf_append(m, len);

@@ -20,6 +20,9 @@ struct rte_mbuf *shim_rte_pktmbuf_alloc(struct rte_mempool *mp);
 int shim_rte_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs,
                                 unsigned int count);
 void shim_rte_pktmbuf_free(struct rte_mbuf *m);
+void shim_rte_pktmbuf_reset(struct rte_mbuf *m);
+int shim_rte_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n);
+void shim_rte_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned int n);
 char *shim_rte_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 char *shim_rte_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 int shim_rte_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);

@@ -34,6 +34,7 @@ mod mbuf;
 mod mempool;
 mod port;
 mod ring;
+mod stash;
 pub mod xdp_link;
 
 pub use burst::{Burst, Drain, BURST_SIZE};
@@ -45,6 +46,7 @@ pub use mbuf::Mbuf;
 pub use mempool::Mempool;
 pub use port::{Link, LinkWatch, Port, PortConfig, PortStats, RxQueue, TxQueue};
 pub use ring::{Ring, RingConsumer, RingProducer};
+pub use stash::{MbufStash, PREFETCH_AHEAD, STASH_REFILL};
 
 /// Raw binding, for the rare call the safe layer does not cover.
 pub use dpdk_sys as sys;

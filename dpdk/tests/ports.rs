@@ -570,3 +570,70 @@ fn a_view_counts_its_own_attaches_and_keeps_the_parent_alive() {
         "parent not freed after the last mbuf"
     );
 }
+
+/// An [`dpdk::MbufStash`] hands out mbufs as `Mempool::alloc` does (reset,
+/// default headroom, full tailroom) however they were used before, keeps at
+/// most `PREFETCH_AHEAD + STASH_REFILL` out of the pool, and gives everything
+/// back when dropped.
+#[test]
+fn a_stash_hands_out_reset_mbufs_and_returns_the_rest_on_drop() {
+    use dpdk::{MbufStash, PREFETCH_AHEAD, STASH_REFILL};
+    let pool = pool("t_stash", 1024);
+    let start = pool.in_use();
+    {
+        let mut stash = MbufStash::new(pool.clone()).unwrap();
+        assert!(stash.is_empty(), "filled on the first allocation");
+        assert_eq!(pool.in_use(), start);
+        let mut held = Vec::new();
+        // Through several refills and wraps of the FIFO; every other mbuf is
+        // written and dropped at once, so that it comes back dirty.
+        for i in 0..500 {
+            let mut m = stash.alloc().unwrap();
+            assert_eq!(
+                (m.data_len(), m.pkt_len(), m.nb_segs()),
+                (0, 0, 1),
+                "mbuf {i}"
+            );
+            assert_eq!((m.headroom(), m.tailroom()), (128, 2048), "mbuf {i}");
+            m.extend_from_slice(&frame(i, 300)).unwrap();
+            assert_eq!(m.to_vec(), frame(i, 300));
+            if i % 2 == 0 {
+                held.push(m);
+            } else {
+                drop(m);
+            }
+            assert!(stash.len() <= PREFETCH_AHEAD + STASH_REFILL);
+            assert_eq!(
+                pool.in_use(),
+                start + held.len() as u32 + stash.len() as u32
+            );
+        }
+        let distinct: std::collections::HashSet<usize> =
+            held.iter().map(|m| m.as_ptr() as usize).collect();
+        assert_eq!(distinct.len(), held.len(), "an mbuf handed out twice");
+    }
+    assert_eq!(pool.in_use(), start, "the stash and its mbufs went back");
+}
+
+/// On a pool that runs dry the stash takes what is left (the bulk get is all
+/// or nothing, so it asks for less), then reports exhaustion, and works
+/// again once mbufs come back.
+#[test]
+fn a_stash_drains_a_small_pool_and_recovers() {
+    let eal = Eal::for_tests();
+    // No per-lcore cache: every mbuf is in the pool's ring.
+    let pool = Mempool::new(eal, "t_stash_small", 45, 0, Mempool::DEFAULT_DATA_ROOM).unwrap();
+    let mut stash = dpdk::MbufStash::new(pool.clone()).unwrap();
+    let mut held = Vec::new();
+    while let Ok(m) = stash.alloc() {
+        held.push(m);
+        assert!(held.len() <= 45);
+    }
+    assert_eq!(held.len(), 45, "every mbuf of the pool was handed out");
+    assert!(matches!(stash.alloc(), Err(Error::PoolExhausted(_))));
+    held.truncate(40);
+    assert!(stash.alloc().is_ok(), "mbufs came back");
+    drop(held);
+    drop(stash);
+    assert_eq!(pool.in_use(), 0);
+}

@@ -220,7 +220,7 @@ impl Device {
                     dispatcher: dparker.clone(),
                 };
                 let e = shard_parts(k, io, None, max_frame)?;
-                pools.push(e.tx_pools().clone());
+                pools.push(e.tx_pools().pools());
                 shard_parkers.push(e.parker().clone());
                 to_shard.push(in_p);
                 from_shard.push(out_c);

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use dpdk::{ExtBuf, Mbuf, Mempool};
+use dpdk::{ExtBuf, Mbuf, MbufStash, Mempool};
 use rdma::wire::{
     frame::{FrameBuilder, HeaderLayout, RoceRepr},
     int, parse_frame, Ecn, HeaderTemplate, ParseOptions, RoceFrame, WireError,
@@ -85,19 +85,41 @@ pub enum TxError {
     },
 }
 
-/// The two pools the TX path draws from.
-#[derive(Clone)]
+/// Where the TX path takes its mbufs: the engine's two pools, each through
+/// its own [`MbufStash`] (mbufs taken in bulk ahead of use and prefetched,
+/// since the peer that frees them may be another core). One per engine.
 pub struct TxPools {
     /// Mbufs with data room, for headers and copied payloads.
-    pub hdr: Arc<Mempool>,
+    pub hdr: MbufStash,
     /// Mbufs without data room, to attach external memory to.
-    pub bare: Arc<Mempool>,
+    pub bare: MbufStash,
     /// Registered-memory payloads up to this many bytes are copied (the
     /// frame stays one segment when it fits the data room); longer ones are
     /// attached zero-copy. Like a driver's copy-break: a peer that needs
     /// single-segment frames (some PMDs, a switch that parses only the first
     /// segment) gets them up to this size.
     pub copy_threshold: usize,
+}
+
+impl TxPools {
+    /// The TX mbufs of `hdr` (with data room) and `bare` (without).
+    pub fn new(
+        hdr: Arc<Mempool>,
+        bare: Arc<Mempool>,
+        copy_threshold: usize,
+    ) -> dpdk::Result<TxPools> {
+        Ok(TxPools {
+            hdr: MbufStash::new(hdr)?,
+            bare: MbufStash::new(bare)?,
+            copy_threshold,
+        })
+    }
+
+    /// The two pools (what a holder keeps alive while frames from them are
+    /// out).
+    pub fn pools(&self) -> [Arc<Mempool>; 2] {
+        [self.hdr.pool().clone(), self.bare.pool().clone()]
+    }
 }
 
 /// Builds one complete frame: headers by `fb` and `pkt`, IP ECN `ecn`, the
@@ -111,14 +133,14 @@ pub fn build_frame(
     pkt: &RoceRepr,
     ecn: Ecn,
     payload: Payload<'_>,
-    pools: &TxPools,
+    pools: &mut TxPools,
 ) -> Result<Mbuf, TxError> {
     let mut m = pools.hdr.alloc()?;
     let hl = fb.headers_len(pkt);
     let layout = fb.emit_headers(pkt, payload.len(), ecn, m.append(hl)?)?;
     // Fast path: a copied payload that fits the header mbuf makes one
     // contiguous frame, whose ICRC is one in-place CRC pass (raw CRC speed).
-    if let Some(p) = copy_source(payload, pools)? {
+    if let Some(p) = copy_source(payload, &*pools)? {
         if p.len() + layout.pad + 4 <= m.tailroom() {
             m.extend_from_slice(p)?;
             m.append(layout.pad + 4)?.fill(0);
@@ -146,7 +168,7 @@ pub fn build_frame_tpl(
     pkt: &RoceRepr,
     ecn: Ecn,
     payload: Payload<'_>,
-    pools: &TxPools,
+    pools: &mut TxPools,
 ) -> Result<Mbuf, TxError> {
     let mut m = pools.hdr.alloc()?;
     fill_frame_tpl(&mut m, tpl, pkt, ecn, payload, pools)?;
@@ -164,10 +186,10 @@ pub fn fill_frame_tpl(
     pkt: &RoceRepr,
     ecn: Ecn,
     payload: Payload<'_>,
-    pools: &TxPools,
+    pools: &mut TxPools,
 ) -> Result<(), TxError> {
     let hl = tpl.frame_builder().headers_len(pkt);
-    if let Some(p) = copy_source(payload, pools)? {
+    if let Some(p) = copy_source(payload, &*pools)? {
         // One contiguous frame: headers, payload, pad and ICRC in one pass.
         let n = hl + p.len() + (p.len().wrapping_neg() & 3) + 4;
         // `append` checks the room itself (and changes nothing when short).
@@ -210,13 +232,13 @@ fn finish_segments(
     mut h: rdma::wire::IcrcHasher,
     layout: &HeaderLayout,
     payload: Payload<'_>,
-    pools: &TxPools,
+    pools: &mut TxPools,
 ) -> Result<(), TxError> {
     match payload {
         Payload::None => {}
         Payload::Copy(p) => {
             h.update(p);
-            append_copy(m, p, &pools.hdr)?;
+            append_copy(m, p, &mut pools.hdr)?;
         }
         Payload::Ext { mem, offset, len } => {
             let size = mem.len();
@@ -230,7 +252,7 @@ fn finish_segments(
                     size,
                 })?;
                 h.update(p);
-                append_copy(m, p, &pools.hdr)?;
+                append_copy(m, p, &mut pools.hdr)?;
             } else {
                 let mut seg = pools.bare.alloc()?;
                 mem.attach(&mut seg, offset, len)?;
@@ -252,7 +274,7 @@ fn finish_segments(
 
 /// A frame copied into mbufs from `pool` (chained when longer than one
 /// mbuf's data room): how the control plane's replies go out.
-pub fn copy_frame(bytes: &[u8], pool: &Mempool) -> Result<Mbuf, TxError> {
+pub fn copy_frame(bytes: &[u8], pool: &mut MbufStash) -> Result<Mbuf, TxError> {
     let mut m = pool.alloc()?;
     append_copy(&mut m, bytes, pool)?;
     Ok(m)
@@ -260,7 +282,7 @@ pub fn copy_frame(bytes: &[u8], pool: &Mempool) -> Result<Mbuf, TxError> {
 
 /// Appends `bytes` to `m`, chaining more mbufs from `pool` when the last
 /// segment is full (a 4 KiB payload does not fit a 2 KiB data room).
-fn append_copy(m: &mut Mbuf, mut bytes: &[u8], pool: &Mempool) -> Result<(), TxError> {
+fn append_copy(m: &mut Mbuf, mut bytes: &[u8], pool: &mut MbufStash) -> Result<(), TxError> {
     while !bytes.is_empty() {
         let room = m.tailroom();
         if room == 0 {

@@ -58,7 +58,6 @@ use rdma::wire::int;
 
 use crate::contract::{EngineShared, MAX_QPS, QPN_BASE};
 use crate::counters::Counters;
-use crate::io::TxPools;
 use crate::park::{Parker, PARK_TIMER_SLACK_NS, SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
 
 /// UDP destination port of RoCEv2 (IBA Annex A17).
@@ -195,7 +194,7 @@ pub(crate) struct Dispatcher {
     shared: Arc<EngineShared>,
     // Dropped after the rings and bursts above (declaration order), so that
     // frames still in them go back to pools that exist.
-    _pools: Vec<TxPools>,
+    _pools: Vec<[Arc<Mempool>; 2]>,
     _rx_pool: Arc<Mempool>,
     _port: Port,
 }
@@ -217,7 +216,7 @@ pub(crate) struct DispatcherParts {
     /// Each shard's parker, by shard (what wakes its engine).
     pub shard_parkers: Vec<Arc<Parker>>,
     /// Each shard's TX pools (frames in the rings come from them).
-    pub pools: Vec<TxPools>,
+    pub pools: Vec<[Arc<Mempool>; 2]>,
     /// DSCP that announces an INT container.
     pub int_dscp: u8,
     /// Park when idle (`DeviceConfig::idle_yield`).

@@ -25,14 +25,19 @@ fn builder() -> FrameBuilder {
 #[test]
 fn built_frames_cross_a_ring_pair_with_valid_icrc() {
     let eal = Eal::for_tests();
-    let pools = TxPools {
-        hdr: Mempool::new(eal, "io_hdr", 1024, 32, Mempool::DEFAULT_DATA_ROOM).unwrap(),
-        bare: Mempool::new(eal, "io_bare", 1024, 32, 0).unwrap(),
-        copy_threshold: nic::io::COPY_THRESHOLD,
-    };
+    let mut pools = TxPools::new(
+        Mempool::new(eal, "io_hdr", 1024, 32, Mempool::DEFAULT_DATA_ROOM).unwrap(),
+        Mempool::new(eal, "io_bare", 1024, 32, 0).unwrap(),
+        nic::io::COPY_THRESHOLD,
+    )
+    .unwrap();
     let rxpool: Arc<Mempool> =
         Mempool::new(eal, "io_rx", 1024, 32, Mempool::DEFAULT_DATA_ROOM).unwrap();
-    let start = (pools.hdr.in_use(), pools.bare.in_use(), rxpool.in_use());
+    let start = (
+        pools.hdr.handed_out(),
+        pools.bare.handed_out(),
+        rxpool.in_use(),
+    );
     let mem_bytes: Vec<u8> = (0..65536u32).map(|i| (i * 13 + 7) as u8).collect();
     {
         let mem = ExtBuf::new(mem_bytes.clone().into_boxed_slice());
@@ -71,7 +76,7 @@ fn built_frames_cross_a_ring_pair_with_valid_icrc() {
             } else {
                 Payload::Copy(&mem_bytes[off..off + len])
             };
-            out.push(build_frame(&fb, &pkt, Ecn::Ect0, payload, &pools).unwrap())
+            out.push(build_frame(&fb, &pkt, Ecn::Ect0, payload, &mut pools).unwrap())
                 .unwrap();
         }
         assert!(
@@ -84,7 +89,7 @@ fn built_frames_cross_a_ring_pair_with_valid_icrc() {
                     offset: 65000,
                     len: 1000
                 },
-                &pools
+                &mut pools
             )
             .is_err(),
             "a window outside registered memory is refused"
@@ -113,7 +118,11 @@ fn built_frames_cross_a_ring_pair_with_valid_icrc() {
         assert_eq!(mem.refs(), 1, "attached segments released");
     }
     assert_eq!(
-        (pools.hdr.in_use(), pools.bare.in_use(), rxpool.in_use()),
+        (
+            pools.hdr.handed_out(),
+            pools.bare.handed_out(),
+            rxpool.in_use()
+        ),
         start,
         "mbuf leak"
     );
@@ -130,12 +139,13 @@ fn template_frames_equal_build_frame() {
     use rdma::wire::HeaderTemplate;
 
     let eal = Eal::for_tests();
-    let pools = TxPools {
-        hdr: Mempool::new(eal, "tpl_hdr", 1024, 32, Mempool::DEFAULT_DATA_ROOM).unwrap(),
-        bare: Mempool::new(eal, "tpl_bare", 1024, 32, 0).unwrap(),
-        copy_threshold: nic::io::COPY_THRESHOLD,
-    };
-    let start = (pools.hdr.in_use(), pools.bare.in_use());
+    let mut pools = TxPools::new(
+        Mempool::new(eal, "tpl_hdr", 1024, 32, Mempool::DEFAULT_DATA_ROOM).unwrap(),
+        Mempool::new(eal, "tpl_bare", 1024, 32, 0).unwrap(),
+        nic::io::COPY_THRESHOLD,
+    )
+    .unwrap();
+    let start = (pools.hdr.handed_out(), pools.bare.handed_out());
     let mem_bytes: Vec<u8> = (0..65536u32).map(|i| (i * 29 + 3) as u8).collect();
     {
         let mem = ExtBuf::new(mem_bytes.clone().into_boxed_slice());
@@ -158,7 +168,7 @@ fn template_frames_equal_build_frame() {
                 (4096, true),
             ];
             let mut bulk: Burst = Burst::new();
-            pools.hdr.alloc_bulk(&mut bulk).unwrap();
+            pools.hdr.pool().alloc_bulk(&mut bulk).unwrap();
             for (i, &(len, ext)) in cases.iter().enumerate() {
                 for qp in [0x11, 0x12] {
                     let mut pkt = RoceRepr::new(BthRepr::new(Opcode::WriteOnly, qp, i as u32 * 7));
@@ -177,14 +187,14 @@ fn template_frames_equal_build_frame() {
                     } else {
                         Payload::Copy(&mem_bytes[off..off + len])
                     };
-                    let want = build_frame(&fb, &pkt, Ecn::Ect0, payload, &pools)
+                    let want = build_frame(&fb, &pkt, Ecn::Ect0, payload, &mut pools)
                         .unwrap()
                         .to_vec();
-                    let got = build_frame_tpl(&tpl, &pkt, Ecn::Ect0, payload, &pools).unwrap();
+                    let got = build_frame_tpl(&tpl, &pkt, Ecn::Ect0, payload, &mut pools).unwrap();
                     assert_eq!(got.to_vec(), want, "len {len} ext {ext} int {int}");
                     let m = &mut bulk.as_mut_slice()[i];
                     if qp == 0x11 {
-                        fill_frame_tpl(m, &tpl, &pkt, Ecn::Ect0, payload, &pools).unwrap();
+                        fill_frame_tpl(m, &tpl, &pkt, Ecn::Ect0, payload, &mut pools).unwrap();
                         assert_eq!(m.to_vec(), want);
                         let opts = ParseOptions::default();
                         let mut scratch = vec![0u8; MAX_FRAME];
@@ -203,14 +213,14 @@ fn template_frames_equal_build_frame() {
                     offset: 65000,
                     len: 1000
                 },
-                &pools
+                &mut pools
             )
             .is_err());
         }
         assert_eq!(mem.refs(), 1, "attached segments released");
     }
     assert_eq!(
-        (pools.hdr.in_use(), pools.bare.in_use()),
+        (pools.hdr.handed_out(), pools.bare.handed_out()),
         start,
         "mbuf leak"
     );

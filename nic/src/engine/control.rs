@@ -40,7 +40,7 @@ impl Engine {
     fn send_frame(&mut self, frame: &[u8], now: u64) {
         push_frame(
             &mut self.txb,
-            &self.pools,
+            &mut self.pools,
             &mut self.counters,
             &mut self.capture,
             frame,
@@ -86,7 +86,7 @@ impl Engine {
         }
         let (txb, pools, counters, capture) = (
             &mut self.txb,
-            &self.pools,
+            &mut self.pools,
             &mut self.counters,
             &mut self.capture,
         );
@@ -119,13 +119,13 @@ impl Engine {
 /// dropped (the control plane's peers retry, as with any lost frame).
 fn push_frame(
     txb: &mut Burst,
-    pools: &TxPools,
+    pools: &mut TxPools,
     counters: &mut Counters,
     capture: &mut Option<CaptureProducer<CAPTURE_SNAP>>,
     frame: &[u8],
     now: u64,
 ) {
-    let Ok(m) = copy_frame(frame, &pools.hdr) else {
+    let Ok(m) = copy_frame(frame, &mut pools.hdr) else {
         counters.tx_drop_no_mbuf += 1;
         return;
     };

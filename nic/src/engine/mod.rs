@@ -249,17 +249,17 @@ impl Engine {
         cfg: &DeviceConfig,
         parts: EngineParts,
     ) -> Result<Engine, VerbsError> {
-        let pools = TxPools {
-            hdr: Mempool::new(
+        let pools = TxPools::new(
+            Mempool::new(
                 eal,
                 &Self::unique_name("hdr"),
                 cfg.pool_size,
                 256,
                 cfg.tx_data_room.max(Mempool::DEFAULT_DATA_ROOM),
             )?,
-            bare: Mempool::new(eal, &Self::unique_name("ext"), cfg.pool_size, 256, 0)?,
-            copy_threshold: cfg.copy_threshold,
-        };
+            Mempool::new(eal, &Self::unique_name("ext"), cfg.pool_size, 256, 0)?,
+            cfg.copy_threshold,
+        )?;
         let clock = parts
             .line
             .as_ref()

@@ -74,7 +74,7 @@ impl Engine {
         let mut out = MbufSink {
             tpl: s.tpl.as_ref(),
             mr_mem: &self.mr_mem,
-            pools: &self.pools,
+            pools: &mut self.pools,
             txb: &mut self.txb,
             shaper: &mut self.shaper,
             counters: &mut self.counters,
@@ -95,7 +95,7 @@ impl Engine {
         let mut out = MbufSink {
             tpl: s.tpl.as_ref(),
             mr_mem: &self.mr_mem,
-            pools: &self.pools,
+            pools: &mut self.pools,
             txb: &mut self.txb,
             shaper: &mut self.shaper,
             counters: &mut self.counters,
@@ -116,7 +116,7 @@ impl Engine {
 struct MbufSink<'a> {
     tpl: Option<&'a HeaderTemplate>,
     mr_mem: &'a [Option<Arc<ExtBuf>>],
-    pools: &'a TxPools,
+    pools: &'a mut TxPools,
     txb: &'a mut Burst,
     shaper: &'a mut PortShaper,
     counters: &'a mut Counters,
