@@ -1,17 +1,15 @@
-//! Mbufs taken from a pool ahead of use, prefetched for writing.
+//! Mbufs taken from a pool ahead of use, and prefetched.
 //!
 //! Where another core frees the mbufs this one sends (a ring pair's peer, a
-//! pipeline's next stage), each freed mbuf's header lines sit modified in that
-//! core's cache, and `rte_pktmbuf_alloc` stalls on their transfer when it
-//! resets the mbuf: on a one-QP `roce-perf --loopback --shards 1` that load was
-//! 15 % of both engines' samples, three quarters of it one instruction (the
-//! reset's read of `buf_len`). An [`MbufStash`] takes the mbufs
-//! [`STASH_REFILL`] at a time and prefetches each for writing
+//! sharded device's dispatcher), each freed mbuf's header lines sit modified
+//! in that core's cache, and `rte_pktmbuf_alloc` stalls on their transfer
+//! when it resets the mbuf (its first read, of `buf_len`). An [`MbufStash`]
+//! takes the mbufs [`STASH_REFILL`] at a time and prefetches each
 //! [`PREFETCH_AHEAD`] allocations before it hands it out, so the transfer is
 //! done by then, as DPDK's drivers prefetch the descriptors and mbufs they
-//! will touch a few packets ahead. (Prefetching a whole refill at once
-//! instead stalled on the prefetches themselves: 128 lines in a row fill the
-//! core's miss queue.)
+//! will touch a few packets ahead. One mbuf at a time, not a whole refill:
+//! 128 prefetches in a row fill the core's miss queue and stall themselves
+//! (docs/benchmarks.md has the figures).
 
 use std::sync::Arc;
 
@@ -49,8 +47,6 @@ pub struct MbufStash {
     /// From an mbuf's address to where its data starts after a reset; `None`
     /// for a pool without data room.
     data_offset: Option<usize>,
-    /// Whether the CPU has `prefetchw` (else a plain prefetch).
-    prefetchw: bool,
 }
 
 // SAFETY: the stash owns its mbufs exclusively, as an `Mbuf` does, and mbufs
@@ -71,7 +67,6 @@ impl MbufStash {
             head: 0,
             len: 0,
             data_offset,
-            prefetchw: has_prefetchw(),
         })
     }
 
@@ -111,7 +106,7 @@ impl MbufStash {
         self.len -= 1;
         if self.len >= PREFETCH_AHEAD {
             // The one that has just come within reach.
-            self.prefetch(self.slots[(self.head + PREFETCH_AHEAD - 1) % STASH_CAP]);
+            self.prefetch_mbuf(self.slots[(self.head + PREFETCH_AHEAD - 1) % STASH_CAP]);
         }
         // SAFETY: `m` came from the pool's get and nobody else has it; a reset
         // makes it what `rte_pktmbuf_alloc` returns.
@@ -145,7 +140,7 @@ impl MbufStash {
         }
         for &m in &got[..n] {
             if self.len < PREFETCH_AHEAD {
-                self.prefetch(m);
+                self.prefetch_mbuf(m);
             }
             self.slots[(self.head + self.len) % STASH_CAP] = m;
             self.len += 1;
@@ -153,14 +148,14 @@ impl MbufStash {
     }
 
     #[inline]
-    fn prefetch(&self, m: *mut rte_mbuf) {
+    fn prefetch_mbuf(&self, m: *mut rte_mbuf) {
         let m = m.cast::<u8>();
         for l in 0..HEADER_LINES {
-            prefetch_for_write(m.wrapping_add(l * LINE), self.prefetchw);
+            prefetch(m.wrapping_add(l * LINE));
         }
         if let Some(off) = self.data_offset {
             for l in 0..DATA_LINES {
-                prefetch_for_write(m.wrapping_add(off + l * LINE), self.prefetchw);
+                prefetch(m.wrapping_add(off + l * LINE));
             }
         }
     }
@@ -185,34 +180,15 @@ impl Drop for MbufStash {
     }
 }
 
-/// Whether the CPU has `prefetchw` (CPUID 0x8000_0001 ECX bit 8,
-/// "3DNowPrefetch": every AMD64 CPU, and Intel's since Broadwell).
-fn has_prefetchw() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // CPUID exists on every x86_64 CPU; leaf 0x8000_0000 says whether
-        // the extended leaf is there.
-        use std::arch::x86_64::__cpuid;
-        __cpuid(0x8000_0000).eax >= 0x8000_0001 && __cpuid(0x8000_0001).ecx & (1 << 8) != 0
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// A hint to load `p`'s line for writing (`prefetchw`, the line arrives
-/// exclusive), or for reading where `prefetchw` is missing. Never faults.
+/// A hint to load `p`'s cache line, as DPDK's `rte_prefetch0`. Never faults.
 #[inline(always)]
-fn prefetch_for_write(p: *const u8, prefetchw: bool) {
+fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint that never faults, whatever the address;
-    // `prefetchw` runs only where CPUID says the CPU has it.
+    // SSE is part of the x86_64 baseline.
     unsafe {
-        if prefetchw {
-            std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
-        } else {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-        }
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, prefetchw);
+    let _ = p;
 }
