@@ -15,8 +15,10 @@ use crate::Mbuf;
 /// The heap block behind an [`ExtBuf`]: the memory and its shared info.
 struct Block {
     /// The memory, if the block owns it (None: the caller's, [`ExtBuf::from_raw`],
-    /// or a parent's, [`ExtBuf::view`]).
+    /// a parent's, [`ExtBuf::view`], or `_pages`).
     _owned: Option<Box<[u8]>>,
+    /// The memory of [`ExtBuf::zeroed_pages`].
+    _pages: Option<Pages>,
     /// The buffer whose memory this block views ([`ExtBuf::view`]), kept
     /// alive as long as this block is.
     _parent: Option<Arc<ExtBuf>>,
@@ -24,6 +26,35 @@ struct Block {
     base: *mut u8,
     len: usize,
     shinfo: dpdk_sys::rte_mbuf_ext_shared_info,
+}
+
+/// The page size [`ExtBuf::zeroed_pages`] aligns to.
+const PAGE: usize = 4096;
+
+/// Zeroed, page-aligned heap memory, freed with the layout it was allocated
+/// with.
+struct Pages {
+    ptr: NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl Pages {
+    /// `len` (> 0) zeroed bytes at a page boundary; aborts as `Vec` does when
+    /// the allocator has none.
+    fn zeroed(len: usize) -> Pages {
+        let layout = std::alloc::Layout::from_size_align(len, PAGE).expect("region size");
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Pages { ptr, layout }
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `Pages::zeroed` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
 }
 
 /// A block of memory that mbufs can be attached to.
@@ -66,6 +97,40 @@ impl ExtBuf {
         let (base, len) = (data.as_mut_ptr(), data.len());
         Self::with_block(Block {
             _owned: Some(data),
+            _pages: None,
+            _parent: None,
+            base,
+            len,
+            shinfo: dpdk_sys::rte_mbuf_ext_shared_info::default(),
+        })
+    }
+
+    /// `len` zeroed bytes (at least one) starting at a page boundary, every
+    /// page faulted in now, as `ibv_reg_mr` pins a region's pages.
+    ///
+    /// Page-aligned, as programs allocate what they register (perftest's
+    /// `memalign(page_size)`): two regions then sit at the same offset
+    /// within their pages, and a copy between the same offsets of two
+    /// regions runs at one speed. From the allocator's 16-byte alignment
+    /// instead, the skew depends on what was allocated before: a second
+    /// device in one process (nic_goodput's second congestion control) got
+    /// regions 16 bytes apart modulo 4 KiB, and its payload copies ran at
+    /// 0.6 of the first device's. Faulted in because zeroed memory is mapped
+    /// lazily: the first touch of each page would otherwise be a page fault
+    /// in the engine's copy (with 16k QPs' buffers, most of the engine's time
+    /// in the first seconds).
+    pub fn zeroed_pages(len: usize) -> ExtBuf {
+        let pages = Pages::zeroed(len.max(1));
+        let (base, len) = (pages.ptr.as_ptr(), pages.layout.size());
+        for i in (0..len).step_by(PAGE) {
+            // A store of a zero the compiler cannot see (it would drop a store
+            // of the zero already there): the kernel maps a private page.
+            // SAFETY: `i < len`, inside the allocation, which nobody else sees yet.
+            unsafe { base.add(i).write_volatile(std::hint::black_box(0)) };
+        }
+        Self::with_block(Block {
+            _owned: None,
+            _pages: Some(pages),
             _parent: None,
             base,
             len,
@@ -84,6 +149,7 @@ impl ExtBuf {
     pub unsafe fn from_raw(base: *mut u8, len: usize) -> ExtBuf {
         Self::with_block(Block {
             _owned: None,
+            _pages: None,
             _parent: None,
             base,
             len,
@@ -104,6 +170,7 @@ impl ExtBuf {
     pub fn view(self: &Arc<Self>) -> ExtBuf {
         Self::with_block(Block {
             _owned: None,
+            _pages: None,
             base: self.base_ptr(),
             len: self.len(),
             _parent: Some(self.clone()),

@@ -637,3 +637,27 @@ fn a_stash_drains_a_small_pool_and_recovers() {
     drop(stash);
     assert_eq!(pool.in_use(), 0);
 }
+
+/// `ExtBuf::zeroed_pages` gives zeroed memory at a page boundary (so that two
+/// regions line up within their pages), at least one byte, that mbufs attach
+/// to like any other and that is freed with the last reference.
+#[test]
+fn zeroed_pages_are_page_aligned_zeroed_and_attachable() {
+    let pool = Mempool::new(Eal::for_tests(), "t_pages", 64, 0, 0).unwrap();
+    for len in [0usize, 1, 4095, 4096, 65536 + 17, 3 << 20] {
+        let buf = ExtBuf::zeroed_pages(len);
+        assert_eq!(buf.len(), len.max(1));
+        assert_eq!(buf.base_ptr() as usize % 4096, 0, "len {len}");
+        // SAFETY: the buffer is ours and nothing is attached to it.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.base_ptr(), buf.len()) };
+        assert!(bytes.iter().all(|&b| b == 0), "len {len}");
+        let mut m = pool.alloc().unwrap();
+        let n = buf.len().min(4000);
+        buf.attach(&mut m, 0, n).unwrap();
+        assert_eq!(m.data().len(), n);
+        assert_eq!(buf.refs(), 2, "the handle and the mbuf");
+        drop(m);
+        assert_eq!(buf.refs(), 1);
+    }
+    assert_eq!(pool.in_use(), 0);
+}

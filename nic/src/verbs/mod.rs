@@ -181,7 +181,7 @@ impl Device {
     /// region's address is its virtual address on the wire (as with
     /// ibverbs, the buffer's pointer).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
-        let mem = pinned_zeroed(len.max(1));
+        let mem = ExtBuf::zeroed_pages(len);
         self.reg_mr_in(0, mem, len, access, false)
     }
 
@@ -381,7 +381,7 @@ impl Device {
         let staging = match Staging::region_len(&opts) {
             0 => None,
             n => {
-                let mem = pinned_zeroed(n);
+                let mem = ExtBuf::zeroed_pages(n);
                 let mr = self.reg_mr_in(pd, mem, n, Staging::ACCESS, false)?;
                 Some(Staging::new(mr, &opts))
             }
@@ -435,7 +435,7 @@ impl ProtectionDomain<'_> {
     /// Registers `len` zeroed bytes with `access` in this PD
     /// ([`Device::reg_mr`]).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
-        let mem = pinned_zeroed(len.max(1));
+        let mem = ExtBuf::zeroed_pages(len);
         self.dev.reg_mr_in(self.id, mem, len, access, false)
     }
 
@@ -449,22 +449,6 @@ impl ProtectionDomain<'_> {
     ) -> Result<QueuePair, VerbsError> {
         self.dev.create_qp_in(self.id, send_cq, recv_cq, opts)
     }
-}
-
-/// `len` zeroed bytes for a region the device allocates, every page
-/// faulted in now, as `ibv_reg_mr` pins a region's pages: zeroed memory
-/// from the allocator is mapped lazily, and the first touch of each page
-/// would otherwise be a page fault in the engine's copy (with 16k QPs'
-/// buffers, most of the engine's time in the first seconds).
-fn pinned_zeroed(len: usize) -> ExtBuf {
-    const PAGE: usize = 4096;
-    let mut data = vec![0u8; len].into_boxed_slice();
-    for i in (0..len).step_by(PAGE) {
-        // A store of a zero the compiler cannot see (it would drop a store
-        // of the zero already there): the kernel maps a private page.
-        data[i] = std::hint::black_box(0);
-    }
-    ExtBuf::new(data)
 }
 
 /// A destroy the engine refused because the object is still in use
