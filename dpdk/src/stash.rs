@@ -116,6 +116,26 @@ impl MbufStash {
         }
     }
 
+    /// Returns every mbuf it holds to the pool (the next allocation takes
+    /// more): an idle holder then keeps none out of the pool, so that a
+    /// pool's in-use count is what is really in flight.
+    pub fn release(&mut self) {
+        while self.len > 0 {
+            let run = self.len.min(STASH_CAP - self.head);
+            // SAFETY: these `run` mbufs came from this pool's get, untouched
+            // since (no reset), and are returned once.
+            unsafe {
+                dpdk_sys::shim_rte_mempool_put_bulk(
+                    self.pool.as_ptr(),
+                    self.slots[self.head..].as_ptr().cast(),
+                    run as u32,
+                );
+            }
+            self.head = (self.head + run) % STASH_CAP;
+            self.len -= run;
+        }
+    }
+
     /// Takes [`STASH_REFILL`] mbufs (fewer when the pool is short),
     /// prefetching those that fall within [`PREFETCH_AHEAD`] of the head.
     #[cold]
@@ -163,20 +183,7 @@ impl MbufStash {
 
 impl Drop for MbufStash {
     fn drop(&mut self) {
-        while self.len > 0 {
-            let run = self.len.min(STASH_CAP - self.head);
-            // SAFETY: these `run` mbufs came from this pool's get, untouched
-            // since (no reset), and are returned once.
-            unsafe {
-                dpdk_sys::shim_rte_mempool_put_bulk(
-                    self.pool.as_ptr(),
-                    self.slots[self.head..].as_ptr().cast(),
-                    run as u32,
-                );
-            }
-            self.head = (self.head + run) % STASH_CAP;
-            self.len -= run;
-        }
+        self.release();
     }
 }
 

@@ -611,6 +611,15 @@ fn a_stash_hands_out_reset_mbufs_and_returns_the_rest_on_drop() {
         let distinct: std::collections::HashSet<usize> =
             held.iter().map(|m| m.as_ptr() as usize).collect();
         assert_eq!(distinct.len(), held.len(), "an mbuf handed out twice");
+        assert!(!stash.is_empty());
+        stash.release();
+        assert!(stash.is_empty());
+        assert_eq!(
+            pool.in_use(),
+            start + held.len() as u32,
+            "released to the pool"
+        );
+        assert!(stash.alloc().is_ok(), "refills after a release");
     }
     assert_eq!(pool.in_use(), start, "the stash and its mbufs went back");
 }

@@ -115,6 +115,13 @@ impl TxPools {
         })
     }
 
+    /// Returns the mbufs the stashes hold to their pools
+    /// ([`MbufStash::release`]): what an engine does before it parks.
+    pub fn release(&mut self) {
+        self.hdr.release();
+        self.bare.release();
+    }
+
     /// The two pools (what a holder keeps alive while frames from them are
     /// out).
     pub fn pools(&self) -> [Arc<Mempool>; 2] {

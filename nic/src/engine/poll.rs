@@ -109,6 +109,9 @@ impl Engine {
     /// Before the thread sleeps: the counters as they are now (a reader
     /// waits for no publication while we sleep).
     fn before_park(&mut self) {
+        // A parked engine holds no mbufs ahead: the pools' in-use counts are
+        // the frames in flight (leak checks), and another engine may use them.
+        self.pools.release();
         self.counters.engine_parks += 1;
         self.publish();
         self.last_publish_ns = self.clock.now_ns();
