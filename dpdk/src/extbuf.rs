@@ -15,10 +15,8 @@ use crate::Mbuf;
 /// The heap block behind an [`ExtBuf`]: the memory and its shared info.
 struct Block {
     /// The memory, if the block owns it (None: the caller's, [`ExtBuf::from_raw`],
-    /// a parent's, [`ExtBuf::view`], or `_pages`).
-    _owned: Option<Box<[u8]>>,
-    /// The memory of [`ExtBuf::zeroed_pages`].
-    _pages: Option<Pages>,
+    /// or a parent's, [`ExtBuf::view`]).
+    _owned: Option<Owned>,
     /// The buffer whose memory this block views ([`ExtBuf::view`]), kept
     /// alive as long as this block is.
     _parent: Option<Arc<ExtBuf>>,
@@ -26,6 +24,14 @@ struct Block {
     base: *mut u8,
     len: usize,
     shinfo: dpdk_sys::rte_mbuf_ext_shared_info,
+}
+
+/// Memory a block owns, held only to be freed with it.
+enum Owned {
+    /// [`ExtBuf::new`]'s.
+    Boxed { _data: Box<[u8]> },
+    /// [`ExtBuf::zeroed_pages`]'s.
+    Pages { _pages: Pages },
 }
 
 /// The page size [`ExtBuf::zeroed_pages`] aligns to.
@@ -96,8 +102,7 @@ impl ExtBuf {
         let mut data = data;
         let (base, len) = (data.as_mut_ptr(), data.len());
         Self::with_block(Block {
-            _owned: Some(data),
-            _pages: None,
+            _owned: Some(Owned::Boxed { _data: data }),
             _parent: None,
             base,
             len,
@@ -111,11 +116,11 @@ impl ExtBuf {
     /// Page-aligned, as programs allocate what they register (perftest's
     /// `memalign(page_size)`): two regions then sit at the same offset
     /// within their pages, and a copy between the same offsets of two
-    /// regions runs at one speed. From the allocator's 16-byte alignment
-    /// instead, the skew depends on what was allocated before: a second
-    /// device in one process (nic_goodput's second congestion control) got
-    /// regions 16 bytes apart modulo 4 KiB, and its payload copies ran at
-    /// 0.6 of the first device's. Faulted in because zeroed memory is mapped
+    /// regions runs at one speed. With the allocator's 16-byte alignment
+    /// their offsets depend on what was allocated before (glibc mmaps a
+    /// large block or takes it from the heap, by a threshold that moves),
+    /// and so did the engine's copy speed (docs/benchmarks.md, NIC
+    /// goodput). Faulted in because zeroed memory is mapped
     /// lazily: the first touch of each page would otherwise be a page fault
     /// in the engine's copy (with 16k QPs' buffers, most of the engine's time
     /// in the first seconds).
@@ -129,8 +134,7 @@ impl ExtBuf {
             unsafe { base.add(i).write_volatile(std::hint::black_box(0)) };
         }
         Self::with_block(Block {
-            _owned: None,
-            _pages: Some(pages),
+            _owned: Some(Owned::Pages { _pages: pages }),
             _parent: None,
             base,
             len,
@@ -149,7 +153,6 @@ impl ExtBuf {
     pub unsafe fn from_raw(base: *mut u8, len: usize) -> ExtBuf {
         Self::with_block(Block {
             _owned: None,
-            _pages: None,
             _parent: None,
             base,
             len,
@@ -170,7 +173,6 @@ impl ExtBuf {
     pub fn view(self: &Arc<Self>) -> ExtBuf {
         Self::with_block(Block {
             _owned: None,
-            _pages: None,
             base: self.base_ptr(),
             len: self.len(),
             _parent: Some(self.clone()),
