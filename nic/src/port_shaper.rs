@@ -1,9 +1,9 @@
 //! The port's line rate as a token bucket: whatever its QPs' pacing and
 //! congestion control allow together, a NIC never puts more than its line
 //! rate on the wire (`DeviceConfig::line_rate_bps`). Each QP is paced at
-//! its CC's rate, at most the line rate, so without this many QPs (or CC
-//! `none`, which paces every QP at line rate) would add up to a multiple
-//! of it.
+//! its CC's rate, at most the line rate, so without this many QPs would add
+//! up to a multiple of it; a QP without CC (`none`) is not paced at all
+//! (`QpCore::pacing_rate`), so this alone holds it to the line rate.
 //!
 //! Tokens are bytes on the wire (frame plus preamble, inter-frame gap and
 //! FCS), earned at the line rate up to [`PortShaper::depth_bytes`]; a frame

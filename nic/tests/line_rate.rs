@@ -83,7 +83,8 @@ fn pattern(mr: &MemoryRegion) -> Vec<u8> {
 
 #[test]
 fn qps_together_never_exceed_the_line_rate() {
-    // 4 QPs paced at 200 Mbit/s each could send 800 Mbit/s together.
+    // 4 QPs without CC are not paced (`QpCore::pacing_rate`): the port's
+    // shaper alone holds them to the line rate together.
     const LINE: u64 = 200_000_000;
     const TOTAL: usize = 16 << 20;
     let eal = Eal::for_tests();

@@ -26,7 +26,7 @@ use cc::{AnyCc, CongestionControl};
 use rdma::transport::{MemorySpace, MrTable, Payload, Qp, QpEvent, TxPacket, WorkCompletion};
 use rdma::wire::frame::{IntInsert, RoceRepr};
 use rdma::wire::{BthRepr, Ecn, FrameBuilder, Opcode, RoceFrame};
-use sched::scheduler::Scheduler;
+use sched::scheduler::{Scheduler, RATE_UNPACED};
 use sched::timer_wheel::{TimerHandle, TimerKey, TimerKind as WheelKind, TimerWheel};
 
 use crate::gbn_backoff::GoBackNBackoff;
@@ -75,8 +75,9 @@ pub struct QpCore {
     pub cc_ext: bool,
     /// The QP index is in the scheduler's control ring.
     pub ctrl_queued: bool,
-    /// The rate the scheduler paces the QP at (the CC's last rate).
-    pub sched_rate: u64,
+    /// The rate the scheduler paces the QP at ([`Self::pacing_rate`] when the QP
+    /// was last requeued); `None` until the first requeue after a (re)start.
+    pub sched_rate: Option<u64>,
     /// Wire bytes of the QP's next data packet, as the pacer charges it (the last
     /// data packet's size).
     pub next_bytes: u32,
@@ -92,6 +93,13 @@ pub struct QpCore {
     pub cnp_pending: bool,
     /// CC `none` only: the window cut by go-back-N rounds ([`crate::gbn_backoff`]).
     pub backoff: Option<GoBackNBackoff>,
+    /// The port holds all QPs together to the line rate, the rate of a QP
+    /// without CC: that QP is then not paced ([`Self::pacing_rate`]), which
+    /// would only cost a trip over the timer wheel whenever a TX burst (one
+    /// `now` for up to 32 frames) spent the pacing bucket. True on the NIC (its
+    /// port shaper runs at the line rate); false in the simulator, whose NICs'
+    /// line may be slower than their link and is held by the pacing alone.
+    pub port_holds_line_rate: bool,
 }
 
 /// Whether a packet the transport gives is data for the CC and the pacer (not an
@@ -111,7 +119,7 @@ impl QpCore {
             probe_int,
             cc_ext,
             ctrl_queued: false,
-            sched_rate: u64::MAX,
+            sched_rate: None,
             next_bytes: mtu + 100,
             transport_timer: None,
             cc_armed: [None; 4],
@@ -119,6 +127,7 @@ impl QpCore {
             rtt_probe: None,
             cnp_pending: false,
             backoff: None,
+            port_holds_line_rate: false,
         }
     }
 
@@ -211,6 +220,16 @@ impl QpCore {
         }
     }
 
+    /// The rate the scheduler paces the QP at: its CC's, except that a QP without
+    /// CC is not paced ([`RATE_UNPACED`]) where [`Self::port_holds_line_rate`].
+    pub fn pacing_rate(&self) -> u64 {
+        if self.port_holds_line_rate && self.cc.kind() == cc::CcKind::None {
+            RATE_UNPACED
+        } else {
+            self.cc.rate_bps()
+        }
+    }
+
     /// Puts the connected QP where it belongs after its state changed: its timers on
     /// the wheel ([`Self::sync_timers`]), its control packets in the scheduler's
     /// control ring, its pacing rate the CC's, and back on the round robin (new work
@@ -235,12 +254,12 @@ impl QpCore {
             // One entry per QP at most, in a ring of as many entries as QPs: never full.
             self.ctrl_queued = sched.push_control(q).is_ok();
         }
-        let rate = self.cc.rate_bps();
-        if rate != self.sched_rate {
+        let rate = self.pacing_rate();
+        if self.sched_rate != Some(rate) {
             // First requeue after a (re)start, or the CC's rate changed. A QP
             // without CC takes the scheduler's quantum (NIC_QUANTUM_BYTES): runs
             // of its packets let the receiver coalesce ACKs.
-            self.sched_rate = rate;
+            self.sched_rate = Some(rate);
             let _ = sched.set_rate(q, rate, now);
             let _ = sched.set_uses_quantum(q, self.cc.kind() == cc::CcKind::None);
         }
@@ -620,6 +639,62 @@ mod tests {
         assert_eq!(a_cq.wcs.len(), 1);
         assert_eq!(a_cq.wcs[0].wr_id, 7);
         assert_eq!(a_cq.wcs[0].status, WcStatus::Success);
+    }
+
+    /// Frames a QP with CC `kind` sends at one `now` (until the scheduler has
+    /// nothing) for two 64 KiB WRITEs, and its pacing rate: the pacer's bucket
+    /// (64 KiB) stops a paced QP inside it, an unpaced one sends it all.
+    fn frames_at_one_now(kind: CcKind, port_holds_line_rate: bool) -> (usize, u64) {
+        let mut a = end(kind, 0x11, 0x12, 1, 2);
+        a.core.port_holds_line_rate = port_holds_line_rate;
+        let len = LEN as u32;
+        let wr = SendWr {
+            wr_id: 1,
+            op: SendOp::Write {
+                remote_va: BASE,
+                rkey: 0x1234,
+            },
+            sge: Sge {
+                addr: BASE,
+                len,
+                lkey: a.keys.0,
+            },
+            signaled: false,
+            solicited: false,
+        };
+        for _ in 0..2 {
+            a.core.qp.as_mut().unwrap().post_send(wr, &a.mrs).unwrap();
+        }
+        a.core.requeue(&mut a.sched, &mut a.wheel, a.key, 1_000);
+        let mut frames = 0;
+        for _ in 0..1000 {
+            let out = transmit(&mut a, 1_000);
+            if out.is_empty() {
+                break;
+            }
+            frames += out.len();
+        }
+        (frames, a.core.sched_rate.expect("requeued"))
+    }
+
+    #[test]
+    fn a_qp_without_cc_is_unpaced_only_where_the_port_holds_the_line_rate() {
+        let all = (128 << 10) / 1024;
+        // The NIC: its port shaper holds the line rate, the QP is not paced.
+        let (frames, rate) = frames_at_one_now(CcKind::None, true);
+        assert_eq!(rate, RATE_UNPACED);
+        assert_eq!(frames, all, "the whole WRITE at one now");
+        // The simulator: the QP's pacing holds it to the line rate.
+        let (frames, rate) = frames_at_one_now(CcKind::None, false);
+        assert_eq!(rate, 100_000_000_000);
+        assert!(
+            (50..all).contains(&frames),
+            "{frames} frames: the 64 KiB bucket of wire bytes"
+        );
+        // A QP with CC is paced at its CC's rate either way.
+        let (frames, rate) = frames_at_one_now(CcKind::Dcqcn, true);
+        assert_ne!(rate, RATE_UNPACED);
+        assert!(frames < all, "{frames} frames");
     }
 
     #[test]

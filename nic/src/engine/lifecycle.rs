@@ -300,7 +300,7 @@ impl Engine {
         s.doorbell_blocked = false;
         s.core.rtt_probe = None;
         s.core.cnp_pending = false;
-        s.core.sched_rate = u64::MAX;
+        s.core.sched_rate = None;
     }
 
     /// After a QP's events went to its CC: a QP that went to ERR on its own

@@ -140,7 +140,11 @@ impl Engine {
              cnp_pending {} doorbell_blocked {} transport_timer {} cc_timers [",
             self.sched.state(i),
             self.sched.credit_bytes(i).unwrap_or(0),
-            s.core.sched_rate,
+            match s.core.sched_rate {
+                Some(sched::scheduler::RATE_UNPACED) => "unpaced".to_string(),
+                Some(r) => r.to_string(),
+                None => "unset".to_string(),
+            },
             s.core.next_bytes,
             s.core.ctrl_queued,
             s.core.cnp_pending,
@@ -298,6 +302,9 @@ impl Engine {
             int_dscp: self.int_dscp,
             max_hops: MAX_HOPS as u8,
         };
+        let mut core = QpCore::new(cc, fb, probe_int, opts.cc.uses_extensions(), opts.mtu);
+        // The port's shaper holds every QP to the line rate (crate::port_shaper).
+        core.port_holds_line_rate = true;
         self.qps[i] = Some(Box::new(QpSlot {
             opts,
             pd,
@@ -305,7 +312,7 @@ impl Engine {
             recv_cq,
             doorbell: ring,
             psn,
-            core: QpCore::new(cc, fb, probe_int, opts.cc.uses_extensions(), opts.mtu),
+            core,
             tpl: None,
             doorbell_blocked: false,
             cq_waiting: false,
