@@ -332,9 +332,10 @@ impl QpCore {
         let Some(qp) = self.qp.as_mut() else { return };
         let mut fb = self.fb;
         fb.int = None;
-        let pkt = if self.cnp_pending {
+        // Emitted from where it was built (a `TxPacket` is ~300 bytes).
+        let polled = if self.cnp_pending {
             self.cnp_pending = false;
-            TxPacket {
+            Some(TxPacket {
                 repr: RoceRepr::new(BthRepr::new(Opcode::Cnp, qp.config().dest_qpn, 0)),
                 payload: Payload::None,
                 ecn: Ecn::NotEct,
@@ -342,16 +343,15 @@ impl QpCore {
                 lsn: 0,
                 lsn_len: 0,
                 retransmit: false,
-            }
-        } else if let Some(p) = qp.poll_tx_control(now) {
-            p
+            })
         } else {
-            return;
+            qp.poll_tx_control(now)
         };
+        let Some(pkt) = &polled else { return };
         if self.cnp_pending || qp.has_control() {
             self.ctrl_queued = sched.push_control(q).is_ok();
         }
-        let _ = out.emit(&fb, &pkt);
+        let _ = out.emit(&fb, pkt);
     }
 
     /// The transport's next packet (data, a READ request, a probe, or an ACK that was
@@ -368,14 +368,19 @@ impl QpCore {
         out: &mut F,
     ) -> u64 {
         let q = key.qp;
-        let Some(mut pkt) = self.qp.as_mut().and_then(|qp| qp.poll_tx(now)) else {
+        // Worked on where the transport built it (a `TxPacket` is ~300 bytes).
+        let mut polled = match self.qp.as_mut() {
+            Some(qp) => qp.poll_tx(now),
+            None => None,
+        };
+        let Some(pkt) = polled.as_mut() else {
             let _ = sched.mark_idle(q);
             return u64::MAX;
         };
-        let data = is_data(&pkt);
+        let data = is_data(pkt);
         let mut fb = self.fb;
         if data {
-            let a = qp_cc::on_data_sent(&mut self.cc, &mut self.rtt_probe, &mut pkt, now);
+            let a = qp_cc::on_data_sent(&mut self.cc, &mut self.rtt_probe, pkt, now);
             self.apply(a);
         } else if pkt.repr.bth.opcode == Opcode::Probe {
             // Probes always collect telemetry (HPCC++ 000 §6.2).
@@ -383,7 +388,7 @@ impl QpCore {
         } else {
             fb.int = None;
         }
-        let wire = out.emit(&fb, &pkt);
+        let wire = out.emit(&fb, pkt);
         // Even when the frame could not be built (the sink counts it), the
         // transport has taken the packet as sent: its retransmit timer must still
         // go on the wheel below, or a lost tail would never be resent.
