@@ -107,10 +107,13 @@ pub fn parse_frame<'a>(
     let bthr = BthRepr::parse(&bp)?;
     off += bth::HEADER_LEN;
     let op = bthr.opcode;
-    let ccext = if matches!(op, Opcode::Probe | Opcode::ProbeResponse) || has_ccext(&bthr) {
+    // Parsed into the result at the end: an `Option<CcExtRepr>` is 140 bytes
+    // (the echoed hops), and one parsed here was copied into the frame even
+    // when `None`, on every packet.
+    let ccext_view = if matches!(op, Opcode::Probe | Opcode::ProbeResponse) || has_ccext(&bthr) {
         let p = CcExtPacket::new_checked(&frame[off..ip_end])?;
         off += p.len();
-        Some(CcExtRepr::parse(&p)?)
+        Some(p)
     } else {
         None
     };
@@ -167,24 +170,37 @@ pub fn parse_frame<'a>(
     if opts.verify_icrc {
         icrc::verify_icrc(&frame[..ip_end], l3, int_len)?;
     }
-    Ok(RoceFrame {
-        eth,
-        ip,
-        udp: udpr,
-        int,
-        int_len,
-        bth: bthr,
-        ccext,
-        reth,
-        aeth,
-        immdt,
-        atomic,
-        atomic_ack,
-        payload,
-        icrc: icrc_v,
-        bth_offset,
-        payload_offset: off + o,
-    })
+    // A literal per case, so that each builds the frame where it is returned
+    // (a closure here was not inlined, and its result was copied whole).
+    macro_rules! roce_frame {
+        ($ccext:expr) => {
+            RoceFrame {
+                eth,
+                ip,
+                udp: udpr,
+                int,
+                int_len,
+                bth: bthr,
+                ccext: $ccext,
+                reth,
+                aeth,
+                immdt,
+                atomic,
+                atomic_ack,
+                payload,
+                icrc: icrc_v,
+                bth_offset,
+                payload_offset: off + o,
+            }
+        };
+    }
+    match ccext_view {
+        None => Ok(roce_frame!(None)),
+        Some(p) => {
+            let e = CcExtRepr::parse(&p)?;
+            Ok(roce_frame!(Some(e)))
+        }
+    }
 }
 
 /// What [`prepare_rx`] did to a received frame.
