@@ -571,6 +571,43 @@ fn a_view_counts_its_own_attaches_and_keeps_the_parent_alive() {
     );
 }
 
+/// Attaches take references from the shared count in batches (so that the
+/// attaching core writes its cache line once per batch): the count still
+/// reads exactly one per attached mbuf, however many batches were taken, and
+/// dropping the handle gives back the references taken ahead, so the block
+/// goes with its last mbuf, not later and not earlier.
+#[test]
+fn references_taken_ahead_of_attaches_are_exact_and_given_back() {
+    let eal = Eal::for_tests();
+    let bare = Mempool::new(eal, "ext_ahead", 511, 0, 0).unwrap();
+    let parent = Arc::new(ExtBuf::new(vec![9u8; 4096].into_boxed_slice()));
+    let view = parent.view();
+    let mut attached = Vec::new();
+    for k in 0..300 {
+        let mut m = bare.alloc().unwrap();
+        view.attach(&mut m, k % 4000, 8).unwrap();
+        attached.push(m);
+        assert_eq!(view.refs() as usize, 2 + k, "handle + {} mbufs", k + 1);
+    }
+    // Free some, attach again: the count follows.
+    attached.truncate(100);
+    assert_eq!(view.refs(), 101);
+    for _ in 0..10 {
+        let mut m = bare.alloc().unwrap();
+        view.attach(&mut m, 0, 8).unwrap();
+        attached.push(m);
+    }
+    assert_eq!(view.refs(), 111);
+    let weak = Arc::downgrade(&parent);
+    drop((view, parent));
+    let last = attached.pop().unwrap();
+    drop(attached);
+    assert!(weak.upgrade().is_some(), "freed under an attached mbuf");
+    assert_eq!(last.data()[0], 9);
+    drop(last);
+    assert!(weak.upgrade().is_none(), "not freed after the last mbuf");
+}
+
 /// An [`dpdk::MbufStash`] hands out mbufs as `Mempool::alloc` does (reset,
 /// default headroom, full tailroom) however they were used before, keeps at
 /// most `PREFETCH_AHEAD + STASH_REFILL` out of the pool, and gives everything
