@@ -232,9 +232,10 @@ impl QpCore {
 
     /// Puts the connected QP where it belongs after its state changed: its timers on
     /// the wheel ([`Self::sync_timers`]), its control packets in the scheduler's
-    /// control ring, its pacing rate the CC's, and back on the round robin (new work
-    /// may have become sendable: a window opened, an RNR wait ended, a READ to
-    /// answer; the QP leaves it again when the transport has nothing). `q` is its
+    /// control ring, its pacing rate ([`Self::pacing_rate`]) in the scheduler, and
+    /// back on the round robin (new work may have become sendable: a window opened,
+    /// an RNR wait ended, a READ to answer; the QP leaves it again when the
+    /// transport has nothing). `q` is its
     /// index in the scheduler, `key` its timers' key (the kind is set here). The
     /// earliest deadline it armed on the wheel, `u64::MAX` if none.
     pub fn requeue(
