@@ -414,11 +414,14 @@ impl QpCore {
     }
 }
 
-/// Makes sure one timer fires no later than `want`; O(1). Lazily: a timer armed
-/// earlier than wanted is left alone (the retransmit deadline moves later on every
-/// ACK), and one no longer wanted is left to fire; the handler
-/// ([`QpCore::on_timer`]) acts only on what is really due and re-arms for the real
-/// deadline. So the wheel is touched about once per timeout, not once per packet.
+/// Makes sure one timer fires no later than `want`; O(1). A timer armed earlier
+/// than wanted is left alone (the retransmit deadline moves later on every ACK):
+/// the handler ([`QpCore::on_timer`]) acts only on what is really due and re-arms
+/// for the real deadline, so while data is in flight the wheel is touched about
+/// once per timeout, not once per packet. A timer no longer wanted at all (the
+/// last ACK came in) is taken off the wheel now, while the QP's state is in the
+/// cache: left to fire, it would visit a QP that is cold by then (67 ms later,
+/// with thousands of QPs) for nothing, a dozen cache misses per message.
 /// The deadline it armed, `u64::MAX` if none.
 #[inline]
 fn arm(
@@ -428,16 +431,30 @@ fn arm(
     key: TimerKey,
 ) -> u64 {
     // `armed` is Some exactly while its entry is on the wheel: the handler clears
-    // it when the entry fires, and only `cancel_timers` cancels one (so no wheel
-    // lookup, a likely cache miss, on this per-packet path).
+    // it when the entry fires, and `disarm` and `cancel_timers` when they take it
+    // off (so no wheel lookup, a likely cache miss, on this per-packet path).
     match (*armed, want) {
         (Some((_, at)), Some(w)) if at <= w => u64::MAX,
-        (_, None) => u64::MAX,
+        (None, None) => u64::MAX,
+        (Some((h, _)), None) => {
+            disarm(wheel, armed, h);
+            u64::MAX
+        }
         (cur, Some(w)) => {
             rearm(wheel, armed, cur, w, key);
             w
         }
     }
+}
+
+/// The other half of [`arm`]: the timer is no longer wanted; off the wheel.
+fn disarm(
+    wheel: &mut TimerWheel<TimerKey>,
+    armed: &mut Option<(TimerHandle, u64)>,
+    h: TimerHandle,
+) {
+    wheel.cancel(h);
+    *armed = None;
 }
 
 /// The rare half of [`arm`]: a deadline earlier than the armed one, or none armed.
@@ -645,6 +662,62 @@ mod tests {
         assert_eq!(a_cq.wcs.len(), 1);
         assert_eq!(a_cq.wcs[0].wr_id, 7);
         assert_eq!(a_cq.wcs[0].status, WcStatus::Success);
+    }
+
+    /// The retransmit timer stays on the wheel while anything is in flight,
+    /// however its deadline moves, and leaves it with the last ACK (not 67 ms
+    /// later, when a QP among thousands would be visited cold for nothing).
+    #[test]
+    fn the_retransmit_timer_leaves_the_wheel_with_the_last_ack() {
+        let mut a = end(CcKind::None, 0x11, 0x12, 1, 2);
+        let mut b = end(CcKind::None, 0x12, 0x11, 2, 1);
+        let write = |wr_id, off| SendWr {
+            wr_id,
+            op: SendOp::Write {
+                remote_va: BASE + off,
+                rkey: b.keys.1,
+            },
+            sge: Sge {
+                addr: BASE,
+                len: 8,
+                lkey: a.keys.0,
+            },
+            signaled: true,
+            solicited: false,
+        };
+        let (w1, w2) = (write(1, 0), write(2, 64));
+        let mut cq = Cq {
+            wcs: Vec::new(),
+            room: 8,
+        };
+        let qp = a.core.qp.as_mut().unwrap();
+        qp.post_send(w1, &a.mrs).unwrap();
+        a.core.requeue(&mut a.sched, &mut a.wheel, a.key, 0);
+        let first = transmit(&mut a, 0);
+        assert_eq!(first.len(), 1);
+        let armed = a.core.transport_timer.expect("armed with data in flight");
+        assert_eq!(a.wheel.len(), 1);
+        // A second WRITE goes out before the first is acknowledged.
+        a.core.qp.as_mut().unwrap().post_send(w2, &a.mrs).unwrap();
+        a.core.requeue(&mut a.sched, &mut a.wheel, a.key, 500);
+        let second = transmit(&mut a, 500);
+        assert_eq!(second.len(), 1);
+        // The first one's ACK: the second is still in flight, and the timer
+        // armed for the first stays as it was (moved later lazily, on firing).
+        deliver(&mut b, &first, &mut cq, 1_000);
+        let ack1 = transmit(&mut b, 1_000);
+        assert_eq!(ack1.len(), 1);
+        deliver(&mut a, &ack1, &mut cq, 2_000);
+        assert_eq!(a.core.transport_timer, Some(armed));
+        assert_eq!(a.wheel.len(), 1);
+        // The last ACK: nothing in flight, the timer is off the wheel now.
+        deliver(&mut b, &second, &mut cq, 2_500);
+        let ack2 = transmit(&mut b, 2_500);
+        assert_eq!(ack2.len(), 1);
+        deliver(&mut a, &ack2, &mut cq, 3_000);
+        assert_eq!(a.core.transport_timer, None);
+        assert!(a.wheel.is_empty(), "{} timers left", a.wheel.len());
+        assert_eq!(cq.wcs.iter().filter(|wc| wc.wr_id <= 2).count(), 2);
     }
 
     /// Frames a QP with CC `kind` sends at one `now` (until the scheduler has
