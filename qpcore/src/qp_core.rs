@@ -87,6 +87,11 @@ pub struct QpCore {
     pub cc_armed: [Option<(TimerHandle, u64)>; 4],
     /// Deadlines of the CC timers, by [`qp_cc::timer_index`] (0 = not armed).
     pub cc_timers: [u64; 4],
+    /// Bit `k` clear: CC timer `k` is neither wanted (`cc_timers`) nor on
+    /// the wheel (`cc_armed`), so [`Self::sync_timers`] skips it. A QP whose CC
+    /// has no timer running (CC `none`) then does not read those two arrays,
+    /// two cache lines that are cold on every visit with thousands of QPs.
+    cc_live: u8,
     /// One RTT measurement at a time.
     pub rtt_probe: RttProbe,
     /// A CNP is owed to the peer (DCQCN notification point).
@@ -124,6 +129,7 @@ impl QpCore {
             transport_timer: None,
             cc_armed: [None; 4],
             cc_timers: [0; 4],
+            cc_live: 0,
             rtt_probe: None,
             cnp_pending: false,
             backoff: None,
@@ -135,6 +141,9 @@ impl QpCore {
     /// back (Rx-HPCC), a probe to send (HPCC++ probe mode).
     #[inline]
     pub fn apply(&mut self, a: cc::Actions) {
+        for t in a.timers() {
+            self.cc_live |= 1 << qp_cc::timer_index(t.kind);
+        }
         qp_cc::apply(
             a,
             self.qp.as_mut(),
@@ -281,14 +290,23 @@ impl QpCore {
             want,
             with(WheelKind::Retransmit),
         );
-        for ((slot, &d), &(_, kind)) in self
+        if self.cc_live == 0 {
+            return armed;
+        }
+        let mut live = 0;
+        for (k, ((slot, &d), &(_, kind))) in self
             .cc_armed
             .iter_mut()
             .zip(&self.cc_timers)
             .zip(&CC_TIMERS)
+            .enumerate()
         {
             armed = armed.min(arm(wheel, slot, (d != 0).then_some(d), with(kind)));
+            if slot.is_some() || d != 0 {
+                live |= 1 << k;
+            }
         }
+        self.cc_live = live;
         armed
     }
 
@@ -411,6 +429,7 @@ impl QpCore {
             wheel.cancel(h);
         }
         self.cc_timers = [0; 4];
+        self.cc_live = 0;
     }
 }
 
@@ -718,6 +737,35 @@ mod tests {
         assert_eq!(a.core.transport_timer, None);
         assert!(a.wheel.is_empty(), "{} timers left", a.wheel.len());
         assert_eq!(cq.wcs.iter().filter(|wc| wc.wr_id <= 2).count(), 2);
+    }
+
+    /// A CC timer the CC asks for goes on the wheel and comes off it when no
+    /// longer wanted, through the live mask that lets a QP without CC timers
+    /// skip them; the mask clears once nothing is armed or wanted.
+    #[test]
+    fn cc_timers_are_armed_and_dropped_through_the_live_mask() {
+        let mut a = end(CcKind::Dcqcn, 0x11, 0x12, 1, 2);
+        let key = a.key;
+        assert_eq!(a.core.sync_timers(&mut a.wheel, key), u64::MAX);
+        assert_eq!((a.core.cc_live, a.wheel.len()), (0, 0));
+        let mut act = cc::Actions::NONE;
+        act.arm(5_000, cc::TimerKind::DcqcnAlpha);
+        act.arm(7_000, cc::TimerKind::DcqcnRateIncrease);
+        a.core.apply(act);
+        assert_eq!(a.core.sync_timers(&mut a.wheel, key), 5_000);
+        assert_eq!(a.wheel.len(), 2);
+        assert_eq!(a.core.cc_live.count_ones(), 2);
+        // One is no longer wanted: off the wheel, its bit clear.
+        let alpha = qp_cc::timer_index(cc::TimerKind::DcqcnAlpha);
+        a.core.cc_timers[alpha] = 0;
+        a.core.sync_timers(&mut a.wheel, key);
+        assert_eq!(a.wheel.len(), 1);
+        assert_eq!(a.core.cc_live.count_ones(), 1);
+        // Then the other: the mask is clear.
+        let inc = qp_cc::timer_index(cc::TimerKind::DcqcnRateIncrease);
+        a.core.cc_timers[inc] = 0;
+        a.core.sync_timers(&mut a.wheel, key);
+        assert_eq!((a.core.cc_live, a.wheel.len()), (0, 0));
     }
 
     /// Frames a QP with CC `kind` sends at one `now` (until the scheduler has
