@@ -248,6 +248,13 @@ proptest! {
         prop_assert_eq!(b.mem.read_u64(CAS), m.cas_final);
         prop_assert_eq!(a.qp.state(), QpState::Rts);
         prop_assert_eq!(b.qp.state(), QpState::Rts);
+        // Every move of an error counter moved the marker the NIC's counter
+        // sync skips QPs by: under loss, duplication and reordering both ends
+        // count retransmits, duplicates, out-of-sequence drops, NAKs, timeouts.
+        for h in [a, b] {
+            let c = h.qp.counters();
+            prop_assert_eq!(c.error_events, c.error_sum(), "{:?}", c);
+        }
         if std::env::var_os("RDMA_STATS").is_some() {
             eprintln!("loss {loss} dup {dup} jitter {jitter} sent {} A {:?} B {:?}", link.sent, a.qp.counters(), b.qp.counters());
         }

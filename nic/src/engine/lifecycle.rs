@@ -301,6 +301,10 @@ impl Engine {
         s.core.rtt_probe = None;
         s.core.cnp_pending = false;
         s.core.sched_rate = None;
+        // `detach` added what the old transport counted; a transport made
+        // later (by `connect`, or to flush an ERR) counts from here.
+        s.synced = super::poll::QpSums::of(s);
+        s.sync.mark = super::poll::SyncMark::of(s);
     }
 
     /// After a QP's events went to its CC: a QP that went to ERR on its own

@@ -105,11 +105,11 @@ struct QpSlot {
     /// The transport reported that it entered ERR (lifecycle.rs).
     fatal_pending: bool,
     /// The transport counters as last added to the engine's sums
-    /// (`poll.rs`).
+    /// (`poll.rs`); read only when `sync`'s mark moved.
     synced: poll::QpSums,
-    /// The QP did work since the last publication: it is in the engine's
-    /// `counters_dirty` list.
-    counters_dirty: bool,
+    /// Whether the QP did work since the last publication, and the mark of
+    /// its last sync (`poll.rs`).
+    sync: poll::CounterSync,
 }
 
 /// The engine. Built on the caller's thread, then moved to its poll-mode

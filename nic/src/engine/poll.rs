@@ -134,7 +134,7 @@ impl Engine {
             let i = i as usize;
             self.sync_qp_counters(i);
             if let Some(s) = self.qps[i].as_deref_mut() {
-                s.counters_dirty = false;
+                s.sync.dirty = false;
             }
         }
         self.publish_synced();
@@ -161,9 +161,16 @@ impl Engine {
     /// the engine's sums.
     pub(super) fn sync_qp_counters(&mut self, i: usize) {
         if let Some(s) = self.qps[i].as_deref_mut() {
+            let mark = SyncMark::of(s);
+            if mark == s.sync.mark {
+                // None of the counters in the sums moved: the usual case, and
+                // only a line the QP's last visit touched was read.
+                return;
+            }
             let now = QpSums::of(s);
             self.qp_sums.add_delta(&now, &s.synced);
             s.synced = now;
+            s.sync.mark = mark;
         }
     }
 }
@@ -173,9 +180,38 @@ impl Engine {
 /// `counters_dirty`). A flag test while it is already marked.
 #[inline]
 pub(super) fn mark_counters_dirty(s: &mut QpSlot, list: &mut Vec<u32>, i: usize) {
-    if !s.counters_dirty {
-        s.counters_dirty = true;
+    if !s.sync.dirty {
+        s.sync.dirty = true;
         list.push(i as u32);
+    }
+}
+
+/// Where a QP's counters stand against the engine's sums: kept together
+/// (one cache line) and apart from [`QpSums`], which a sync reads only when
+/// the mark moved.
+#[derive(Debug, Default)]
+pub(super) struct CounterSync {
+    /// The QP is in the engine's `counters_dirty` list.
+    pub dirty: bool,
+    /// The mark as of the last sync.
+    pub mark: SyncMark,
+}
+
+/// What moves whenever a counter in [`QpSums`] does: the transport's
+/// `error_events` (which counts every move of its nine error counters) and
+/// the go-back-N rounds. Equal marks, equal sums: the sync reads nothing else.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SyncMark {
+    errors: u64,
+    rounds: u64,
+}
+
+impl SyncMark {
+    pub(super) fn of(s: &QpSlot) -> SyncMark {
+        SyncMark {
+            errors: s.core.qp.as_ref().map_or(0, |q| q.counters().error_events),
+            rounds: s.core.backoff.map_or(0, |b| b.rounds()),
+        }
     }
 }
 

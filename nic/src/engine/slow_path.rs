@@ -321,7 +321,7 @@ impl Engine {
             err_by_program: false,
             fatal_pending: false,
             synced: super::poll::QpSums::default(),
-            counters_dirty: false,
+            sync: super::poll::CounterSync::default(),
         }));
         if self.life.take_ctrl_orphan(i) {
             // The control-ring entry a destroyed QP left in this slot is ours.
@@ -395,6 +395,7 @@ impl Engine {
         s.core.update_window();
         // Only what its new transport counts from now on is added.
         s.synced = super::poll::QpSums::of(s);
+        s.sync.mark = super::poll::SyncMark::of(s);
         self.connected.push(i);
         // Work posted before the connection is taken now.
         self.shared.ring_doorbell(qpn);

@@ -373,7 +373,7 @@ impl Completer {
         if self.una == req.sent_hi {
             return None;
         }
-        out.counters.timeouts += 1;
+        out.counters.count_error(|c| &mut c.timeouts);
         if self.retry_left == 0 {
             out.push_event(QpEvent::Timeout {
                 psn: self.una,

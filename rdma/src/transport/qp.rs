@@ -393,7 +393,7 @@ impl Qp {
             self.comp.on_sent(now_ns, &self.cfg);
             self.out.counters.tx_packets += 1;
             if p.retransmit {
-                self.out.counters.tx_retransmits += 1;
+                self.out.counters.count_error(|c| &mut c.tx_retransmits);
             }
         }
         t
@@ -412,11 +412,11 @@ impl Qp {
         if f.bth.dest_qp != self.cfg.qpn
             || matches!(self.state, QpState::Reset | QpState::Init | QpState::Err)
         {
-            self.out.counters.rx_dropped_state += 1;
+            self.out.counters.count_error(|c| &mut c.rx_dropped_state);
             return;
         }
         if self.peer_ip.is_some_and(|ip| ip != f.ip.src) {
-            self.out.counters.rx_wrong_source += 1;
+            self.out.counters.count_error(|c| &mut c.rx_wrong_source);
             return;
         }
         let op = f.bth.opcode;
@@ -465,7 +465,7 @@ impl Qp {
                     Heard::Error(st) => self.enter_error(Some(st)),
                 }
             }
-            _ => self.out.counters.rx_dropped_state += 1,
+            _ => self.out.counters.count_error(|c| &mut c.rx_dropped_state),
         }
     }
 

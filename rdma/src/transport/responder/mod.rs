@@ -320,7 +320,7 @@ impl Responder {
                 return Verdict::Continue;
             }
             PsnCheck::Duplicate => {
-                out.counters.rx_duplicates += 1;
+                out.counters.count_error(|c| &mut c.rx_duplicates);
                 self.duplicate(f, cfg, mrs, out);
                 return Verdict::Continue;
             }
@@ -353,12 +353,12 @@ impl Responder {
     /// A gap: one PSN sequence NAK per gap, then silent drops until the expected PSN
     /// arrives (IBA 9.7.5.2.1, class B).
     fn out_of_sequence(&mut self, out: &mut Outputs) {
-        out.counters.rx_out_of_sequence += 1;
+        out.counters.count_error(|c| &mut c.rx_out_of_sequence);
         if !self.nak_sent {
             self.nak_sent = true;
             let item = self.ack_item(self.epsn, AethSyndrome::Nak(NakCode::PsnSequenceError));
             self.push_out(item, out);
-            out.counters.nak_seq_sent += 1;
+            out.counters.count_error(|c| &mut c.nak_seq_sent);
         }
     }
 
@@ -502,7 +502,7 @@ impl Responder {
                 }
                 let item = self.ack_item(p, AethSyndrome::Nak(code));
                 self.push_out(item, out);
-                out.counters.nak_error_sent += 1;
+                out.counters.count_error(|c| &mut c.nak_error_sent);
                 Verdict::Error
             }
             Refusal::NotReady => {
@@ -513,7 +513,7 @@ impl Responder {
                     },
                 );
                 self.push_out(item, out);
-                out.counters.rnr_nak_sent += 1;
+                out.counters.count_error(|c| &mut c.rnr_nak_sent);
                 Verdict::Continue
             }
             Refusal::NoRoom => {
