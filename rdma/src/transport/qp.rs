@@ -37,6 +37,14 @@ pub struct Qp {
     out: Outputs,
     /// The connected peer's address, if set: nothing else is accepted.
     peer_ip: Option<Ipv4Address>,
+    /// The CC extension has a control packet waiting (`ext.has_control()`).
+    /// Kept here, with `state` (which every packet reads), with `ext_probe`:
+    /// a QP with nothing waiting there (every QP without the extension)
+    /// then does not read the extension's lines, cold on every visit when
+    /// thousands of QPs take turns.
+    ext_control: bool,
+    /// The CC extension has a probe to send (`ext.probe_pending`).
+    ext_probe: bool,
 }
 
 impl Qp {
@@ -69,6 +77,8 @@ impl Qp {
             ext: CcExtState::new(),
             out: Outputs::new(cfg.sq_depth as usize, cfg.rq_depth as usize),
             peer_ip: None,
+            ext_control: false,
+            ext_probe: false,
         })
     }
 
@@ -215,6 +225,7 @@ impl Qp {
     pub fn send_probe(&mut self) {
         if self.cfg.cc_ext {
             self.ext.probe_pending = true;
+            self.ext_probe = true;
         }
     }
 
@@ -338,7 +349,7 @@ impl Qp {
     /// data (docs/design.md §5, HPCC++ 002 §7.2), via [`Qp::poll_tx_control`].
     pub fn has_control(&self) -> bool {
         !matches!(self.state, QpState::Reset | QpState::Init)
-            && (self.ext.has_control() || self.resp.has_control())
+            && (self.ext_control || self.resp.has_control())
     }
 
     /// The next control packet only (see [`Qp::has_control`]); never data, so
@@ -347,8 +358,12 @@ impl Qp {
         if !self.has_control() {
             return None;
         }
-        if let Some(t) = self.ext.poll_control(&self.cfg) {
-            return Some(t);
+        if self.ext_control {
+            let t = self.ext.poll_control(&self.cfg);
+            self.ext_control = self.ext.has_control();
+            if t.is_some() {
+                return t;
+            }
         }
         // The front of the responder's queue is an ACK/NAK or atomic ACK.
         let t = self.resp.poll_tx(&self.cfg, &mut self.ext);
@@ -376,8 +391,10 @@ impl Qp {
             return None;
         }
         let (psn, lsn) = (self.req.next_psn, self.req.next_lsn);
-        if let Some(t) = self.ext.poll_probe(&self.cfg, psn, lsn) {
-            return Some(t);
+        if std::mem::take(&mut self.ext_probe) {
+            if let Some(t) = self.ext.poll_probe(&self.cfg, psn, lsn) {
+                return Some(t);
+            }
         }
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return None;
@@ -436,7 +453,10 @@ impl Qp {
                     ce_count: e.ce_count,
                 });
             }
-            Opcode::Probe => self.ext.on_probe(f),
+            Opcode::Probe => {
+                self.ext.on_probe(f);
+                self.ext_control = true;
+            }
             Opcode::ProbeResponse => {
                 let (n_hops, hops) = f
                     .ccext
@@ -461,7 +481,10 @@ impl Qp {
                         .on_response(f, now_ns, &self.cfg, &mut self.req, mem, &mut self.out);
                 match heard {
                     Heard::Done => {}
-                    Heard::ReadData => self.ext.on_read_response(f, &self.cfg),
+                    Heard::ReadData => {
+                        self.ext.on_read_response(f, &self.cfg);
+                        self.ext_control = self.ext.has_control();
+                    }
                     Heard::Error(st) => self.enter_error(Some(st)),
                 }
             }
