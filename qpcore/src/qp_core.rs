@@ -600,6 +600,25 @@ mod tests {
         }
     }
 
+    /// A signaled WRITE of `len` bytes from the start of `a`'s region to
+    /// `off` bytes into `b`'s.
+    fn write_wr(a: &End, b: &End, wr_id: u64, off: u64, len: u32) -> SendWr {
+        SendWr {
+            wr_id,
+            op: SendOp::Write {
+                remote_va: BASE + off,
+                rkey: b.keys.1,
+            },
+            sge: Sge {
+                addr: BASE,
+                len,
+                lkey: a.keys.0,
+            },
+            signaled: true,
+            solicited: false,
+        }
+    }
+
     /// Runs `e`'s scheduler once: the frames of one decision.
     fn transmit(e: &mut End, now: u64) -> Vec<Vec<u8>> {
         let mut out = Frames {
@@ -639,20 +658,7 @@ mod tests {
         let mut a = end(CcKind::Hpcc, 0x11, 0x12, 1, 2);
         let mut b = end(CcKind::Hpcc, 0x12, 0x11, 2, 1);
         a.mem.write(BASE, b"per-QP core");
-        let wr = SendWr {
-            wr_id: 7,
-            op: SendOp::Write {
-                remote_va: BASE + 100,
-                rkey: b.keys.1,
-            },
-            sge: Sge {
-                addr: BASE,
-                len: 11,
-                lkey: a.keys.0,
-            },
-            signaled: true,
-            solicited: false,
-        };
+        let wr = write_wr(&a, &b, 7, 100, 11);
         a.core.qp.as_mut().unwrap().post_send(wr, &a.mrs).unwrap();
         let armed = a.core.requeue(&mut a.sched, &mut a.wheel, a.key, 0);
         assert_eq!(armed, u64::MAX, "nothing sent, no timer yet");
@@ -690,21 +696,7 @@ mod tests {
     fn the_retransmit_timer_leaves_the_wheel_with_the_last_ack() {
         let mut a = end(CcKind::None, 0x11, 0x12, 1, 2);
         let mut b = end(CcKind::None, 0x12, 0x11, 2, 1);
-        let write = |wr_id, off| SendWr {
-            wr_id,
-            op: SendOp::Write {
-                remote_va: BASE + off,
-                rkey: b.keys.1,
-            },
-            sge: Sge {
-                addr: BASE,
-                len: 8,
-                lkey: a.keys.0,
-            },
-            signaled: true,
-            solicited: false,
-        };
-        let (w1, w2) = (write(1, 0), write(2, 64));
+        let (w1, w2) = (write_wr(&a, &b, 1, 0, 8), write_wr(&a, &b, 2, 64, 8));
         let mut cq = Cq {
             wcs: Vec::new(),
             room: 8,
