@@ -450,13 +450,14 @@ fn arm(
     key: TimerKey,
 ) -> u64 {
     // `armed` is Some exactly while its entry is on the wheel: the handler clears
-    // it when the entry fires, and `disarm` and `cancel_timers` when they take it
-    // off (so no wheel lookup, a likely cache miss, on this per-packet path).
+    // it when the entry fires, and this and `cancel_timers` when they take it off
+    // (so no wheel lookup, a likely cache miss, on this per-packet path).
     match (*armed, want) {
         (Some((_, at)), Some(w)) if at <= w => u64::MAX,
         (None, None) => u64::MAX,
         (Some((h, _)), None) => {
-            disarm(wheel, armed, h);
+            wheel.cancel(h);
+            *armed = None;
             u64::MAX
         }
         (cur, Some(w)) => {
@@ -464,16 +465,6 @@ fn arm(
             w
         }
     }
-}
-
-/// The other half of [`arm`]: the timer is no longer wanted; off the wheel.
-fn disarm(
-    wheel: &mut TimerWheel<TimerKey>,
-    armed: &mut Option<(TimerHandle, u64)>,
-    h: TimerHandle,
-) {
-    wheel.cancel(h);
-    *armed = None;
 }
 
 /// The rare half of [`arm`]: a deadline earlier than the armed one, or none armed.

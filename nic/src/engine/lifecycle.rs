@@ -303,8 +303,7 @@ impl Engine {
         s.core.sched_rate = None;
         // `detach` added what the old transport counted; a transport made
         // later (by `connect`, or to flush an ERR) counts from here.
-        s.synced = super::poll::QpSums::of(s);
-        s.sync.mark = super::poll::SyncMark::of(s);
+        super::poll::take_baseline(s);
     }
 
     /// After a QP's events went to its CC: a QP that went to ERR on its own

@@ -186,6 +186,14 @@ pub(super) fn mark_counters_dirty(s: &mut QpSlot, list: &mut Vec<u32>, i: usize)
     }
 }
 
+/// Takes QP `s`'s counters as they are now as the baseline of its next sync:
+/// only what its transport counts from here on is added to the sums (a new
+/// transport, after `connect` or `reset`).
+pub(super) fn take_baseline(s: &mut QpSlot) {
+    s.synced = QpSums::of(s);
+    s.sync.mark = SyncMark::of(s);
+}
+
 /// Where a QP's counters stand against the engine's sums: kept together
 /// (one cache line) and apart from [`QpSums`], which a sync reads only when
 /// the mark moved.
@@ -207,7 +215,7 @@ pub(super) struct SyncMark {
 }
 
 impl SyncMark {
-    pub(super) fn of(s: &QpSlot) -> SyncMark {
+    fn of(s: &QpSlot) -> SyncMark {
         SyncMark {
             errors: s.core.qp.as_ref().map_or(0, |q| q.counters().error_events),
             rounds: s.core.backoff.map_or(0, |b| b.rounds()),
@@ -232,7 +240,7 @@ pub(super) struct QpSums {
 
 impl QpSums {
     /// One QP's counters (zero without a transport).
-    pub(super) fn of(s: &QpSlot) -> QpSums {
+    fn of(s: &QpSlot) -> QpSums {
         let mut v = QpSums {
             gbn_backoffs: s.core.backoff.map_or(0, |b| b.rounds()),
             ..QpSums::default()

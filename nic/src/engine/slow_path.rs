@@ -394,8 +394,7 @@ impl Engine {
         s.core.qp = Some(qp);
         s.core.update_window();
         // Only what its new transport counts from now on is added.
-        s.synced = super::poll::QpSums::of(s);
-        s.sync.mark = super::poll::SyncMark::of(s);
+        super::poll::take_baseline(s);
         self.connected.push(i);
         // Work posted before the connection is taken now.
         self.shared.ring_doorbell(qpn);
