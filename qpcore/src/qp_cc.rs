@@ -86,14 +86,16 @@ pub fn telemetry(hops: &[HopRecord], out: &mut [IntHop; MAX_HOPS]) -> usize {
     hops.len().min(MAX_HOPS)
 }
 
-/// The CC's answer to one transport event. A PSN sequence error NAK and a timeout
-/// end the RTT sample (the timed packet will be sent again); other NAKs, CE marks,
-/// READ response ACKs and errors ask nothing of the CC.
+/// The CC's answer to one transport event, with the hop records it echoed
+/// (`hops`: empty for an event without telemetry). A PSN sequence error NAK and a
+/// timeout end the RTT sample (the timed packet will be sent again); other NAKs, CE
+/// marks, READ response ACKs and errors ask nothing of the CC.
 #[inline]
 pub fn on_event<C: CongestionControl>(
     cc: &mut C,
     probe: &mut RttProbe,
     ev: &QpEvent,
+    hops: &[HopRecord],
     now: u64,
 ) -> Actions {
     let mut th = [IntHop::default(); MAX_HOPS];
@@ -103,12 +105,10 @@ pub fn on_event<C: CongestionControl>(
             newly_acked,
             ce_count,
             window,
-            n_hops,
-            ref hops,
             ..
         } => {
             let rtt_ns = take_rtt_sample(probe, acked_lsn, now);
-            let n = telemetry(&hops[..usize::from(n_hops).min(hops.len())], &mut th);
+            let n = telemetry(hops, &mut th);
             cc.on_ack(&AckEvent {
                 now_ns: now,
                 acked_lsn: u64::from(acked_lsn),
@@ -135,8 +135,8 @@ pub fn on_event<C: CongestionControl>(
             cc.on_rto(now)
         }
         QpEvent::CnpReceived => cc.on_cnp(now),
-        QpEvent::ProbeResponse { n_hops, ref hops } => {
-            let n = telemetry(&hops[..usize::from(n_hops).min(hops.len())], &mut th);
+        QpEvent::ProbeResponse { .. } => {
+            let n = telemetry(hops, &mut th);
             cc.on_probe_response(now, &th[..n])
         }
         QpEvent::Nak { .. }
@@ -290,9 +290,9 @@ mod tests {
         // A timeout ends the RTT sample; a CNP does not.
         let mut cc = hpcc();
         let mut p: RttProbe = Some((1, 1));
-        on_event(&mut cc, &mut p, &QpEvent::CnpReceived, 10);
+        on_event(&mut cc, &mut p, &QpEvent::CnpReceived, &[], 10);
         assert!(p.is_some());
-        on_event(&mut cc, &mut p, &seq, 10);
+        on_event(&mut cc, &mut p, &seq, &[], 10);
         assert!(p.is_none());
     }
 

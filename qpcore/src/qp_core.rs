@@ -23,7 +23,9 @@
 //! allocation-free: the engine's hot path calls it for every packet.
 
 use cc::{AnyCc, CongestionControl};
-use rdma::transport::{MemorySpace, MrTable, Payload, Qp, QpEvent, TxPacket, WorkCompletion};
+use rdma::transport::{
+    EchoedHops, MemorySpace, MrTable, Payload, Qp, QpEvent, TxPacket, WorkCompletion,
+};
 use rdma::wire::frame::{IntInsert, RoceRepr};
 use rdma::wire::{BthRepr, Ecn, FrameBuilder, Opcode, RoceFrame};
 use sched::scheduler::{Scheduler, RATE_UNPACED};
@@ -187,7 +189,7 @@ impl QpCore {
     pub fn feed_events(&mut self, now: u64) -> Fed {
         let mut fed = Fed::default();
         let mut events = 0;
-        while let Some(ev) = self.qp.as_mut().and_then(Qp::poll_event) {
+        while let Some((ev, echo)) = self.qp.as_mut().and_then(Qp::poll_event) {
             events += 1;
             match ev {
                 QpEvent::Ack { newly_acked, .. } => {
@@ -205,7 +207,8 @@ impl QpCore {
                     b.on_go_back_n(in_flight);
                 }
             }
-            let a = qp_cc::on_event(&mut self.cc, &mut self.rtt_probe, &ev, now);
+            let hops = echo.as_ref().map_or(&[][..], EchoedHops::records);
+            let a = qp_cc::on_event(&mut self.cc, &mut self.rtt_probe, &ev, hops, now);
             self.apply(a);
         }
         if events > 0 {

@@ -627,9 +627,9 @@ fn probe_roundtrip_echoes_int_hops() {
     let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| true).unwrap();
     a.qp.on_rx(&f, 30, &a.mrs, &mut a.mem);
     match a.qp.poll_event() {
-        Some(QpEvent::ProbeResponse { n_hops, hops }) => {
+        Some((QpEvent::ProbeResponse { n_hops }, Some(hops))) => {
             assert_eq!(n_hops, 2);
-            assert_eq!(&hops[..2], &[h2, h1], "newest first");
+            assert_eq!(hops.records(), &[h2, h1], "newest first");
         }
         e => panic!("expected probe response, got {e:?}"),
     }
@@ -681,13 +681,15 @@ fn ack_echoes_int_hops_of_the_data_packet() {
     let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| true).unwrap();
     a.qp.on_rx(&f, 300, &a.mrs, &mut a.mem);
     match a.qp.poll_event() {
-        Some(QpEvent::Ack {
-            n_hops: 1,
-            hops,
-            newly_acked: 100,
-            acked_lsn: 100,
-            ..
-        }) => assert_eq!(hops[0], h),
+        Some((
+            QpEvent::Ack {
+                n_hops: 1,
+                newly_acked: 100,
+                acked_lsn: 100,
+                ..
+            },
+            Some(hops),
+        )) => assert_eq!(hops.records(), &[h]),
         e => panic!("unexpected {e:?}"),
     }
     assert_eq!(a.qp.poll_cq().map(|c| c.status), Some(WcStatus::Success));

@@ -8,13 +8,12 @@
 
 use super::config::{QpConfig, RNR_RETRY_INFINITE};
 use super::mr::MemorySpace;
-use super::output::{Outputs, QpEvent};
+use super::output::{EchoedHops, Outputs, QpEvent};
 use super::requester::Requester;
 use super::wc::{SendOp, WcStatus, WorkCompletion};
 use crate::wire::bth::Opcode;
-use crate::wire::ccext::{CcExtRepr, MAX_ECHO_HOPS};
+use crate::wire::ccext::CcExtRepr;
 use crate::wire::frame::RoceFrame;
-use crate::wire::int::HopRecord;
 use crate::wire::psn;
 use crate::wire::transport_hdrs::{rnr_timer_ns, AethSyndrome, NakCode};
 
@@ -183,19 +182,18 @@ impl Completer {
     }
 
     fn ack_event(&self, p: u32, newly: u32, ext: Option<&CcExtRepr>, out: &mut Outputs) {
-        let (ce, window, n, hops) = match ext {
-            Some(e) => (e.ce_count, e.window, e.n_hops, e.hops),
-            None => (0, None, 0, [HopRecord::default(); MAX_ECHO_HOPS]),
-        };
-        out.push_event(QpEvent::Ack {
+        let e = QpEvent::Ack {
             psn: p,
             acked_lsn: self.acked_lsn,
             newly_acked: newly,
-            ce_count: ce,
-            window,
-            n_hops: n,
-            hops,
-        });
+            ce_count: ext.map_or(0, |e| e.ce_count),
+            window: ext.and_then(|e| e.window),
+            n_hops: 0,
+        };
+        match ext {
+            Some(x) if x.n_hops > 0 => out.push_echo(e, EchoedHops::new(x.n_hops, &x.hops)),
+            _ => out.push_event(e),
+        }
     }
 
     /// Whether `p` is a PSN sent and not yet acknowledged.

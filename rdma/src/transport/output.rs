@@ -141,10 +141,9 @@ pub enum QpEvent {
         ce_count: u8,
         /// Receiver window (Rx-HPCC), if carried.
         window: Option<u32>,
-        /// Echoed hop records.
+        /// Hop records it echoed: when not 0, [`super::Qp::poll_event`] gives
+        /// them beside the event ([`EchoedHops`]).
         n_hops: u8,
-        /// Hop records, newest first.
-        hops: [HopRecord; MAX_ECHO_HOPS],
     },
     /// A NAK was received.
     Nak {
@@ -177,13 +176,49 @@ pub enum QpEvent {
     },
     /// A probe response arrived (HPCC++ probe mode) with the path's telemetry.
     ProbeResponse {
-        /// Echoed hop records.
+        /// Hop records it echoed: when not 0, [`super::Qp::poll_event`] gives
+        /// them beside the event ([`EchoedHops`]).
         n_hops: u8,
-        /// Hop records, newest first.
-        hops: [HopRecord; MAX_ECHO_HOPS],
     },
     /// The QP entered the error state.
     Error,
+}
+
+impl QpEvent {
+    /// How many hop records the event echoed (an ACK's or a probe
+    /// response's telemetry); 0 for every other event.
+    pub fn n_hops(&self) -> u8 {
+        match *self {
+            QpEvent::Ack { n_hops, .. } | QpEvent::ProbeResponse { n_hops } => n_hops,
+            _ => 0,
+        }
+    }
+}
+
+/// The hop records an ACK or a probe response echoed (HPCC++ 000 §6.2: the
+/// sender's CC reads the path's telemetry from them), given beside its
+/// [`QpEvent`]. Kept out of the event so that an event without telemetry, on
+/// every ACK of a QP without INT, writes 24 bytes instead of 150: with
+/// thousands of QPs each write is to a cold cache line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EchoedHops {
+    n: u8,
+    hops: [HopRecord; MAX_ECHO_HOPS],
+}
+
+impl EchoedHops {
+    /// The first `n` of `hops` (newest first).
+    pub fn new(n: u8, hops: &[HopRecord; MAX_ECHO_HOPS]) -> Self {
+        Self {
+            n: n.min(MAX_ECHO_HOPS as u8),
+            hops: *hops,
+        }
+    }
+
+    /// The hop records, newest first.
+    pub fn records(&self) -> &[HopRecord] {
+        &self.hops[..usize::from(self.n)]
+    }
 }
 
 /// Drop and error counters (each drop reason is counted, docs/design.md §3).
@@ -262,6 +297,9 @@ impl QpCounters {
 pub(super) struct Outputs {
     pub cq: VecDeque<WorkCompletion>,
     pub events: VecDeque<QpEvent>,
+    /// The hop records of the events in `events` that echoed some
+    /// ([`QpEvent::n_hops`] not 0), in the same order.
+    pub echoes: VecDeque<EchoedHops>,
     events_cap: usize,
     pub counters: QpCounters,
 }
@@ -272,6 +310,7 @@ impl Outputs {
         Self {
             cq: VecDeque::with_capacity(sq_depth + rq_depth + 8),
             events: VecDeque::with_capacity(events_cap),
+            echoes: VecDeque::with_capacity(events_cap),
             events_cap,
             counters: QpCounters::default(),
         }
@@ -281,12 +320,44 @@ impl Outputs {
         push_compact(&mut self.cq, wc);
     }
 
+    /// Queues an event without telemetry (see [`Self::push_echo`]).
     pub fn push_event(&mut self, e: QpEvent) {
-        if self.events.len() >= self.events_cap {
-            self.events.pop_front();
-            self.counters.events_dropped += 1;
+        debug_assert_eq!(e.n_hops(), 0, "hop records go through push_echo");
+        self.make_room();
+        push_compact(&mut self.events, e);
+    }
+
+    /// Queues an ACK or probe response event with the hop records it echoed:
+    /// `e`'s `n_hops` becomes theirs.
+    pub fn push_echo(&mut self, mut e: QpEvent, hops: EchoedHops) {
+        match &mut e {
+            QpEvent::Ack { n_hops, .. } | QpEvent::ProbeResponse { n_hops } => *n_hops = hops.n,
+            _ => debug_assert!(false, "only ACKs and probe responses echo hops"),
+        }
+        self.make_room();
+        if e.n_hops() > 0 {
+            push_compact(&mut self.echoes, hops);
         }
         push_compact(&mut self.events, e);
+    }
+
+    /// The next event and the hop records it echoed.
+    pub fn pop_event(&mut self) -> Option<(QpEvent, Option<EchoedHops>)> {
+        let e = self.events.pop_front()?;
+        let hops = if e.n_hops() > 0 {
+            self.echoes.pop_front()
+        } else {
+            None
+        };
+        Some((e, hops))
+    }
+
+    /// A full event queue drops its oldest event (counted), with its hops.
+    fn make_room(&mut self) {
+        if self.events.len() >= self.events_cap {
+            let _ = self.pop_event();
+            self.counters.events_dropped += 1;
+        }
     }
 }
 
@@ -307,6 +378,72 @@ mod tests {
     use super::*;
     use crate::transport::mr::VecMemory;
     use crate::wire::bth::{BthRepr, Opcode};
+
+    fn ack(psn: u32) -> QpEvent {
+        QpEvent::Ack {
+            psn,
+            acked_lsn: psn,
+            newly_acked: 1,
+            ce_count: 0,
+            window: None,
+            n_hops: 0,
+        }
+    }
+
+    fn hops(first: u16, n: u8) -> EchoedHops {
+        let mut h = [HopRecord::default(); MAX_ECHO_HOPS];
+        for (k, r) in h.iter_mut().enumerate() {
+            r.switch_id = first + k as u16;
+        }
+        EchoedHops::new(n, &h)
+    }
+
+    /// Each event comes back with the hop records it was queued with, also
+    /// when the full queue drops its oldest events, some with hops, some
+    /// without: the dropped event's records go with it.
+    #[test]
+    fn events_keep_their_echoed_hops_through_drops() {
+        let mut out = Outputs::new(1, 1);
+        let cap = out.events_cap;
+        let total = cap as u32 + 5;
+        for p in 0..total {
+            match p % 3 {
+                0 => out.push_event(ack(p)),
+                1 => out.push_echo(ack(p), hops(p as u16, 1 + (p % 8) as u8)),
+                _ => out.push_echo(QpEvent::ProbeResponse { n_hops: 0 }, hops(p as u16, 3)),
+            }
+        }
+        assert_eq!(out.counters.events_dropped, 5);
+        let mut p = 5;
+        while let Some((e, h)) = out.pop_event() {
+            match p % 3 {
+                0 => assert_eq!((e, h), (ack(p), None)),
+                1 => {
+                    let n = 1 + (p % 8) as u8;
+                    assert_eq!(e.n_hops(), n);
+                    let h = h.expect("hops");
+                    assert_eq!(h.records().len(), usize::from(n));
+                    assert_eq!(h.records()[0].switch_id, p as u16);
+                }
+                _ => {
+                    assert_eq!(e, QpEvent::ProbeResponse { n_hops: 3 });
+                    assert_eq!(h.expect("hops").records()[2].switch_id, p as u16 + 2);
+                }
+            }
+            p += 1;
+        }
+        assert_eq!(p, total);
+        assert!(out.echoes.is_empty());
+    }
+
+    /// An echo of no hops queues no records.
+    #[test]
+    fn an_echo_of_no_hops_is_a_plain_event() {
+        let mut out = Outputs::new(4, 4);
+        out.push_echo(ack(1), hops(0, 0));
+        assert!(out.echoes.is_empty());
+        assert_eq!(out.pop_event(), Some((ack(1), None)));
+    }
 
     /// A queue emptied between pushes starts again at the front of its
     /// buffer: what it holds is never split around the buffer's end.

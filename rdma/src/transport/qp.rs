@@ -14,14 +14,13 @@ use super::completer::{Completer, Heard};
 pub use super::config::{QpConfig, QpError, QpState, LSN_HEADER_ONLY_CHARGE, RNR_RETRY_INFINITE};
 use super::mr::{MemorySpace, MrTable};
 use super::output::Outputs;
-pub use super::output::{Payload, QpCounters, QpEvent, TxPacket};
+pub use super::output::{EchoedHops, Payload, QpCounters, QpEvent, TxPacket};
 use super::requester::Requester;
 use super::responder::{Responder, Verdict};
 use super::wc::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::bth::Opcode;
-use crate::wire::ccext::{CcExtFlags, MAX_ECHO_HOPS};
+use crate::wire::ccext::CcExtFlags;
 use crate::wire::frame::RoceFrame;
-use crate::wire::int::HopRecord;
 use crate::wire::ipv4::Ipv4Address;
 use crate::wire::psn;
 
@@ -313,9 +312,10 @@ impl Qp {
         self.out.cq.len()
     }
 
-    /// Next event for CC / the NIC.
-    pub fn poll_event(&mut self) -> Option<QpEvent> {
-        self.out.events.pop_front()
+    /// Next event for CC / the NIC, with the hop records it echoed (an ACK's
+    /// or a probe response's telemetry, when it carried some).
+    pub fn poll_event(&mut self) -> Option<(QpEvent, Option<EchoedHops>)> {
+        self.out.pop_event()
     }
 
     /// The earliest time [`Qp::on_timer`] has work to do, if any.
@@ -458,12 +458,11 @@ impl Qp {
                 self.ext_control = true;
             }
             Opcode::ProbeResponse => {
-                let (n_hops, hops) = f
-                    .ccext
-                    .map_or((0, [HopRecord::default(); MAX_ECHO_HOPS]), |e| {
-                        (e.n_hops, e.hops)
-                    });
-                self.out.push_event(QpEvent::ProbeResponse { n_hops, hops });
+                let e = QpEvent::ProbeResponse { n_hops: 0 };
+                match &f.ccext {
+                    Some(x) => self.out.push_echo(e, EchoedHops::new(x.n_hops, &x.hops)),
+                    None => self.out.push_event(e),
+                }
             }
             _ if op.is_request() => {
                 let v = self

@@ -68,7 +68,7 @@ impl Host {
         while let Some(c) = self.qp.poll_cq() {
             self.cq.push(c);
         }
-        while let Some(e) = self.qp.poll_event() {
+        while let Some((e, _)) = self.qp.poll_event() {
             self.events.push(e);
         }
     }
