@@ -74,7 +74,7 @@ impl Qp {
             comp: Completer::new(&cfg),
             resp: Responder::new(&cfg),
             ext: CcExtState::new(),
-            out: Outputs::new(cfg.sq_depth as usize, cfg.rq_depth as usize),
+            out: Outputs::new(cfg.sq_depth as usize, cfg.rq_depth as usize, cfg.cc_ext),
             peer_ip: None,
             ext_control: false,
             ext_probe: false,
