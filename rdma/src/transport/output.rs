@@ -77,7 +77,7 @@ pub struct TxPacket {
     pub priority: bool,
     /// LSN of the packet's first byte (the requester or the READ-response space).
     pub lsn: u32,
-    /// LSN charge of this packet (payload bytes, or [`LSN_HEADER_ONLY_CHARGE`]).
+    /// LSN charge of this packet (payload bytes, or [`LSN_HEADER_ONLY_CHARGE`](super::config::LSN_HEADER_ONLY_CHARGE)).
     pub lsn_len: u32,
     /// A retransmission (go-back-N, timeout or RNR).
     pub retransmit: bool,
