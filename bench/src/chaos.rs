@@ -1,6 +1,6 @@
 //! What the chaos soak (`roce-soak`) and the fault tests share: a seeded
 //! byte pattern every receiver can check by offset, two NICs joined through
-//! the impairment stage ([`impair`]), and the process's memory census
+//! the impairment stage ([`impair`](mod@impair)), and the process's memory census
 //! (RSS and every mempool's in-use count).
 
 use std::sync::atomic::{AtomicBool, Ordering};

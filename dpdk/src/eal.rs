@@ -101,7 +101,7 @@ impl Eal {
         );
     }
 
-    /// The shared EAL for tests and benchmarks ([`TEST_EAL_ARGS`]).
+    /// The shared EAL for tests and benchmarks (`TEST_EAL_ARGS`).
     ///
     /// Panics if it cannot start: a test cannot do anything useful without it.
     pub fn for_tests() -> &'static Eal {

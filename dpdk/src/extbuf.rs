@@ -100,7 +100,7 @@ impl Drop for Pages {
 
 /// A block of memory that mbufs can be attached to.
 ///
-/// The `ExtBuf` holds [`HANDLE_REFS`] references and every attached mbuf one
+/// The `ExtBuf` holds `HANDLE_REFS` references and every attached mbuf one
 /// more; the memory is freed by whichever goes last (the handle's drop, or
 /// DPDK's free callback when the last mbuf is freed, possibly by a driver on
 /// another thread).

@@ -118,9 +118,9 @@ impl Device {
     ///
     /// Where the port offers a queue pair per shard, shard `k` owns queue
     /// pair `k` and frames on the wrong queue are steered between shards
-    /// ([`crate::shard::Steer`]); otherwise a dispatcher thread on
+    /// (`shard::Steer`); otherwise a dispatcher thread on
     /// `cfg.core` owns the port's one queue pair and steers received frames
-    /// to the shard of their destination QPN ([`crate::shard::Dispatcher`]).
+    /// to the shard of their destination QPN (`shard::Dispatcher`).
     ///
     /// Completion queues are spread over the shards round robin; a QP lives
     /// on the shard of its CQs (both must be on the same one). Memory regions

@@ -3,7 +3,7 @@
 //! Pure building blocks (testable without DPDK) and the DPDK shell that runs
 //! them on poll-mode lcores. A program opens a device ([`device`]) and uses
 //! the handles of [`verbs`]; the engine ([`engine`]) runs the datapath; the
-//! two meet only in [`contract`]. Unsafe code is denied outside [`sys`]
+//! two meet only in [`contract`]. Unsafe code is denied outside `sys`
 //! (registered memory, the eventfd and futex system calls).
 
 #![deny(unsafe_code)]

@@ -26,7 +26,7 @@
 //! `ibv_modify_cq`'s `cq_count` moderates completion events. The same
 //! fences make the waker of the last item needed see the flag.
 //!
-//! This file depends on nothing but [`crate::sync`] and the futex of
+//! This file depends on nothing but `crate::sync` and the futex of
 //! `crate::sys`, so that the loom model (`nic/loom`, `scripts/loom.sh`)
 //! runs the very code the engine and the program run.
 

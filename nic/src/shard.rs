@@ -40,7 +40,7 @@
 //!
 //! Where the port offers a queue pair per shard (a multi-queue ring pair,
 //! `net_tap` with queues, a NIC's RSS or `rte_flow` queues), there is no
-//! dispatcher: shard `k`'s engine owns RX and TX queue `k` ([`Steer`]). The
+//! dispatcher: shard `k`'s engine owns RX and TX queue `k` (`Steer`). The
 //! sender's choice (a ring pair cabled queue to queue), the kernel's flow
 //! hash (TAP) or the NIC's steering decides which queue a frame arrives on;
 //! a frame on the wrong shard's queue (and every frame that is not RoCEv2,

@@ -24,7 +24,7 @@ struct Cli {
     /// DPDK devargs of the port (RSNIC_DEV), e.g. net_tap0,iface=rs0.
     #[arg(long)]
     dev: String,
-    /// The port's IPv4 address (RSNIC_IP); the GID is ::ffff:<ip>.
+    /// The port's IPv4 address (RSNIC_IP); the GID is `::ffff:<ip>`.
     /// Required, except on a net_af_xdp port (af_xdp:IF), which takes its
     /// interface's own (host mode).
     #[arg(long)]

@@ -1,10 +1,10 @@
 //! Topologies: hosts, switches with their ports and routes, and links.
 //!
-//! * [`Topology::hpcc_fattree`]: the HPCC paper's fat-tree (simulation/mix/fat.txt of
+//! * [`Topology::fattree`] of [`Topology::hpcc_shape`]: the HPCC paper's fat-tree (simulation/mix/fat.txt of
 //!   the authors' simulator, `sim/data/README.md`): racks of 16 hosts at 100 Gbit/s,
 //!   pods of 4 ToRs and 4 aggregation switches at 400 Gbit/s, agg `i` of every pod up to
 //!   cores `4i..4i+3`; 320 hosts give the paper's 20 ToRs, 20 aggs and 16 cores.
-//! * [`Topology::kary_fattree`]: the textbook k-ary fat-tree (k pods of k/2 ToRs and
+//! * [`Topology::fattree`] of [`Topology::kary_shape`]: the textbook k-ary fat-tree (k pods of k/2 ToRs and
 //!   k/2 aggs, (k/2)^2 cores, k/2 hosts a ToR), one link speed.
 //! * [`Topology::star`]: N hosts on one switch (incast).
 //!

@@ -21,8 +21,8 @@
 //! connection, ARP resolution; `slow_path.rs`) and publishes the counters. Nothing on the
 //! per-packet path allocates, locks or makes a system call.
 //!
-//! This file holds the engine's state ([`Engine`], one [`QpSlot`] per QP)
-//! and how an engine is built from its parts ([`EngineParts`]); where its
+//! This file holds the engine's state ([`Engine`], one `QpSlot` per QP)
+//! and how an engine is built from its parts (`EngineParts`); where its
 //! frames come from is `port.rs`.
 
 mod control;

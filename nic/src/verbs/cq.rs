@@ -29,7 +29,7 @@ pub struct CompletionQueue {
     /// without spinning.
     pub(super) contended_until: Option<Instant>,
     /// A score of how often recent completions came within
-    /// [`SPIN_WHEN_SHARED`] of the wait's start (up one for each that did,
+    /// `SPIN_WHEN_SHARED` of the wait's start (up one for each that did,
     /// down one for each that did not; 0..=2 x [`QUICK_ANSWERS_TO_SPIN`]).
     pub(super) quick_answers: u8,
 }
@@ -98,7 +98,7 @@ impl CompletionQueue {
     ///
     /// While the core is shared (a spin was preempted: the scheduler ran
     /// something else in the middle of it, within the last
-    /// [`CONTENDED_FOR`]), it spins only [`SPIN_WHEN_SHARED`] (a few round
+    /// `CONTENDED_FOR`), it spins only `SPIN_WHEN_SHARED` (a few round
     /// trips of the engines: a ping-pong's answer), and only while recent
     /// completions came that quickly, before it parks: a thread
     /// that spins on a shared core gets half of it in slices of

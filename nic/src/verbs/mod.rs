@@ -154,7 +154,7 @@ impl Device {
 
     /// The MAC of the host at `ip` on this port's link, by ARP (from the
     /// cache when known; otherwise this waits for the reply, and fails with
-    /// [`EngineError::ArpFailed`] when none comes).
+    /// [`crate::contract::EngineError::ArpFailed`] when none comes).
     ///
     /// In host mode (`DeviceConfig::kernel_iface`), from the kernel's
     /// neighbour table instead (crate::host).
@@ -505,7 +505,7 @@ pub fn wake_quickly() -> bool {
 const POLL_SLEEP: Duration = Duration::from_micros(20);
 
 /// Calls `poll` until it returns something or `timeout` has passed: busy
-/// for [`SPIN_BEFORE_PARK`], then sleeping [`POLL_SLEEP`] between polls
+/// for [`SPIN_BEFORE_PARK`], then sleeping `POLL_SLEEP` between polls
 /// (on a host with fewer cores than busy threads, whoever shares the core
 /// runs meanwhile; `sched_yield` would hand it a whole scheduler slice).
 /// For a condition nothing wakes; [`CompletionQueue::wait`] parks on its

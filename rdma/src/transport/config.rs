@@ -1,8 +1,8 @@
 //! What a queue pair is configured with and answers besides packets: its attributes
 //! ([`QpConfig`], the `ibv_modify_qp` attributes this transport uses), its states
 //! (IBA 10.3.1), its errors, and the constants the roles share. Below [`super::qp`] and
-//! the roles ([`super::requester`], [`super::completer`], [`super::responder`],
-//! [`super::cc_ext`]), which all use it; it uses none of them.
+//! the roles (`requester`, `completer`, `responder`,
+//! `cc_ext`), which all use it; it uses none of them.
 
 use super::mr::AccessError;
 

@@ -1,8 +1,8 @@
 //! The RC queue pair (IBA vol. 1 9.7 "reliable service", 10.3 QP states), composed the
-//! way Linux rxe splits it: a [`super::requester`] (`rxe_req.c`) that turns work
-//! requests into packets, a [`super::completer`] (`rxe_comp.c`) that processes what
-//! comes back, a [`super::responder`] (`rxe_resp.c`) that executes the peer's
-//! requests, and the [`super::cc_ext`] state of the project's CC extension. `Qp` owns
+//! way Linux rxe splits it: a requester (`rxe_req.c`) that turns work
+//! requests into packets, a completer (`rxe_comp.c`) that processes what
+//! comes back, a responder (`rxe_resp.c`) that executes the peer's
+//! requests, and the `cc_ext` state of the project's CC extension. `Qp` owns
 //! the state machine (RESET -> INIT -> RTR -> RTS, ERR), dispatches received packets and
 //! timers to the roles and merges their output. Driven by `(event, now_ns)`, it answers
 //! packets to send ([`Qp::poll_tx`]), completions ([`Qp::poll_cq`]) and CC events

@@ -1,6 +1,6 @@
 //! Bandwidth tests, as perftest's `write_bw.c`, `read_bw.c`, `send_bw.c`:
 //! the client posts `-n` messages per QP keeping `-t` in flight, QPs in
-//! turn, messages cycling through the peer's unit ([`Layout::slot`]).
+//! turn, messages cycling through the peer's unit ([`crate::link::Layout::slot`]).
 //! WRITE and READ: the server waits for the client's end and prints the
 //! client's report. SEND: the server receives (its own table), with a
 //! barrier before each size.

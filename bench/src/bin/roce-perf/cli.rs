@@ -108,7 +108,7 @@ pub struct Opts {
     #[arg(long = "ip", default_value_t = Ipv4Addr::UNSPECIFIED, hide_default_value = true)]
     pub ip: Ipv4Addr,
     /// MAC address of this NIC (default: the port's; for `net_tap` ports a
-    /// locally administered 02:52:53:<ip>, because the kernel side of a TAP
+    /// locally administered `02:52:53:<ip>`, because the kernel side of a TAP
     /// carries the PMD's own MAC, and a Linux bridge keeps frames for that
     /// address to itself instead of forwarding them into the TAP).
     #[arg(long = "mac", value_parser = parse_mac)]
