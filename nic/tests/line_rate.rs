@@ -7,7 +7,11 @@
 //!   rounds (crate::gbn_backoff), so that under 10 % of what it sends is
 //!   retransmitted (without the backoff, most of it is).
 //!
-//! Both bounds are on counters and upper bounds on a rate: a loaded host
+//! - with many QPs, each 64 KiB WRITE is acknowledged about once: the
+//!   scheduler's quantum keeps a message's packets together
+//!   (`sched::scheduler::NIC_QUANTUM_BYTES`).
+//!
+//! The bounds are on counters and upper bounds on a rate: a loaded host
 //! can only make the NIC slower, never faster.
 
 mod support;
@@ -129,6 +133,58 @@ fn qps_together_never_exceed_the_line_rate() {
     );
     assert!(sent >= TOTAL as u64, "{sent}");
     assert!(rate <= LINE as f64, "{:.3} Gbit/s", rate / 1e9);
+}
+
+/// 32 QPs without CC, one 64 KiB WRITE each in flight, at path MTUs 4096
+/// and 1024: the receiver acknowledges each message about once (a message
+/// whose packets span two RX bursts gets two ACKs). With a quantum that a
+/// message's last frame did not fit in, that frame waited for the round
+/// robin's next turn, after every other QP's message: two ACKs a message
+/// at least.
+#[test]
+fn with_many_qps_a_64_kib_write_is_acknowledged_about_once() {
+    const QPS: usize = 32;
+    const MSG: usize = 64 << 10;
+    let eal = Eal::for_tests();
+    for mtu in [4096, 1024] {
+        let (pa, pb) = Port::ring_pair(eal, &format!("acks{mtu}"), 4096).unwrap();
+        let a = Device::open(eal, pa, DeviceConfig::new([10, 0, 0, 1])).unwrap();
+        let b = Device::open(eal, pb, DeviceConfig::new([10, 0, 0, 2])).unwrap();
+        let src = a.reg_mr(4 << 20, Access::LOCAL_WRITE).unwrap();
+        let dst = b
+            .reg_mr(4 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let mut cq = a.create_cq(256).unwrap();
+        let cq_b = b.create_cq(256).unwrap();
+        let opts = QpOptions {
+            mtu,
+            ..QpOptions::default()
+        };
+        let mut qps = Vec::new();
+        for _ in 0..QPS {
+            let mut qa = a.create_qp(&cq, &cq, opts).unwrap();
+            let mut qb = b.create_qp(&cq_b, &cq_b, opts).unwrap();
+            qa.connect(&qb.remote_info()).unwrap();
+            qb.connect(&qa.remote_info()).unwrap();
+            qps.push((qa, qb));
+        }
+        let (mut senders, _receivers): (Vec<_>, Vec<_>) = qps.into_iter().unzip();
+        let acks_before = b.counters().tx_acks;
+        let msgs = 16 * QPS;
+        write_all(&a, &mut senders, &mut cq, (&src, &dst), msgs * MSG, MSG, 1);
+        let acks = b.counters().tx_acks - acks_before;
+        let per_msg = acks as f64 / msgs as f64;
+        let bursts = (MSG / mtu as usize).div_ceil(dpdk::BURST_SIZE);
+        eprintln!(
+            "MTU {mtu}: {acks} ACKs for {msgs} messages of 64 KiB on {QPS} QPs \
+             ({per_msg:.2} each, {bursts} RX bursts a message)"
+        );
+        assert!(acks >= msgs as u64, "every message is acknowledged");
+        assert!(
+            per_msg < bursts as f64 + 0.75,
+            "MTU {mtu}: {per_msg:.2} ACKs a message"
+        );
+    }
 }
 
 #[test]

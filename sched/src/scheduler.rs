@@ -175,10 +175,19 @@ pub struct Scheduler<C: Copy = ControlDesc> {
 }
 
 /// The round-robin quantum the DPDK NIC's engines use
-/// ([`Scheduler::with_quantum`]): 64 KiB, so that with thousands of QPs a
-/// receiver still gets runs of one QP to coalesce its ACKs over (one ACK per
-/// 6.6 data packets at 1024 QPs instead of one per packet; docs/benchmarks.md).
-pub const NIC_QUANTUM_BYTES: u32 = 64 << 10;
+/// ([`Scheduler::with_quantum`]): a 64 KiB message in one visit at any path
+/// MTU from 1024 (64 frames, each charged its payload plus at most 128 bytes
+/// of headers and wire overhead), so that with thousands of QPs a receiver
+/// gets a message's packets in a run and acknowledges it once. At exactly
+/// 64 KiB the last frame of every such message waited for the round robin's
+/// next turn: two ACKs and two visits per message.
+pub const NIC_QUANTUM_BYTES: u32 = (64 << 10) + 64 * MAX_FRAME_CHARGE_OVER_PAYLOAD;
+
+/// The most a data frame of a QP without CC is charged beyond its payload
+/// (its headers: Ethernet, IPv4, UDP, BTH, RETH, ImmDt, the CC extension's;
+/// the ICRC; the wire's preamble, gap and FCS), rounded up; the NIC's tests
+/// check its largest frame against it.
+pub const MAX_FRAME_CHARGE_OVER_PAYLOAD: u32 = 128;
 
 /// Default pacing-wheel tick: 100 ns (a 4 KiB packet at 100 Gbit/s is 330 ns).
 pub const DEFAULT_PACING_TICK_NS: u64 = 100;
@@ -643,6 +652,23 @@ mod tests {
         s.mark_ready(0, 1000).unwrap();
         s.mark_ready(1, 1000).unwrap();
         assert_eq!(order(&mut s, 4), vec![0, 1, 0, 1]);
+    }
+
+    /// The NIC's quantum takes a whole 64 KiB message per visit at the path
+    /// MTUs from 1024, each frame charged the most a frame may be.
+    #[test]
+    fn the_nic_quantum_holds_a_64_kib_message() {
+        for mtu in [1024u32, 2048, 4096] {
+            let frames = (64 << 10) / mtu;
+            let mut s = with_quantum(S::new(3, 8192, 8), NIC_QUANTUM_BYTES);
+            for qp in 0..3 {
+                s.mark_ready(qp, mtu + MAX_FRAME_CHARGE_OVER_PAYLOAD)
+                    .unwrap();
+            }
+            let o = order(&mut s, u64::from(2 * frames));
+            let first = o.iter().take_while(|&&q| q == o[0]).count() as u32;
+            assert!(first >= frames, "mtu {mtu}: {first} frames a visit");
+        }
     }
 
     #[test]

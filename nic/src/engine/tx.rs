@@ -184,3 +184,47 @@ impl FrameSink for MbufSink<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::WIRE_OVERHEAD;
+    use rdma::wire::ccext::{CcExtFlags, CcExtRepr};
+    use rdma::wire::frame::{FrameBuilder, NetHeaders, RoceRepr};
+    use rdma::wire::transport_hdrs::{ImmDtRepr, RethRepr};
+    use rdma::wire::{BthRepr, Ecn, Opcode};
+    use sched::scheduler::MAX_FRAME_CHARGE_OVER_PAYLOAD;
+
+    /// The scheduler's quantum holds a 64 KiB message because no data frame
+    /// of a QP without CC is charged more than its payload plus
+    /// `MAX_FRAME_CHARGE_OVER_PAYLOAD`: checked on the largest, an RDMA WRITE
+    /// Only with immediate (RETH and ImmDt) and the CC extension header.
+    #[test]
+    fn a_data_frame_is_charged_at_most_its_payload_and_the_bound() {
+        let fb = FrameBuilder {
+            net: NetHeaders::new(
+                [2, 0, 0, 0, 0, 1],
+                [2, 0, 0, 0, 0, 2],
+                [10, 0, 0, 1],
+                [10, 0, 0, 2],
+                0xC011,
+            ),
+            int: None,
+        };
+        let mut r = RoceRepr::new(BthRepr::new(Opcode::WriteOnlyImm, 0x11, 7));
+        r.reth = Some(RethRepr {
+            va: 0x1000,
+            rkey: 0x100,
+            dma_len: 1024,
+        });
+        r.immdt = Some(ImmDtRepr(9));
+        r.ccext = Some(CcExtRepr::data(0, CcExtFlags::empty()));
+        let payload = vec![0u8; 1024];
+        let mut buf = vec![0u8; 2048];
+        let n = fb.emit_frame(&r, &payload, Ecn::Ect0, &mut buf).unwrap();
+        let charge = n as u64 + WIRE_OVERHEAD - payload.len() as u64;
+        assert!(
+            charge <= u64::from(MAX_FRAME_CHARGE_OVER_PAYLOAD),
+            "{charge} bytes over the payload"
+        );
+    }
+}

@@ -100,7 +100,7 @@ struct Common {
     threads: Option<u32>,
     /// Bytes a QP without CC (`--cc none`) sends per visit of its NIC's round
     /// robin: 0, one packet per visit, as the paper's simulator; the DPDK NIC
-    /// uses 65536. QPs under CC send one packet per visit either way.
+    /// uses 73728 (`sched::scheduler::NIC_QUANTUM_BYTES`). QPs under CC send one packet per visit either way.
     #[arg(long, default_value_t = 0)]
     sched_quantum: u32,
 }
