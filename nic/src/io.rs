@@ -326,3 +326,21 @@ pub fn parse_rx<'a>(
 ) -> Result<RoceFrame<'a>, WireError> {
     parse_frame(bytes, opts, has_ccext)
 }
+
+/// The headers of a frame from 10.0.0.1 to 10.0.0.2 (with `int`'s INT insert),
+/// for tests that build frames by hand.
+#[cfg(test)]
+pub(crate) fn test_frame_builder(
+    int: Option<rdma::wire::frame::IntInsert>,
+) -> rdma::wire::frame::FrameBuilder {
+    rdma::wire::frame::FrameBuilder {
+        net: rdma::wire::frame::NetHeaders::new(
+            [2, 0, 0, 0, 0, 1],
+            [2, 0, 0, 0, 0, 2],
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            0xC011,
+        ),
+        int,
+    }
+}

@@ -370,23 +370,14 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders, RoceRepr};
+    use rdma::wire::frame::{IntInsert, RoceRepr};
     use rdma::wire::{BthRepr, Ecn, Opcode};
 
     fn frame(qpn: u32, int: bool) -> Vec<u8> {
-        let fb = FrameBuilder {
-            net: NetHeaders::new(
-                [2, 0, 0, 0, 0, 1],
-                [2, 0, 0, 0, 0, 2],
-                [10, 0, 0, 1],
-                [10, 0, 0, 2],
-                0xC011,
-            ),
-            int: int.then_some(IntInsert {
-                int_dscp: 0x18,
-                max_hops: 4,
-            }),
-        };
+        let fb = crate::io::test_frame_builder(int.then_some(IntInsert {
+            int_dscp: 0x18,
+            max_hops: 4,
+        }));
         let mut buf = vec![0u8; 512];
         let pkt = RoceRepr::new(BthRepr::new(Opcode::SendOnly, qpn, 7));
         let n = fb

@@ -79,6 +79,57 @@ fn write_all(
     }
 }
 
+/// Two NICs on a ring pair (A's line at `line_bps`, if given) with `n`
+/// connected QP pairs of `opts`, A's on one CQ, and a 4 MiB region on each
+/// side (A's to read, B's to write). Hold it whole: a field left out of a
+/// destructuring is dropped at once, and B's QPs with it.
+struct Pairs {
+    a: Device,
+    b: Device,
+    src: MemoryRegion,
+    dst: MemoryRegion,
+    cq: CompletionQueue,
+    senders: Vec<QueuePair>,
+    _receivers: Vec<QueuePair>,
+    _cq_b: CompletionQueue,
+}
+
+fn pairs(name: &str, line_bps: Option<u64>, n: usize, opts: QpOptions) -> Pairs {
+    let eal = Eal::for_tests();
+    let (pa, pb) = Port::ring_pair(eal, name, 4096).unwrap();
+    let mut ca = DeviceConfig::new([10, 0, 0, 1]);
+    if let Some(l) = line_bps {
+        ca.line_rate_bps = l;
+    }
+    let a = Device::open(eal, pa, ca).unwrap();
+    let b = Device::open(eal, pb, DeviceConfig::new([10, 0, 0, 2])).unwrap();
+    let src = a.reg_mr(4 << 20, Access::LOCAL_WRITE).unwrap();
+    let dst = b
+        .reg_mr(4 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let cq = a.create_cq(256).unwrap();
+    let cq_b = b.create_cq(256).unwrap();
+    let (mut senders, mut receivers) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let mut qa = a.create_qp(&cq, &cq, opts).unwrap();
+        let mut qb = b.create_qp(&cq_b, &cq_b, opts).unwrap();
+        qa.connect(&qb.remote_info()).unwrap();
+        qb.connect(&qa.remote_info()).unwrap();
+        senders.push(qa);
+        receivers.push(qb);
+    }
+    Pairs {
+        a,
+        b,
+        src,
+        dst,
+        cq,
+        senders,
+        _receivers: receivers,
+        _cq_b: cq_b,
+    }
+}
+
 fn pattern(mr: &MemoryRegion) -> Vec<u8> {
     let p: Vec<u8> = (0..mr.len()).map(|i| (i * 13 + 5) as u8).collect();
     mr.write(0, &p);
@@ -91,37 +142,25 @@ fn qps_together_never_exceed_the_line_rate() {
     // shaper alone holds them to the line rate together.
     const LINE: u64 = 200_000_000;
     const TOTAL: usize = 16 << 20;
-    let eal = Eal::for_tests();
-    let (pa, pb) = Port::ring_pair(eal, "linerate", 4096).unwrap();
-    let mut ca = DeviceConfig::new([10, 0, 0, 1]);
-    ca.line_rate_bps = LINE;
-    let a = Device::open(eal, pa, ca).unwrap();
-    let b = Device::open(eal, pb, DeviceConfig::new([10, 0, 0, 2])).unwrap();
-    let src = a.reg_mr(4 << 20, Access::LOCAL_WRITE).unwrap();
-    let dst = b
-        .reg_mr(4 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
-    let mut cq = a.create_cq(256).unwrap();
-    let cq_b = b.create_cq(256).unwrap();
-    let mut qps = Vec::new();
-    for _ in 0..4 {
-        let mut qa = a.create_qp(&cq, &cq, QpOptions::default()).unwrap();
-        let mut qb = b.create_qp(&cq_b, &cq_b, QpOptions::default()).unwrap();
-        qa.connect(&qb.remote_info()).unwrap();
-        qb.connect(&qa.remote_info()).unwrap();
-        qps.push((qa, qb));
-    }
-    let (mut senders, _receivers): (Vec<_>, Vec<_>) = qps.into_iter().unzip();
-    let before = a.counters().tx_bytes;
+    let mut p = pairs("linerate", Some(LINE), 4, QpOptions::default());
+    let before = p.a.counters().tx_bytes;
     let t0 = Instant::now();
-    write_all(&a, &mut senders, &mut cq, (&src, &dst), TOTAL, 64 << 10, 4);
+    write_all(
+        &p.a,
+        &mut p.senders,
+        &mut p.cq,
+        (&p.src, &p.dst),
+        TOTAL,
+        64 << 10,
+        4,
+    );
     let elapsed = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(5));
-    let sent = a.counters().tx_bytes - before;
+    let sent = p.a.counters().tx_bytes - before;
     // Frames only (preamble, gap and FCS not counted), minus the bucket the
     // shaper may spend at once: at most the line rate.
     let rate = (sent.saturating_sub(64 << 10) * 8) as f64 / elapsed;
-    let c = a.counters();
+    let c = p.a.counters();
     eprintln!(
         "4 QPs, CC none, line rate {} Gbit/s: {:.3} Gbit/s of frames ({sent} B in {elapsed:.3} s); \
          {} retransmits, {} timeouts, {} go-back-N backoffs",
@@ -136,43 +175,33 @@ fn qps_together_never_exceed_the_line_rate() {
 }
 
 /// 32 QPs without CC, one 64 KiB WRITE each in flight, at path MTUs 4096
-/// and 1024: the receiver acknowledges each message about once (a message
-/// whose packets span two RX bursts gets two ACKs). With a quantum that a
-/// message's last frame did not fit in, that frame waited for the round
-/// robin's next turn, after every other QP's message: two ACKs a message
-/// at least.
+/// and 1024: the receiver acknowledges each message about once per RX burst
+/// its packets fill (one burst at 4096, two at 1024; a message that
+/// straddles one more gets one more ACK). With a quantum that a message's
+/// last frames did not fit in, they waited for the round robin's next
+/// turn, after every other QP's message: one ACK more a message, or two.
 #[test]
 fn with_many_qps_a_64_kib_write_is_acknowledged_about_once() {
     const QPS: usize = 32;
     const MSG: usize = 64 << 10;
-    let eal = Eal::for_tests();
     for mtu in [4096, 1024] {
-        let (pa, pb) = Port::ring_pair(eal, &format!("acks{mtu}"), 4096).unwrap();
-        let a = Device::open(eal, pa, DeviceConfig::new([10, 0, 0, 1])).unwrap();
-        let b = Device::open(eal, pb, DeviceConfig::new([10, 0, 0, 2])).unwrap();
-        let src = a.reg_mr(4 << 20, Access::LOCAL_WRITE).unwrap();
-        let dst = b
-            .reg_mr(4 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-            .unwrap();
-        let mut cq = a.create_cq(256).unwrap();
-        let cq_b = b.create_cq(256).unwrap();
         let opts = QpOptions {
             mtu,
             ..QpOptions::default()
         };
-        let mut qps = Vec::new();
-        for _ in 0..QPS {
-            let mut qa = a.create_qp(&cq, &cq, opts).unwrap();
-            let mut qb = b.create_qp(&cq_b, &cq_b, opts).unwrap();
-            qa.connect(&qb.remote_info()).unwrap();
-            qb.connect(&qa.remote_info()).unwrap();
-            qps.push((qa, qb));
-        }
-        let (mut senders, _receivers): (Vec<_>, Vec<_>) = qps.into_iter().unzip();
-        let acks_before = b.counters().tx_acks;
+        let mut p = pairs(&format!("acks{mtu}"), None, QPS, opts);
+        let acks_before = p.b.counters().tx_acks;
         let msgs = 16 * QPS;
-        write_all(&a, &mut senders, &mut cq, (&src, &dst), msgs * MSG, MSG, 1);
-        let acks = b.counters().tx_acks - acks_before;
+        write_all(
+            &p.a,
+            &mut p.senders,
+            &mut p.cq,
+            (&p.src, &p.dst),
+            msgs * MSG,
+            MSG,
+            1,
+        );
+        let acks = p.b.counters().tx_acks - acks_before;
         let per_msg = acks as f64 / msgs as f64;
         let bursts = (MSG / mtu as usize).div_ceil(dpdk::BURST_SIZE);
         eprintln!(

@@ -189,7 +189,7 @@ impl FrameSink for MbufSink<'_> {
 mod tests {
     use super::WIRE_OVERHEAD;
     use rdma::wire::ccext::{CcExtFlags, CcExtRepr};
-    use rdma::wire::frame::{FrameBuilder, NetHeaders, RoceRepr};
+    use rdma::wire::frame::RoceRepr;
     use rdma::wire::transport_hdrs::{ImmDtRepr, RethRepr};
     use rdma::wire::{BthRepr, Ecn, Opcode};
     use sched::scheduler::MAX_FRAME_CHARGE_OVER_PAYLOAD;
@@ -200,16 +200,7 @@ mod tests {
     /// Only with immediate (RETH and ImmDt) and the CC extension header.
     #[test]
     fn a_data_frame_is_charged_at_most_its_payload_and_the_bound() {
-        let fb = FrameBuilder {
-            net: NetHeaders::new(
-                [2, 0, 0, 0, 0, 1],
-                [2, 0, 0, 0, 0, 2],
-                [10, 0, 0, 1],
-                [10, 0, 0, 2],
-                0xC011,
-            ),
-            int: None,
-        };
+        let fb = crate::io::test_frame_builder(None);
         let mut r = RoceRepr::new(BthRepr::new(Opcode::WriteOnlyImm, 0x11, 7));
         r.reth = Some(RethRepr {
             va: 0x1000,
