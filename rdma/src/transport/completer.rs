@@ -8,7 +8,7 @@
 
 use super::config::{QpConfig, RNR_RETRY_INFINITE};
 use super::mr::MemorySpace;
-use super::output::{EchoedHops, Outputs, QpEvent};
+use super::output::{Outputs, QpEvent};
 use super::requester::Requester;
 use super::wc::{SendOp, WcStatus, WorkCompletion};
 use crate::wire::bth::Opcode;
@@ -190,10 +190,7 @@ impl Completer {
             window: ext.and_then(|e| e.window),
             n_hops: 0,
         };
-        match ext {
-            Some(x) if x.n_hops > 0 => out.push_echo(e, EchoedHops::new(x.n_hops, &x.hops)),
-            _ => out.push_event(e),
-        }
+        out.push_echo(e, ext);
     }
 
     /// Whether `p` is a PSN sent and not yet acknowledged.

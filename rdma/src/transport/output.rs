@@ -6,7 +6,7 @@
 
 use super::mr::MemorySpace;
 use super::wc::WorkCompletion;
-use crate::wire::ccext::MAX_ECHO_HOPS;
+use crate::wire::ccext::{CcExtRepr, MAX_ECHO_HOPS};
 use crate::wire::frame::{FrameBuilder, RoceRepr};
 use crate::wire::int::HopRecord;
 use crate::wire::ipv4::Ecn;
@@ -208,7 +208,7 @@ pub struct EchoedHops {
 
 impl EchoedHops {
     /// The first `n` of `hops` (newest first).
-    pub fn new(n: u8, hops: &[HopRecord; MAX_ECHO_HOPS]) -> Self {
+    pub(crate) fn new(n: u8, hops: &[HopRecord; MAX_ECHO_HOPS]) -> Self {
         Self {
             n: n.min(MAX_ECHO_HOPS as u8),
             hops: *hops,
@@ -338,22 +338,23 @@ impl Outputs {
         push_compact(&mut self.events, e);
     }
 
-    /// Queues an ACK or probe response event with the hop records it echoed:
-    /// `e`'s `n_hops` becomes theirs. A QP without room for them (no CC
-    /// extension negotiated, yet its peer sent one) queues the event without.
-    pub fn push_echo(&mut self, mut e: QpEvent, hops: EchoedHops) {
+    /// Queues an ACK or probe response event with the hop records its CC
+    /// extension header (`ext`, if it had one) echoed: `e`'s `n_hops` becomes
+    /// theirs. A QP without room for them (no CC extension negotiated, yet its
+    /// peer sent one) queues the event without.
+    pub fn push_echo(&mut self, mut e: QpEvent, ext: Option<&CcExtRepr>) {
         self.make_room();
-        let n = if self.echoes.len() < self.echoes.capacity() {
-            hops.n
-        } else {
-            0
-        };
+        let hops = ext
+            .map(|x| EchoedHops::new(x.n_hops, &x.hops))
+            .filter(|h| h.n > 0 && self.echoes.len() < self.echoes.capacity());
         match &mut e {
-            QpEvent::Ack { n_hops, .. } | QpEvent::ProbeResponse { n_hops } => *n_hops = n,
+            QpEvent::Ack { n_hops, .. } | QpEvent::ProbeResponse { n_hops } => {
+                *n_hops = hops.map_or(0, |h| h.n);
+            }
             _ => debug_assert!(false, "only ACKs and probe responses echo hops"),
         }
-        if e.n_hops() > 0 {
-            push_compact(&mut self.echoes, hops);
+        if let Some(h) = hops {
+            push_compact(&mut self.echoes, h);
         }
         push_compact(&mut self.events, e);
     }
@@ -407,12 +408,14 @@ mod tests {
         }
     }
 
-    fn hops(first: u16, n: u8) -> EchoedHops {
-        let mut h = [HopRecord::default(); MAX_ECHO_HOPS];
-        for (k, r) in h.iter_mut().enumerate() {
+    /// A CC extension header echoing `n` hop records, switch IDs from `first`.
+    fn hops(first: u16, n: u8) -> CcExtRepr {
+        let mut e = CcExtRepr::data(0, crate::wire::ccext::CcExtFlags::ACK);
+        for (k, r) in e.hops.iter_mut().enumerate() {
             r.switch_id = first + k as u16;
         }
-        EchoedHops::new(n, &h)
+        e.n_hops = n;
+        e
     }
 
     /// Each event comes back with the hop records it was queued with, also
@@ -426,8 +429,11 @@ mod tests {
         for p in 0..total {
             match p % 3 {
                 0 => out.push_event(ack(p)),
-                1 => out.push_echo(ack(p), hops(p as u16, 1 + (p % 8) as u8)),
-                _ => out.push_echo(QpEvent::ProbeResponse { n_hops: 0 }, hops(p as u16, 3)),
+                1 => out.push_echo(ack(p), Some(&hops(p as u16, 1 + (p % 8) as u8))),
+                _ => out.push_echo(
+                    QpEvent::ProbeResponse { n_hops: 0 },
+                    Some(&hops(p as u16, 3)),
+                ),
             }
         }
         assert_eq!(out.counters.events_dropped, 5);
@@ -461,10 +467,10 @@ mod tests {
         for cc_ext in [true, false] {
             let mut out = Outputs::new(4, 4, cc_ext);
             let cap = (out.events.capacity(), out.echoes.capacity());
-            out.push_echo(ack(1), hops(0, 0));
+            out.push_echo(ack(1), Some(&hops(0, 0)));
             assert!(out.echoes.is_empty());
             assert_eq!(out.pop_event(), Some((ack(1), None)));
-            out.push_echo(ack(2), hops(0, 3));
+            out.push_echo(ack(2), Some(&hops(0, 3)));
             let (e, h) = out.pop_event().unwrap();
             assert_eq!(e.n_hops() > 0, cc_ext);
             assert_eq!(h.is_some(), cc_ext);

@@ -458,11 +458,8 @@ impl Qp {
                 self.ext_control = true;
             }
             Opcode::ProbeResponse => {
-                let e = QpEvent::ProbeResponse { n_hops: 0 };
-                match &f.ccext {
-                    Some(x) => self.out.push_echo(e, EchoedHops::new(x.n_hops, &x.hops)),
-                    None => self.out.push_event(e),
-                }
+                self.out
+                    .push_echo(QpEvent::ProbeResponse { n_hops: 0 }, f.ccext.as_ref());
             }
             _ if op.is_request() => {
                 let v = self
