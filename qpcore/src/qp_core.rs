@@ -63,43 +63,37 @@ pub struct Fed {
 }
 
 /// One QP as the engine and the simulator drive it.
+///
+/// In a set order (`repr(C)`), for thousands of QPs whose state is cold at
+/// each visit: what every visit reads first, on three lines when the core
+/// starts a line, as it does in the engine's slot (the go-back-N window and
+/// the transport timer; the headers, the flags and the RTT probe; the pacing
+/// rate and the CC's first 24 bytes, all the state of CC `none`), then the
+/// rest of the CC's state, the CC timers and the transport (laid out the
+/// same way, [`Qp`]).
 #[derive(Debug)]
+#[repr(C)]
 pub struct QpCore {
-    /// The RC transport; `None` while the QP is not connected (RESET, INIT).
-    pub qp: Option<Qp>,
-    /// Its congestion control.
-    pub cc: AnyCc,
+    /// CC `none` only: the window cut by go-back-N rounds ([`crate::gbn_backoff`]).
+    pub backoff: Option<GoBackNBackoff>,
+    /// The transport timer on the wheel and the deadline it is armed for.
+    pub transport_timer: Option<(TimerHandle, u64)>,
     /// Its headers (with an INT insert when the CC wants telemetry on data).
     pub fb: FrameBuilder,
-    /// The INT insert a probe always carries (HPCC++ 000 §6.2).
-    pub probe_int: IntInsert,
+    /// Wire bytes of the QP's next data packet, as the pacer charges it (the last
+    /// data packet's size).
+    pub next_bytes: u32,
     /// The CC extension header was negotiated (the parser needs to know).
     pub cc_ext: bool,
     /// The QP index is in the scheduler's control ring.
     pub ctrl_queued: bool,
-    /// The rate the scheduler paces the QP at ([`Self::pacing_rate`] when the QP
-    /// was last requeued); `None` until the first requeue after a (re)start.
-    pub sched_rate: Option<u64>,
-    /// Wire bytes of the QP's next data packet, as the pacer charges it (the last
-    /// data packet's size).
-    pub next_bytes: u32,
-    /// The transport timer on the wheel and the deadline it is armed for.
-    pub transport_timer: Option<(TimerHandle, u64)>,
-    /// The CC timers on the wheel, by [`qp_cc::timer_index`].
-    pub cc_armed: [Option<(TimerHandle, u64)>; 4],
-    /// Deadlines of the CC timers, by [`qp_cc::timer_index`] (0 = not armed).
-    pub cc_timers: [u64; 4],
+    /// A CNP is owed to the peer (DCQCN notification point).
+    pub cnp_pending: bool,
     /// Bit `k` clear: CC timer `k` is neither wanted (`cc_timers`) nor on
     /// the wheel (`cc_armed`), so [`Self::sync_timers`] skips it. A QP whose CC
     /// has no timer running (CC `none`) then does not read those two arrays,
     /// two cache lines that are cold on every visit with thousands of QPs.
     cc_live: u8,
-    /// One RTT measurement at a time.
-    pub rtt_probe: RttProbe,
-    /// A CNP is owed to the peer (DCQCN notification point).
-    pub cnp_pending: bool,
-    /// CC `none` only: the window cut by go-back-N rounds ([`crate::gbn_backoff`]).
-    pub backoff: Option<GoBackNBackoff>,
     /// The port holds all QPs together to the line rate, the rate of a QP
     /// without CC: that QP is then not paced ([`Self::pacing_rate`]), which
     /// would only cost a trip over the timer wheel whenever a TX burst (one
@@ -107,6 +101,21 @@ pub struct QpCore {
     /// port shaper runs at the line rate); false in the simulator, whose NICs'
     /// line may be slower than their link and is held by the pacing alone.
     pub port_holds_line_rate: bool,
+    /// The INT insert a probe always carries (HPCC++ 000 §6.2).
+    pub probe_int: IntInsert,
+    /// One RTT measurement at a time.
+    pub rtt_probe: RttProbe,
+    /// The rate the scheduler paces the QP at ([`Self::pacing_rate`] when the QP
+    /// was last requeued); `None` until the first requeue after a (re)start.
+    pub sched_rate: Option<u64>,
+    /// Its congestion control.
+    pub cc: AnyCc,
+    /// The CC timers on the wheel, by [`qp_cc::timer_index`].
+    pub cc_armed: [Option<(TimerHandle, u64)>; 4],
+    /// Deadlines of the CC timers, by [`qp_cc::timer_index`] (0 = not armed).
+    pub cc_timers: [u64; 4],
+    /// The RC transport; `None` while the QP is not connected (RESET, INIT).
+    pub qp: Option<Qp>,
 }
 
 /// Whether a packet the transport gives is data for the CC and the pacer (not an
@@ -492,6 +501,16 @@ mod tests {
     use rdma::transport::{Access, QpConfig, QpState, SendOp, SendWr, Sge, VecMemory, WcStatus};
     use rdma::wire::frame::NetHeaders;
     use rdma::wire::{parse_frame, EthernetAddress, Ipv4Address, ParseOptions};
+
+    /// CC `none`'s whole state and what every visit reads fit the first
+    /// three lines, and the transport starts a line (the struct's docs).
+    #[test]
+    fn a_visit_reads_the_first_three_lines() {
+        use core::mem::{offset_of, size_of};
+        assert!(offset_of!(QpCore, cc) + size_of::<u64>() + size_of::<cc::NoCc>() <= 3 * 64);
+        assert!(offset_of!(QpCore, sched_rate) < offset_of!(QpCore, cc));
+        assert_eq!(offset_of!(QpCore, qp) % 64, 0);
+    }
     use sched::scheduler::Decision;
 
     const BASE: u64 = 0x1000;

@@ -26,7 +26,7 @@ impl Engine {
         let Some(qp) = s.core.qp.as_mut() else { return };
         s.doorbell_blocked = false;
         while let Ok(d) = s.doorbell.peek() {
-            let d = *d;
+            let d = d.0;
             let r = match d {
                 Doorbell::Send(wr) => qp
                     .post_send(wr, &self.mrs)

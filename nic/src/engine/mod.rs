@@ -56,7 +56,7 @@ use crate::timer_wheel::{TimerKey, TimerWheel};
 pub use crate::contract::{
     Command, Doorbell, EngineShared, CAPTURE_SNAP, MAX_HOPS, MAX_QPS, QPN_BASE,
 };
-use crate::contract::{DeviceConfig, QpOptions, Reply};
+use crate::contract::{DeviceConfig, DoorbellSlot, QpOptions, Reply};
 use crate::control::ControlPlane;
 use crate::port_shaper::{PortShaper, SharedLine};
 pub use poll::run_group;
@@ -76,40 +76,47 @@ pub(crate) fn shaper_depth(line_rate_bps: u64) -> u32 {
 }
 
 /// One QP's engine-side state.
+///
+/// In a set order (`repr(C)`), for thousands of QPs whose state is cold at
+/// each visit: what every visit reads (the counter sync's mark, the doorbell
+/// ring, the CQs, the flags and the header template) on the first three
+/// lines, then the per-QP core (laid out the same way), then what only the
+/// slow path and a counter sync that found a change read.
+#[repr(C)]
 struct QpSlot {
-    opts: QpOptions,
-    /// Its protection domain (0: the device's default one).
-    pd: u32,
+    /// The mark of the last sync (`poll.rs`): what a visit compares to see
+    /// whether the counters in the sums moved.
+    synced_mark: poll::SyncMark,
+    doorbell: rtrb::Consumer<DoorbellSlot>,
     send_cq: u32,
     recv_cq: u32,
-    doorbell: rtrb::Consumer<Doorbell>,
-    psn: u32,
-    /// The transport, CC, scheduling and timers, shared with roce-sim
-    /// (`qpcore::QpCore`); its `qp` is None until connected.
-    core: QpCore,
-    /// The QP's header template (docs/design.md §3, §9): built at connect time
-    /// from `core.fb` and the peer's QPN; data packets (and ACKs, CNPs on the
-    /// same headers) are built through it. None until connected.
-    tpl: Option<HeaderTemplate>,
     /// Doorbells wait because the send queue was full.
     doorbell_blocked: bool,
     /// The QP holds completions its full CQ could not take; it is in the
     /// engine's `cq_waiting` list.
     cq_waiting: bool,
+    /// The transport reported that it entered ERR (lifecycle.rs).
+    fatal_pending: bool,
+    /// The QP's header template (docs/design.md §3, §9): built at connect time
+    /// from `core.fb` and the peer's QPN; data packets (and ACKs, CNPs on the
+    /// same headers) are built through it. None until connected.
+    tpl: Option<HeaderTemplate>,
+    /// The transport, CC, scheduling and timers, shared with roce-sim
+    /// (`qpcore::QpCore`); its `qp` is None until connected.
+    core: QpCore,
+    opts: QpOptions,
+    /// Its protection domain (0: the device's default one).
+    pd: u32,
+    psn: u32,
+    /// The transport counters as last added to the engine's sums
+    /// (`poll.rs`); read only when the mark moved.
+    synced: poll::QpSums,
     /// The state of a QP without a transport (`qp` None): RESET or INIT.
     idle_state: QpState,
     /// `connect` stops at RTR (`modify_qp` to RTR; RTS comes on its own).
     stop_at_rtr: bool,
     /// The program moved the QP to ERR (no `QpFatal` event for that).
     err_by_program: bool,
-    /// The transport reported that it entered ERR (lifecycle.rs).
-    fatal_pending: bool,
-    /// The transport counters as last added to the engine's sums
-    /// (`poll.rs`); read only when `sync`'s mark moved.
-    synced: poll::QpSums,
-    /// Whether the QP did work since the last publication, and the mark of
-    /// its last sync (`poll.rs`).
-    sync: poll::CounterSync,
 }
 
 /// The engine. Built on the caller's thread, then moved to its poll-mode
@@ -169,9 +176,6 @@ pub struct Engine {
     /// The QPs' transport counters summed as of their last sync, kept when
     /// a QP is destroyed (`poll.rs`).
     qp_sums: poll::QpSums,
-    /// QPs that did work since the last publication, whose counters it
-    /// syncs (preallocated: MAX_QPS).
-    counters_dirty: Vec<u32>,
     capture: Option<CaptureProducer<CAPTURE_SNAP>>,
     /// The port's ARP and ICMP echo (crate::control).
     control: ControlPlane,
@@ -304,7 +308,6 @@ impl Engine {
             turn: 0,
             last_publish_ns: 0,
             qp_sums: poll::QpSums::default(),
-            counters_dirty: Vec::with_capacity(MAX_QPS),
             capture: parts.capture,
             control: ControlPlane::new(parts.mac, cfg.ip, cfg.arp),
             control_out: vec![0u8; MAX_FRAME],
@@ -341,5 +344,19 @@ impl Engine {
     /// QP index `i`'s slot, if the QP exists.
     fn slot_mut(&mut self, i: usize) -> Option<&mut QpSlot> {
         self.qps.get_mut(i).and_then(Option::as_deref_mut)
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+    use core::mem::{offset_of, size_of};
+
+    /// What every visit reads of the slot takes its first three lines and
+    /// the per-QP core starts the fourth (the struct's docs).
+    #[test]
+    fn a_visit_reads_the_first_three_lines() {
+        assert!(offset_of!(QpSlot, tpl) + size_of::<Option<HeaderTemplate>>() <= 3 * 64);
+        assert_eq!(offset_of!(QpSlot, core), 3 * 64);
     }
 }

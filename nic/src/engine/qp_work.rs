@@ -23,7 +23,6 @@ impl Engine {
         if s.core.qp.is_none() {
             return;
         }
-        super::poll::mark_counters_dirty(s, &mut self.counters_dirty, i);
         if s.core.feed_events(now).fatal {
             s.fatal_pending = true;
         }
@@ -41,7 +40,11 @@ impl Engine {
         }
         self.report_qp_error(i);
         self.requeue(i, now);
-        if self.qps[i].as_ref().is_some_and(|s| s.doorbell_blocked) {
+        let Some(s) = self.qps[i].as_deref_mut() else {
+            return;
+        };
+        super::poll::sync_counters(s, &mut self.qp_sums);
+        if s.doorbell_blocked {
             self.take_doorbells(i);
         }
     }

@@ -10,7 +10,7 @@ use rdma::wire::{bth, EthernetAddress, HeaderTemplate, Ipv4Address};
 use qpcore::QpCore;
 
 use super::{Engine, QpSlot, MAX_HOPS, ROCE_DSCP};
-use crate::contract::{Command, Doorbell, EngineError, QpOptions, RemoteQp};
+use crate::contract::{Command, DoorbellSlot, EngineError, QpOptions, RemoteQp};
 use crate::gbn_backoff::GoBackNBackoff;
 use crate::timer_wheel::TimerHandle;
 
@@ -260,7 +260,7 @@ impl Engine {
         send_cq: u32,
         recv_cq: u32,
         opts: QpOptions,
-        ring: rtrb::Consumer<Doorbell>,
+        ring: rtrb::Consumer<DoorbellSlot>,
     ) -> Result<(u32, u32), EngineError> {
         for cq in [send_cq, recv_cq] {
             if !self
@@ -321,7 +321,7 @@ impl Engine {
             err_by_program: false,
             fatal_pending: false,
             synced: super::poll::QpSums::default(),
-            sync: super::poll::CounterSync::default(),
+            synced_mark: super::poll::SyncMark::default(),
         }));
         if self.life.take_ctrl_orphan(i) {
             // The control-ring entry a destroyed QP left in this slot is ours.

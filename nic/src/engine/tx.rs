@@ -70,7 +70,6 @@ impl Engine {
             self.life.clear_ctrl_orphan(i);
             return;
         };
-        super::poll::mark_counters_dirty(s, &mut self.counters_dirty, i);
         let mut out = MbufSink {
             tpl: s.tpl.as_ref(),
             mr_mem: &self.mr_mem,
@@ -81,6 +80,7 @@ impl Engine {
         };
         s.core
             .send_control(&mut self.sched, i as u32, now, &mut out);
+        super::poll::sync_counters(s, &mut self.qp_sums);
     }
 
     /// The next packet of QP `i`'s transport (`QpCore::send_data`: data, a
@@ -91,7 +91,6 @@ impl Engine {
             let _ = self.sched.mark_idle(i as u32);
             return;
         };
-        super::poll::mark_counters_dirty(s, &mut self.counters_dirty, i);
         let mut out = MbufSink {
             tpl: s.tpl.as_ref(),
             mr_mem: &self.mr_mem,
@@ -107,6 +106,7 @@ impl Engine {
             now,
             &mut out,
         );
+        super::poll::sync_counters(s, &mut self.qp_sums);
     }
 }
 

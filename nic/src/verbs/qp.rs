@@ -7,15 +7,24 @@ use rdma::transport::{QpState, RecvWr, SendOp, SendWr, Sge};
 
 use super::staging::{Part, Staging};
 use super::{request, QpOptions, QpTransition, RemoteQp, SgRef, VerbsError};
-use crate::contract::{Command, CommandTx, Doorbell, EngineShared, Reply};
+use crate::contract::{Command, CommandTx, Doorbell, DoorbellSlot, EngineShared, Reply};
 
 /// An RC queue pair handle: posts work requests to the engine.
+///
+/// What a post reads (the state, the doorbell ring, the engine's shared
+/// state, the QPN) comes first, on one cache line (`repr(C, align(64))`):
+/// with thousands of QPs each handle is cold when the program comes back to
+/// it.
+#[repr(C, align(64))]
 pub struct QueuePair {
+    /// The state the program last moved it to (the engine may have moved
+    /// it to ERR since; work posted then completes with WR_FLUSH_ERR).
+    pub(super) state: QpState,
     pub(super) qpn: u32,
+    pub(super) ring: rtrb::Producer<DoorbellSlot>,
+    pub(super) shared: Arc<EngineShared>,
     pub(super) psn: u32,
     pub(super) opts: QpOptions,
-    pub(super) ring: rtrb::Producer<Doorbell>,
-    pub(super) shared: Arc<EngineShared>,
     /// The engine's command channel (None once destroyed).
     pub(super) cmd: Option<CommandTx>,
     /// The engine that runs the port's control plane (ARP).
@@ -24,9 +33,6 @@ pub struct QueuePair {
     pub(super) kernel_iface: Option<crate::host::KernelIface>,
     pub(super) mac: [u8; 6],
     pub(super) ip: [u8; 4],
-    /// The state the program last moved it to (the engine may have moved
-    /// it to ERR since; work posted then completes with WR_FLUSH_ERR).
-    pub(super) state: QpState,
     /// Where inline and multi-SGE sends are copied at post time.
     pub(super) staging: Option<Staging>,
 }
@@ -180,7 +186,9 @@ impl QueuePair {
     }
 
     fn ring(&mut self, d: Doorbell) -> Result<(), VerbsError> {
-        self.ring.push(d).map_err(|_| VerbsError::QueueFull)?;
+        self.ring
+            .push(DoorbellSlot(d))
+            .map_err(|_| VerbsError::QueueFull)?;
         self.shared.ring_doorbell(self.qpn);
         Ok(())
     }
@@ -205,7 +213,7 @@ impl QueuePair {
         let mut posted = 0;
         let mut result = Ok(());
         for wr in wrs {
-            if self.ring.push(Doorbell::Send(*wr)).is_err() {
+            if self.ring.push(DoorbellSlot(Doorbell::Send(*wr))).is_err() {
                 result = Err((posted, VerbsError::QueueFull));
                 break;
             }
@@ -321,5 +329,22 @@ impl QueuePair {
     /// Free slots in the doorbell ring.
     pub fn free_slots(&self) -> usize {
         self.ring.slots()
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+    use core::mem::{align_of, offset_of, size_of};
+
+    /// What a post reads sits on the handle's first line (the struct's docs).
+    #[test]
+    fn a_post_reads_one_line() {
+        assert_eq!(align_of::<QueuePair>(), 64);
+        assert!(offset_of!(QueuePair, shared) + size_of::<Arc<EngineShared>>() <= 64);
+        assert!(offset_of!(QueuePair, ring) + size_of::<rtrb::Producer<DoorbellSlot>>() <= 64);
+        assert!(offset_of!(QueuePair, qpn) < 64);
+        assert_eq!(size_of::<DoorbellSlot>(), 64);
+        assert_eq!(align_of::<DoorbellSlot>(), 64);
     }
 }
