@@ -30,7 +30,7 @@ use crate::wire::psn;
 /// each visit, so that a visit touches few cache lines: the state, the peer,
 /// the configuration, the completer and the requester first (176 bytes,
 /// three lines, what a sender's visit reads), then the output queues (their
-/// own lines, [`Outputs`]), the responder (two lines a receiver's visit
+/// own lines, `Outputs`), the responder (two lines a receiver's visit
 /// reads, then its duplicate caches) and last the CC extension's state,
 /// which a QP without the extension never reads (`ext_control`,
 /// `ext_probe`).
