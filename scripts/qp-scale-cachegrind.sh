@@ -13,6 +13,10 @@
 # connecting the QPs) drops out; about 4 minutes on 2 cores (two runs at a
 # time: valgrind runs a process's threads one at a time).
 #
+# KEEP=DIR keeps each run's cachegrind output in DIR (many1, many3, one1,
+# oneN .out) for a line-by-line account:
+#   scripts/cachegrind-lines.py DIR/many1.out DIR/many3.out $((2 * QPS))
+#
 # Caveat: under valgrind a run is ~50x slower while timers keep wall time,
 # so time-driven work (a 67 ms retransmit timer, the 1 ms counter
 # publication) happens after far less work than natively, and what it
@@ -21,16 +25,19 @@ set -euo pipefail
 qps="${1:-16384}"
 bin="${2:-target/release/roce-perf}"
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+[ -z "${KEEP:-}" ] || mkdir -p "$KEEP"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 run() { # NAME ARGS...
     local name="$1"
     shift
+    local cgout=/dev/null
+    if [ -n "${KEEP:-}" ]; then cgout="$KEEP/$name.out"; fi
     # Large allocations from the heap, not one mmap each: valgrind has a
     # fixed number of address-space segments.
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432 timeout 1500 \
         valgrind --tool=cachegrind --cache-sim=yes --LL=33554432,16,64 --fair-sched=yes \
-        --cachegrind-out-file=/dev/null "$bin" write_bw --loopback --ip 10.9.0.1 -s 65536 "$@" \
+        --cachegrind-out-file="$cgout" "$bin" write_bw --loopback --ip 10.9.0.1 -s 65536 "$@" \
         >"$out/$name.log" 2>&1 || {
         echo "$name failed:" >&2
         tail -5 "$out/$name.log" >&2
