@@ -501,6 +501,7 @@ mod tests {
     use rdma::transport::{Access, QpConfig, QpState, SendOp, SendWr, Sge, VecMemory, WcStatus};
     use rdma::wire::frame::NetHeaders;
     use rdma::wire::{parse_frame, EthernetAddress, Ipv4Address, ParseOptions};
+    use sched::scheduler::Decision;
 
     /// CC `none`'s whole state and what every visit reads fit the first
     /// three lines, and the transport starts a line (the struct's docs).
@@ -511,7 +512,6 @@ mod tests {
         assert!(offset_of!(QpCore, sched_rate) < offset_of!(QpCore, cc));
         assert_eq!(offset_of!(QpCore, qp) % 64, 0);
     }
-    use sched::scheduler::Decision;
 
     const BASE: u64 = 0x1000;
     const LEN: usize = 64 << 10;

@@ -127,9 +127,8 @@ impl Engine {
     /// summed in and the control plane's, for the API handles to read. The
     /// QPs' sums are already up to date: every visit that can move a QP's
     /// counters ends with [`sync_counters`], while the QP's lines are still
-    /// in the cache. (Syncing here instead, a millisecond later, read two to
-    /// three lines of each QP that had done work, cold with thousands of QPs:
-    /// 3.4 of the 38 cache misses a 64 KiB message cost at 16k QPs.)
+    /// in the cache (a sync here, a millisecond later, would read lines of
+    /// each QP that had done work, cold by then with thousands of QPs).
     pub(super) fn publish(&mut self) {
         let mut c = self.counters;
         c.capture_drops = self.capture.as_ref().map_or(0, |p| p.drops());

@@ -345,8 +345,8 @@ impl Outputs {
     pub fn push_echo(&mut self, mut e: QpEvent, ext: Option<&CcExtRepr>) {
         self.make_room();
         let hops = ext
-            .map(|x| EchoedHops::new(x.n_hops, &x.hops))
-            .filter(|h| h.n > 0 && self.echoes.len() < self.echoes.capacity());
+            .filter(|x| x.n_hops > 0 && self.echoes.len() < self.echoes.capacity())
+            .map(|x| EchoedHops::new(x.n_hops, &x.hops));
         match &mut e {
             QpEvent::Ack { n_hops, .. } | QpEvent::ProbeResponse { n_hops } => {
                 *n_hops = hops.map_or(0, |h| h.n);
