@@ -48,5 +48,20 @@ pub use port::{Link, LinkWatch, Port, PortConfig, PortStats, RxQueue, TxQueue};
 pub use ring::{Ring, RingConsumer, RingProducer};
 pub use stash::{MbufStash, PREFETCH_AHEAD, STASH_REFILL};
 
+/// A hint to load the cache line at `p` ahead of use, as DPDK's
+/// `rte_prefetch0`: it never faults, whatever the address (a stale or
+/// dangling pointer only wastes the load), so it is safe to call with any.
+#[inline(always)]
+pub fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults, whatever the address;
+    // SSE is part of the x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Raw binding, for the rare call the safe layer does not cover.
 pub use dpdk_sys as sys;

@@ -91,15 +91,7 @@ impl Mbuf {
     #[inline]
     pub fn prefetch_data(&self) {
         let m = self.raw();
-        let p = (m.buf_addr as *const u8).wrapping_add(m.data_off as usize);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint that never faults, whatever the address; SSE is
-        // part of the x86_64 baseline.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
+        crate::prefetch((m.buf_addr as *const u8).wrapping_add(m.data_off as usize));
     }
 
     /// Free bytes after the data of the last segment.

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use dpdk_sys::rte_mbuf;
 
 use crate::error::{Error, Result};
+use crate::prefetch;
 use crate::{Mbuf, Mempool};
 
 /// Mbufs taken from the pool at a time.
@@ -185,17 +186,4 @@ impl Drop for MbufStash {
     fn drop(&mut self) {
         self.release();
     }
-}
-
-/// A hint to load `p`'s cache line, as DPDK's `rte_prefetch0`. Never faults.
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that never faults, whatever the address;
-    // SSE is part of the x86_64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }

@@ -126,6 +126,22 @@ pub fn is_data(pkt: &TxPacket) -> bool {
 }
 
 impl QpCore {
+    /// The byte offsets of the lines a visit reads (the struct's docs): the
+    /// first three, then the transport's ([`Qp::HOT_LINES`]). For an engine
+    /// that prefetches a QP's state ahead of its visit.
+    pub const HOT_LINES: [usize; 3 + Qp::HOT_LINES.len()] = {
+        let qp = core::mem::offset_of!(QpCore, qp);
+        let mut lines = [0; 3 + Qp::HOT_LINES.len()];
+        lines[1] = 64;
+        lines[2] = 128;
+        let mut k = 0;
+        while k < Qp::HOT_LINES.len() {
+            lines[3 + k] = qp + Qp::HOT_LINES[k];
+            k += 1;
+        }
+        lines
+    };
+
     /// A QP without a transport yet, with its CC, headers and path MTU.
     pub fn new(cc: AnyCc, fb: FrameBuilder, probe_int: IntInsert, cc_ext: bool, mtu: u32) -> Self {
         Self {
@@ -511,6 +527,22 @@ mod tests {
         assert!(offset_of!(QpCore, cc) + size_of::<u64>() + size_of::<cc::NoCc>() <= 3 * 64);
         assert!(offset_of!(QpCore, sched_rate) < offset_of!(QpCore, cc));
         assert_eq!(offset_of!(QpCore, qp) % 64, 0);
+    }
+
+    /// `HOT_LINES` counts the transport from where `qp` starts: `Option<Qp>`
+    /// keeps its `Qp` at offset 0 (a niche, no tag before it), which Rust
+    /// does not promise, so it is checked on a real core.
+    #[test]
+    fn the_hot_lines_find_the_transport() {
+        let core = end(CcKind::None, 1, 2, 1, 2).core;
+        let base = (&core as *const QpCore).cast::<u8>() as usize;
+        let qp = core.qp.as_ref().expect("connected");
+        let at = (qp as *const Qp).cast::<u8>() as usize - base;
+        assert_eq!(at, core::mem::offset_of!(QpCore, qp));
+        assert_eq!(QpCore::HOT_LINES[3], at);
+        assert!(QpCore::HOT_LINES
+            .iter()
+            .all(|&l| l % 64 == 0 && l < core::mem::size_of::<QpCore>()));
     }
 
     const BASE: u64 = 0x1000;

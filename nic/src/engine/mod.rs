@@ -119,6 +119,33 @@ struct QpSlot {
     err_by_program: bool,
 }
 
+impl QpSlot {
+    /// The byte offsets of the lines a visit reads (the struct's docs): the
+    /// first three, then the core's ([`QpCore::HOT_LINES`]).
+    const HOT_LINES: [usize; 3 + QpCore::HOT_LINES.len()] = {
+        let core = core::mem::offset_of!(QpSlot, core);
+        let mut lines = [0; 3 + QpCore::HOT_LINES.len()];
+        lines[1] = 64;
+        lines[2] = 128;
+        let mut k = 0;
+        while k < QpCore::HOT_LINES.len() {
+            lines[3 + k] = core + QpCore::HOT_LINES[k];
+            k += 1;
+        }
+        lines
+    };
+
+    /// Starts loading the lines a visit reads, ahead of the visit: with
+    /// thousands of QPs they are cold by the time the QP's turn comes.
+    #[inline]
+    fn prefetch(&self) {
+        let base = (self as *const QpSlot).cast::<u8>();
+        for l in Self::HOT_LINES {
+            dpdk::prefetch(base.wrapping_add(l));
+        }
+    }
+}
+
 /// The engine. Built on the caller's thread, then moved to its poll-mode
 /// thread by [`Engine::run`].
 pub struct Engine {
@@ -127,6 +154,9 @@ pub struct Engine {
     park_when_idle: bool,
     /// When the engine last had work (a packet in or out, a doorbell), ns.
     last_busy_ns: u64,
+    /// The QPN whose state the RX path prefetched last (`rx.rs`): a
+    /// message's frames come in a row and need it once.
+    rx_prefetched_qpn: u32,
     /// Every frame the engine can receive comes from a thread that wakes
     /// it (the other end of its ring pair turns on the same thread), so it
     /// may sleep until its next timer; otherwise its parks are bounded
@@ -271,6 +301,7 @@ impl Engine {
         Ok(Engine {
             park_when_idle: cfg.idle_yield,
             last_busy_ns: 0,
+            rx_prefetched_qpn: u32::MAX,
             rx_wakes: false,
             max_frame: parts.max_frame,
             _port: parts.port,
@@ -358,5 +389,17 @@ mod layout_tests {
     fn a_visit_reads_the_first_three_lines() {
         assert!(offset_of!(QpSlot, tpl) + size_of::<Option<HeaderTemplate>>() <= 3 * 64);
         assert_eq!(offset_of!(QpSlot, core), 3 * 64);
+    }
+
+    /// Every hot line is a line of the slot, counted once.
+    #[test]
+    fn the_hot_lines_are_lines_of_the_slot() {
+        let mut lines = QpSlot::HOT_LINES.to_vec();
+        assert!(lines
+            .iter()
+            .all(|&l| l % 64 == 0 && l < size_of::<QpSlot>()));
+        lines.sort_unstable();
+        lines.dedup();
+        assert_eq!(lines.len(), QpSlot::HOT_LINES.len());
     }
 }

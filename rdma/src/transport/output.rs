@@ -313,6 +313,10 @@ pub(super) struct Outputs {
 }
 
 impl Outputs {
+    /// The byte offsets of the two lines a visit reads (the struct's docs):
+    /// the counters' first, and the one with the `events` and `cq` headers.
+    pub(super) const HOT_LINES: [usize; 2] = [0, core::mem::offset_of!(Outputs, events)];
+
     /// Queues for a QP of these depths; room for echoed hop records if it
     /// negotiated the CC extension (`cc_ext`). The event queue holds at most
     /// its capacity (at least `4 * (sq_depth + rq_depth) + 64`).
@@ -480,6 +484,16 @@ mod tests {
 
     /// A queue emptied between pushes starts again at the front of its
     /// buffer: what it holds is never split around the buffer's end.
+    /// The queue headers a visit reads share one line (`HOT_LINES`).
+    #[test]
+    fn the_queue_headers_share_a_line() {
+        use core::mem::{offset_of, size_of};
+        let line = Outputs::HOT_LINES[1];
+        assert_eq!(line % 64, 0);
+        assert!(offset_of!(Outputs, cq) + size_of::<VecDeque<WorkCompletion>>() <= line + 64);
+        assert!(offset_of!(QpCounters, error_events) < 64);
+    }
+
     #[test]
     fn push_compact_rewinds_an_empty_queue() {
         let mut q: VecDeque<u32> = VecDeque::with_capacity(4);

@@ -57,6 +57,23 @@ pub struct Qp {
 }
 
 impl Qp {
+    /// The byte offsets of the lines a visit reads (the struct's docs): the
+    /// first three, the output queues' two, the responder's two. For an
+    /// engine that prefetches a QP's state ahead of its visit.
+    pub const HOT_LINES: [usize; 7] = {
+        let out = core::mem::offset_of!(Qp, out);
+        let resp = core::mem::offset_of!(Qp, resp);
+        [
+            0,
+            64,
+            128,
+            out + Outputs::HOT_LINES[0],
+            out + Outputs::HOT_LINES[1],
+            resp,
+            resp + 64,
+        ]
+    };
+
     /// Creates a QP in RESET with every queue preallocated.
     pub fn new(cfg: QpConfig) -> Result<Self, QpError> {
         if !matches!(cfg.pmtu, 256 | 512 | 1024 | 2048 | 4096) {
@@ -534,5 +551,14 @@ mod layout_tests {
         assert_eq!(offset_of!(Qp, out), 3 * 64);
         assert_eq!(offset_of!(Qp, resp) % 64, 0);
         assert!(offset_of!(Qp, ext) >= offset_of!(Qp, resp) + size_of::<Responder>());
+    }
+
+    /// Every hot line starts a line of the struct, once.
+    #[test]
+    fn the_hot_lines_are_lines_of_the_struct() {
+        let mut lines = Qp::HOT_LINES.to_vec();
+        assert!(lines.iter().all(|&l| l % 64 == 0 && l < size_of::<Qp>()));
+        lines.dedup();
+        assert_eq!(lines.len(), Qp::HOT_LINES.len());
     }
 }
