@@ -129,18 +129,8 @@ impl QpCore {
     /// The byte offsets of the lines a visit reads (the struct's docs): the
     /// first three, then the transport's ([`Qp::HOT_LINES`]). For an engine
     /// that prefetches a QP's state ahead of its visit.
-    pub const HOT_LINES: [usize; 3 + Qp::HOT_LINES.len()] = {
-        let qp = core::mem::offset_of!(QpCore, qp);
-        let mut lines = [0; 3 + Qp::HOT_LINES.len()];
-        lines[1] = 64;
-        lines[2] = 128;
-        let mut k = 0;
-        while k < Qp::HOT_LINES.len() {
-            lines[3 + k] = qp + Qp::HOT_LINES[k];
-            k += 1;
-        }
-        lines
-    };
+    pub const HOT_LINES: [usize; 3 + Qp::HOT_LINES.len()] =
+        rdma::transport::nest_hot_lines(3, core::mem::offset_of!(QpCore, qp), Qp::HOT_LINES);
 
     /// A QP without a transport yet, with its CC, headers and path MTU.
     pub fn new(cc: AnyCc, fb: FrameBuilder, probe_int: IntInsert, cc_ext: bool, mtu: u32) -> Self {

@@ -122,18 +122,8 @@ struct QpSlot {
 impl QpSlot {
     /// The byte offsets of the lines a visit reads (the struct's docs): the
     /// first three, then the core's ([`QpCore::HOT_LINES`]).
-    const HOT_LINES: [usize; 3 + QpCore::HOT_LINES.len()] = {
-        let core = core::mem::offset_of!(QpSlot, core);
-        let mut lines = [0; 3 + QpCore::HOT_LINES.len()];
-        lines[1] = 64;
-        lines[2] = 128;
-        let mut k = 0;
-        while k < QpCore::HOT_LINES.len() {
-            lines[3 + k] = core + QpCore::HOT_LINES[k];
-            k += 1;
-        }
-        lines
-    };
+    const HOT_LINES: [usize; 3 + QpCore::HOT_LINES.len()] =
+        rdma::transport::nest_hot_lines(3, core::mem::offset_of!(QpSlot, core), QpCore::HOT_LINES);
 
     /// Starts loading the lines a visit reads, ahead of the visit: with
     /// thousands of QPs they are cold by the time the QP's turn comes.

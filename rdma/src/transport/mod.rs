@@ -14,5 +14,8 @@ mod responder;
 pub mod wc;
 
 pub use mr::{Access, AccessError, MemorySpace, Mr, MrTable, VecMemory};
-pub use qp::{EchoedHops, Payload, Qp, QpConfig, QpCounters, QpError, QpEvent, QpState, TxPacket};
+pub use qp::{
+    nest_hot_lines, EchoedHops, Payload, Qp, QpConfig, QpCounters, QpError, QpEvent, QpState,
+    TxPacket,
+};
 pub use wc::{RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};

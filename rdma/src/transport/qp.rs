@@ -530,6 +530,25 @@ impl Qp {
     }
 }
 
+/// The hot lines of a struct that reads its own first `own` lines and then
+/// those of a member at byte offset `at` whose hot lines are `inner` (as
+/// [`Qp::HOT_LINES`]): how each layer that holds a `Qp` names its own. `OUT`
+/// must be `own + IN`.
+pub const fn nest_hot_lines<const OUT: usize, const IN: usize>(
+    own: usize,
+    at: usize,
+    inner: [usize; IN],
+) -> [usize; OUT] {
+    assert!(OUT == own + IN, "OUT must be own + IN");
+    let mut lines = [0; OUT];
+    let mut k = 0;
+    while k < OUT {
+        lines[k] = if k < own { k * 64 } else { at + inner[k - own] };
+        k += 1;
+    }
+    lines
+}
+
 /// Post-time helper: an SGE for `len` bytes at `addr` in region `lkey`.
 pub fn sge(addr: u64, len: u32, lkey: u32) -> Sge {
     Sge { addr, len, lkey }
@@ -551,6 +570,15 @@ mod layout_tests {
         assert_eq!(offset_of!(Qp, out), 3 * 64);
         assert_eq!(offset_of!(Qp, resp) % 64, 0);
         assert!(offset_of!(Qp, ext) >= offset_of!(Qp, resp) + size_of::<Responder>());
+    }
+
+    #[test]
+    fn nested_hot_lines_follow_the_owner_s_own() {
+        assert_eq!(
+            nest_hot_lines::<5, 2>(3, 640, [0, 128]),
+            [0, 64, 128, 640, 768]
+        );
+        assert_eq!(nest_hot_lines::<2, 2>(0, 64, [0, 64]), [64, 128]);
     }
 
     /// Every hot line starts a line of the struct, once.
