@@ -9,6 +9,7 @@ use rdma::wire::{Ecn, Opcode, ParseOptions, RoceFrame, WireError};
 use super::{Engine, RawMemory, MAX_QPS};
 use crate::control::is_rocev2;
 use crate::io::parse_rx;
+use crate::shard::dest_qpn;
 
 /// Capture interface id of received frames (`tx.rs` has the sent ones).
 pub(super) const CAPTURE_RX: u32 = 0;
@@ -71,12 +72,13 @@ impl Engine {
         self.rxb = burst;
     }
 
-    /// Prefetches the state of the QP frame `f` is for, unless that QP's was
-    /// the last prefetched (a message's frames come in a row). Only a hint:
-    /// a frame this cannot read is checked as usual when its turn comes.
+    /// Prefetches the state of the QP frame `f` is for (read as steering
+    /// reads it, [`dest_qpn`]), unless that QP's was the last prefetched (a
+    /// message's frames come in a row). Only a hint: a frame this cannot
+    /// read is checked as usual when its turn comes.
     #[inline]
     fn prefetch_dest_qp(&mut self, f: &[u8]) {
-        let Some(qpn) = dest_qpn(f, self.parse.int_dscp) else {
+        let Some(qpn) = dest_qpn(f, self.int_dscp) else {
             return;
         };
         if qpn == self.rx_prefetched_qpn {
@@ -248,73 +250,5 @@ impl Engine {
         // NewINT), then the transport.
         s.core.receive(f, now, &self.mrs, &mut RawMemory);
         self.after_qp_work(i, now);
-    }
-}
-
-/// The destination QP of a RoCEv2 frame ([`is_rocev2`]) without an INT
-/// container (whose DSCP is `int_dscp`), read from its BTH in place.
-fn dest_qpn(f: &[u8], int_dscp: Option<u8>) -> Option<u32> {
-    use rdma::wire::{ethernet, udp};
-    const L3: usize = ethernet::HEADER_LEN;
-    /// The destination QP's offset in the BTH (IBA 9.2: after the opcode,
-    /// flags, P_Key and a reserved byte).
-    const BTH_DEST_QP: usize = 5;
-    if !is_rocev2(f) || Some(f[L3 + 1] >> 2) == int_dscp {
-        return None;
-    }
-    let at = L3 + usize::from(f[L3] & 0xF) * 4 + udp::HEADER_LEN + BTH_DEST_QP;
-    let q = f.get(at..at + 3)?;
-    Some(u32::from_be_bytes([0, q[0], q[1], q[2]]))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders, RoceRepr};
-    use rdma::wire::{BthRepr, Ecn, EthernetAddress, Ipv4Address};
-
-    /// A WRITE Only frame to QP `qpn` (valid ICRC), with an empty INT
-    /// container if `int`.
-    fn frame(qpn: u32, int: bool) -> Vec<u8> {
-        let fb = FrameBuilder {
-            net: NetHeaders {
-                src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
-                dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
-                src_ip: Ipv4Address([10, 0, 0, 1]),
-                dst_ip: Ipv4Address([10, 0, 0, 2]),
-                udp_src_port: 0xC000,
-                dscp: 26,
-                ttl: 64,
-            },
-            int: int.then_some(IntInsert {
-                int_dscp: 0x18,
-                max_hops: 4,
-            }),
-        };
-        let p = RoceRepr::new(BthRepr::new(Opcode::SendOnly, qpn, 7));
-        let mut buf = vec![0u8; 512];
-        let n = fb.emit_frame(&p, &[1, 2, 3], Ecn::Ect0, &mut buf).unwrap();
-        buf.truncate(n);
-        buf
-    }
-
-    #[test]
-    fn the_destination_qp_is_read_from_the_bth() {
-        let f = frame(0x12_3456, false);
-        assert_eq!(dest_qpn(&f, Some(0x18)), Some(0x12_3456));
-        assert_eq!(dest_qpn(&f, None), Some(0x12_3456));
-        // Cut inside the BTH, or not RoCEv2: nothing read.
-        assert_eq!(dest_qpn(&f[..14 + 20 + 8 + 6], None), None);
-        let mut udp = f.clone();
-        udp[14 + 20 + 2] ^= 1;
-        assert_eq!(dest_qpn(&udp, None), None);
-    }
-
-    /// An INT container shifts the BTH: such a frame is left to the parser.
-    #[test]
-    fn a_frame_with_an_int_container_is_skipped() {
-        let f = frame(9, true);
-        assert_eq!(f[14 + 1] >> 2, 0x18);
-        assert_eq!(dest_qpn(&f, Some(0x18)), None);
     }
 }

@@ -482,8 +482,6 @@ mod tests {
         }
     }
 
-    /// A queue emptied between pushes starts again at the front of its
-    /// buffer: what it holds is never split around the buffer's end.
     /// The queue headers a visit reads share one line (`HOT_LINES`).
     #[test]
     fn the_queue_headers_share_a_line() {
@@ -494,6 +492,8 @@ mod tests {
         assert!(offset_of!(QpCounters, error_events) < 64);
     }
 
+    /// A queue emptied between pushes starts again at the front of its
+    /// buffer: what it holds is never split around the buffer's end.
     #[test]
     fn push_compact_rewinds_an_empty_queue() {
         let mut q: VecDeque<u32> = VecDeque::with_capacity(4);
