@@ -6,6 +6,7 @@
 mod cc_ext;
 mod completer;
 pub mod config;
+mod inline_deque;
 pub mod mr;
 mod output;
 pub mod qp;

@@ -4,6 +4,7 @@
 //! ([`super::requester`], [`super::completer`], [`super::responder`],
 //! [`super::cc_ext`]) write into one [`Outputs`], as rxe's tasks share the QP's CQ.
 
+use super::inline_deque::InlineDeque;
 use super::mr::MemorySpace;
 use super::wc::WorkCompletion;
 use crate::wire::ccext::{CcExtRepr, MAX_ECHO_HOPS};
@@ -296,14 +297,18 @@ impl QpCounters {
 ///
 /// Laid out in order on its own cache lines, for thousands of QPs whose state is
 /// cold at each visit: the counters' first 32 bytes (`tx_packets`, `rx_packets`,
-/// `error_events`) and the two queue headers a visit reads (`events`, `cq`) take
-/// two lines; the rest of the counters and the echo queue, read rarely, two more.
+/// `error_events`) on the first line, the rest of the counters on the second;
+/// the event queue's first two entries, inline ([`InlineDeque`]), on the
+/// third; the completion queue's first entry on the fourth; the echo queue,
+/// read rarely, after them. A visit that queues an event and a completion
+/// and drains them touches three lines, all of them at offsets a prefetch can
+/// name ([`Outputs::HOT_LINES`]).
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(super) struct Outputs {
     pub counters: QpCounters,
-    pub events: VecDeque<QpEvent>,
-    pub cq: VecDeque<WorkCompletion>,
+    pub events: EventQueue,
+    pub cq: CompletionQueue,
     /// The hop records of the events in `events` that echoed some
     /// ([`QpEvent::n_hops`] not 0), in the same order. Only a QP with the CC
     /// extension receives any (they come in its header): without it this
@@ -312,34 +317,46 @@ pub(super) struct Outputs {
     pub echoes: VecDeque<EchoedHops>,
 }
 
+/// A QP's event queue: its first two events inline (an ACK's, and one more).
+pub(super) type EventQueue = InlineDeque<QpEvent, 2>;
+
+/// A QP's completion queue, on its way to the CQ: its first completion inline.
+pub(super) type CompletionQueue = InlineDeque<WorkCompletion, 1>;
+
 impl Outputs {
-    /// The byte offsets of the two lines a visit reads (the struct's docs):
-    /// the counters' first, and the one with the `events` and `cq` headers.
-    pub(super) const HOT_LINES: [usize; 2] = [0, core::mem::offset_of!(Outputs, events)];
+    /// The byte offsets of the three lines a visit reads (the struct's docs):
+    /// the counters' first, the event queue's inline entries and the
+    /// completion queue's.
+    pub(super) const HOT_LINES: [usize; 3] = [
+        0,
+        core::mem::offset_of!(Outputs, events) / 64 * 64,
+        core::mem::offset_of!(Outputs, cq) / 64 * 64,
+    ];
 
     /// Queues for a QP of these depths; room for echoed hop records if it
     /// negotiated the CC extension (`cc_ext`). The event queue holds at most
     /// its capacity (at least `4 * (sq_depth + rq_depth) + 64`).
     pub fn new(sq_depth: usize, rq_depth: usize, cc_ext: bool) -> Self {
-        let events = VecDeque::with_capacity(4 * (sq_depth + rq_depth) + 64);
+        let events =
+            EventQueue::with_capacity(4 * (sq_depth + rq_depth) + 64, QpEvent::CnpReceived);
         let echoes = VecDeque::with_capacity(if cc_ext { events.capacity() } else { 0 });
         Self {
             counters: QpCounters::default(),
             events,
-            cq: VecDeque::with_capacity(sq_depth + rq_depth + 8),
+            cq: CompletionQueue::with_capacity(sq_depth + rq_depth + 8, WorkCompletion::BLANK),
             echoes,
         }
     }
 
     pub fn push_wc(&mut self, wc: WorkCompletion) {
-        push_compact(&mut self.cq, wc);
+        self.cq.push_back(wc);
     }
 
     /// Queues an event without telemetry (see [`Self::push_echo`]).
     pub fn push_event(&mut self, e: QpEvent) {
         debug_assert_eq!(e.n_hops(), 0, "hop records go through push_echo");
         self.make_room();
-        push_compact(&mut self.events, e);
+        self.events.push_back(e);
     }
 
     /// Queues an ACK or probe response event with the hop records its CC
@@ -360,7 +377,7 @@ impl Outputs {
         if let Some(h) = hops {
             push_compact(&mut self.echoes, h);
         }
-        push_compact(&mut self.events, e);
+        self.events.push_back(e);
     }
 
     /// The next event and the hop records it echoed.
@@ -482,14 +499,45 @@ mod tests {
         }
     }
 
-    /// The queue headers a visit reads share one line (`HOT_LINES`).
+    /// What a visit reads lies on the lines `HOT_LINES` names: the hot
+    /// counters on the first, each queue's inline entries on one line of
+    /// their own.
     #[test]
-    fn the_queue_headers_share_a_line() {
-        use core::mem::{offset_of, size_of};
-        let line = Outputs::HOT_LINES[1];
-        assert_eq!(line % 64, 0);
-        assert!(offset_of!(Outputs, cq) + size_of::<VecDeque<WorkCompletion>>() <= line + 64);
+    fn the_inline_entries_lie_on_the_hot_lines() {
+        use core::mem::offset_of;
+        let line = |at: usize| at / 64;
         assert!(offset_of!(QpCounters, error_events) < 64);
+        assert_eq!(Outputs::HOT_LINES[0], 0);
+        for (at, hot) in [
+            (offset_of!(Outputs, events), EventQueue::HOT_BYTES),
+            (offset_of!(Outputs, cq), CompletionQueue::HOT_BYTES),
+        ] {
+            assert!(Outputs::HOT_LINES.contains(&(line(at) * 64)));
+            assert_eq!(
+                line(at),
+                line(at + hot - 1),
+                "a queue's hot bytes on one line"
+            );
+        }
+        assert_ne!(line(Outputs::HOT_LINES[1]), line(Outputs::HOT_LINES[2]));
+    }
+
+    /// An event and a completion per visit, drained each time, stay in the
+    /// inline slots: the heap buffers are never written.
+    #[test]
+    fn one_event_and_one_completion_stay_inline() {
+        let mut out = Outputs::new(4, 4, false);
+        for p in 0..100 {
+            out.push_echo(ack(p), None);
+            out.push_wc(WorkCompletion {
+                wr_id: u64::from(p),
+                ..WorkCompletion::BLANK
+            });
+            assert!(!out.events.spilled() && !out.cq.spilled());
+            assert_eq!(out.pop_event(), Some((ack(p), None)));
+            assert_eq!(out.cq.pop_front().map(|w| w.wr_id), Some(u64::from(p)));
+            assert!(out.events.is_empty() && out.cq.is_empty());
+        }
     }
 
     /// A queue emptied between pushes starts again at the front of its

@@ -58,9 +58,9 @@ pub struct Qp {
 
 impl Qp {
     /// The byte offsets of the lines a visit reads (the struct's docs): the
-    /// first three, the output queues' two, the responder's two. For an
+    /// first three, the output queues' three, the responder's two. For an
     /// engine that prefetches a QP's state ahead of its visit.
-    pub const HOT_LINES: [usize; 7] = {
+    pub const HOT_LINES: [usize; 8] = {
         let out = core::mem::offset_of!(Qp, out);
         let resp = core::mem::offset_of!(Qp, resp);
         [
@@ -69,6 +69,7 @@ impl Qp {
             128,
             out + Outputs::HOT_LINES[0],
             out + Outputs::HOT_LINES[1],
+            out + Outputs::HOT_LINES[2],
             resp,
             resp + 64,
         ]

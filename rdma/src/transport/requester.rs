@@ -7,7 +7,7 @@
 
 use super::config::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
 use super::mr::{Access, MrTable};
-use super::output::{Payload, TxPacket};
+use super::output::{CompletionQueue, Payload, TxPacket};
 use super::wc::{SendOp, SendWr, WcStatus, WorkCompletion};
 use crate::wire::bth::{BthFlags, BthRepr, Opcode};
 use crate::wire::ccext::{CcExtFlags, CcExtRepr};
@@ -220,12 +220,7 @@ impl Requester {
 
     /// Completes every WQE with WR_FLUSH_ERR (the first with `first`, if given) and
     /// stops the cursor: the QP entered ERR.
-    pub fn flush(
-        &mut self,
-        mut first: Option<WcStatus>,
-        qpn: u32,
-        cq: &mut VecDeque<WorkCompletion>,
-    ) {
+    pub fn flush(&mut self, mut first: Option<WcStatus>, qpn: u32, cq: &mut CompletionQueue) {
         while let Some(w) = self.sq.pop_front() {
             cq.push_back(WorkCompletion {
                 wr_id: w.wr.wr_id,

@@ -11,8 +11,9 @@
 
 use super::cc_ext::CcExtState;
 use super::config::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
+use super::inline_deque::InlineDeque;
 use super::mr::{Access, MemorySpace, MrTable};
-use super::output::{Outputs, Payload, TxPacket};
+use super::output::{CompletionQueue, Outputs, Payload, TxPacket};
 use super::wc::{RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::bth::{BthRepr, Opcode};
 use crate::wire::ccext::{CcExtFlags, CcExtRepr};
@@ -87,6 +88,9 @@ impl ReadResource {
     }
 }
 
+/// The responder's queue of what it sends: its first entry inline.
+type RespQueue = InlineDeque<RespItem, 1>;
+
 /// What the responder sends, in order.
 #[derive(Debug, Clone, Copy)]
 enum RespItem {
@@ -101,6 +105,15 @@ enum RespItem {
         msn: u32,
         orig: u64,
     },
+}
+
+impl RespItem {
+    /// What fills the queue's unused inline slot.
+    const BLANK: RespItem = RespItem::Ack {
+        psn: 0,
+        msn: 0,
+        syndrome: AethSyndrome::ACK,
+    };
 }
 
 /// Why a request is refused (rxe's `RESPST_ERR_*` states).
@@ -166,17 +179,18 @@ pub(super) enum Verdict {
 ///
 /// In a set order (`repr(C)`), for thousands of QPs whose state is cold at
 /// each visit: what every request reads comes first, on two lines when the
-/// responder starts a line (as it does in [`super::Qp`]): the ACK queue and
-/// the message in progress on one, the sequence numbers and the receive
-/// queue on the next; the duplicate caches, read only on a duplicate READ or
-/// ATOMIC, after them.
+/// responder starts a line (as it does in [`super::Qp`]): the ACK queue's
+/// first entry, inline ([`InlineDeque`]), on the first; the message in
+/// progress and the sequence numbers on the second; the receive queue and
+/// the duplicate caches, read only on a SEND or a duplicate READ or ATOMIC,
+/// after them.
 #[derive(Debug)]
 #[repr(C)]
 pub(super) struct Responder {
     /// ACKs, NAKs and responses to send.
-    out: VecDeque<RespItem>,
+    out: RespQueue,
     cur: Option<InMsg>,
-    out_cap: usize,
+    out_cap: u32,
     /// Expected PSN.
     pub epsn: u32,
     /// Message sequence number (messages completed).
@@ -209,8 +223,8 @@ impl Responder {
             ack_coalesce: 1,
             cur: None,
             rq: VecDeque::with_capacity(cfg.rq_depth as usize),
-            out: VecDeque::with_capacity(2 * rd + 8),
-            out_cap: 2 * rd + 8,
+            out: RespQueue::with_capacity(2 * rd + 8, RespItem::BLANK),
+            out_cap: 2 * rd as u32 + 8,
             atomic_cache: VecDeque::with_capacity(rd),
             read_cache: VecDeque::with_capacity(rd),
             resp_next_lsn: 0,
@@ -239,7 +253,7 @@ impl Responder {
     }
 
     /// Completes every receive WQE with WR_FLUSH_ERR: the QP entered ERR.
-    pub fn flush(&mut self, qpn: u32, cq: &mut VecDeque<WorkCompletion>) {
+    pub fn flush(&mut self, qpn: u32, cq: &mut CompletionQueue) {
         while let Some(r) = self.rq.pop_front() {
             cq.push_back(recv_wc(
                 r.wr_id,
@@ -283,11 +297,11 @@ impl Responder {
             }
             return true;
         }
-        if self.out.len() >= self.out_cap {
+        if self.out.len() >= self.out_cap as usize {
             out.counters.resp_queue_full += 1;
             return false;
         }
-        super::output::push_compact(&mut self.out, item);
+        self.out.push_back(item);
         true
     }
 
@@ -459,7 +473,7 @@ impl Responder {
             });
         }
         // A READ or ATOMIC response, after the delayed ACK it flushes first.
-        if self.out.len() + 2 > self.out_cap {
+        if self.out.len() + 2 > self.out_cap as usize {
             return Err(Refusal::NoRoom);
         }
         match (f.reth, f.atomic) {
@@ -659,7 +673,9 @@ impl Responder {
             j.va += u64::from(len);
             j.remaining -= len;
             j.first = false;
-            self.out[0] = RespItem::Read(j);
+            if let Some(front) = self.out.front_mut() {
+                *front = RespItem::Read(j);
+            }
         }
         Some(TxPacket {
             repr: r,
@@ -697,12 +713,16 @@ mod layout_tests {
     use super::*;
     use core::mem::offset_of;
 
-    /// What every request reads takes the responder's first two lines, the
+    /// What every request reads takes the responder's first two lines (the
+    /// ACK queue's inline entry on the first), the receive queue and the
     /// duplicate caches the third (the struct's docs).
     #[test]
     fn a_request_reads_two_lines() {
-        assert!(offset_of!(Responder, out_cap) + 8 <= 64);
-        assert!(offset_of!(Responder, rq) + 32 <= 2 * 64);
+        assert_eq!(offset_of!(Responder, out), 0);
+        const { assert!(RespQueue::HOT_BYTES <= 64) };
+        assert!(offset_of!(Responder, cur) >= 64);
+        assert!(offset_of!(Responder, nak_sent) < 2 * 64);
+        assert!(offset_of!(Responder, rq) >= 2 * 64);
         assert!(offset_of!(Responder, atomic_cache) >= 2 * 64);
         assert!(offset_of!(Responder, read_cache) >= 2 * 64);
     }
