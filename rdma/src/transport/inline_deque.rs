@@ -69,7 +69,7 @@ impl<T: Copy, const N: usize> InlineDeque<T, N> {
         usize::from(self.len) + if self.spilled { self.spill.len() } else { 0 }
     }
 
-    #[cfg(test)]
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0 && !self.spilled
     }

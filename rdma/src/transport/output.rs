@@ -365,19 +365,33 @@ impl Outputs {
     /// peer sent one) queues the event without.
     pub fn push_echo(&mut self, mut e: QpEvent, ext: Option<&CcExtRepr>) {
         self.make_room();
-        let hops = ext
-            .filter(|x| x.n_hops > 0 && self.echoes.len() < self.echoes.capacity())
-            .map(|x| EchoedHops::new(x.n_hops, &x.hops));
+        let echoed = match ext {
+            Some(x) if x.n_hops > 0 => self.push_hops(x),
+            _ => 0,
+        };
         match &mut e {
             QpEvent::Ack { n_hops, .. } | QpEvent::ProbeResponse { n_hops } => {
-                *n_hops = hops.map_or(0, |h| h.n);
+                *n_hops = echoed;
             }
             _ => debug_assert!(false, "only ACKs and probe responses echo hops"),
         }
-        if let Some(h) = hops {
-            push_compact(&mut self.echoes, h);
-        }
         self.events.push_back(e);
+    }
+
+    /// Queues the hop records `ext` echoed, if the echo queue has room; how
+    /// many it queued. Out of line: an event without hop records (every
+    /// event of a QP without the CC extension) must not read the echo
+    /// queue's line, which the compiler would otherwise load ahead of the
+    /// test (cold at every visit with thousands of QPs).
+    #[cold]
+    #[inline(never)]
+    fn push_hops(&mut self, ext: &CcExtRepr) -> u8 {
+        if self.echoes.len() >= self.echoes.capacity() {
+            return 0;
+        }
+        let h = EchoedHops::new(ext.n_hops, &ext.hops);
+        push_compact(&mut self.echoes, h);
+        h.n
     }
 
     /// The next event and the hop records it echoed.

@@ -46,6 +46,11 @@ pub struct Qp {
     ext_control: bool,
     /// The CC extension has a probe to send (`ext.probe_pending`).
     ext_probe: bool,
+    /// The responder has something queued to send (an ACK, a NAK, an
+    /// ATOMIC ACK, READ responses: `resp.has_output()`), kept here for the
+    /// same reason: a QP that only sends (each requester of thousands) then
+    /// does not read the responder's line on each packet it sends.
+    resp_output: bool,
     /// The connected peer's address, if set: nothing else is accepted.
     peer_ip: Option<Ipv4Address>,
     cfg: QpConfig,
@@ -106,6 +111,7 @@ impl Qp {
             peer_ip: None,
             ext_control: false,
             ext_probe: false,
+            resp_output: false,
         })
     }
 
@@ -376,8 +382,9 @@ impl Qp {
     /// responses, a probe response) waits: what a NIC's scheduler sends ahead of
     /// data (docs/design.md §5, HPCC++ 002 §7.2), via [`Qp::poll_tx_control`].
     pub fn has_control(&self) -> bool {
+        debug_assert_eq!(self.resp_output, self.resp.has_output());
         !matches!(self.state, QpState::Reset | QpState::Init)
-            && (self.ext_control || self.resp.has_control())
+            && (self.ext_control || (self.resp_output && self.resp.has_control()))
     }
 
     /// The next control packet only (see [`Qp::has_control`]); never data, so
@@ -395,6 +402,7 @@ impl Qp {
         }
         // The front of the responder's queue is an ACK/NAK or atomic ACK.
         let t = self.resp.poll_tx(&self.cfg, &mut self.ext);
+        self.resp_output = self.resp.has_output();
         if t.is_some() {
             self.out.counters.tx_packets += 1;
         }
@@ -411,9 +419,13 @@ impl Qp {
         if let Some(t) = self.poll_tx_control(now_ns) {
             return Some(t);
         }
-        if let Some(t) = self.resp.poll_tx(&self.cfg, &mut self.ext) {
-            self.out.counters.tx_packets += 1;
-            return Some(t);
+        if self.resp_output {
+            let t = self.resp.poll_tx(&self.cfg, &mut self.ext);
+            self.resp_output = self.resp.has_output();
+            if t.is_some() {
+                self.out.counters.tx_packets += 1;
+                return t;
+            }
         }
         if self.state == QpState::Err {
             return None;
@@ -493,6 +505,7 @@ impl Qp {
                 let v = self
                     .resp
                     .on_request(f, &self.cfg, mrs, mem, &mut self.ext, &mut self.out);
+                self.resp_output = self.resp.has_output();
                 if v == Verdict::Error {
                     self.enter_error(None);
                 }

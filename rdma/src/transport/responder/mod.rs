@@ -266,6 +266,12 @@ impl Responder {
         }
     }
 
+    /// Something is queued to send (what [`Self::poll_tx`] looks at).
+    #[inline]
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// An ACK, NAK or ATOMIC ACK is at the head of the queue (what a scheduler sends
     /// ahead of data).
     pub fn has_control(&self) -> bool {
