@@ -90,12 +90,7 @@ impl<T: Copy, const N: usize> InlineDeque<T, N> {
             self.slots[at] = v;
             self.len += 1;
         } else {
-            if self.spill.is_empty() {
-                // Starts again at the front of the buffer (as
-                // `output::push_compact`).
-                self.spill.clear();
-            }
-            self.spill.push_back(v);
+            super::output::push_compact(&mut self.spill, v);
             self.spilled = true;
         }
     }
@@ -175,11 +170,8 @@ impl<T: Copy, const N: usize> InlineDeque<T, N> {
     /// The entries, oldest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> + '_ {
         let inline = (0..usize::from(self.len)).map(|i| &self.slots[self.slot(i)]);
-        inline.chain(
-            self.spill
-                .iter()
-                .take(if self.spilled { usize::MAX } else { 0 }),
-        )
+        // The heap buffer is empty whenever `spilled` is false.
+        inline.chain(self.spill.iter())
     }
 
     /// Keeps only the entries `keep` accepts, in their order (a rotation

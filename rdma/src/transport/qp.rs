@@ -401,6 +401,12 @@ impl Qp {
             }
         }
         // The front of the responder's queue is an ACK/NAK or atomic ACK.
+        self.poll_responder()
+    }
+
+    /// The responder's next packet ([`Responder::poll_tx`]), counted, with
+    /// `resp_output` brought up to date.
+    fn poll_responder(&mut self) -> Option<TxPacket> {
         let t = self.resp.poll_tx(&self.cfg, &mut self.ext);
         self.resp_output = self.resp.has_output();
         if t.is_some() {
@@ -420,11 +426,8 @@ impl Qp {
             return Some(t);
         }
         if self.resp_output {
-            let t = self.resp.poll_tx(&self.cfg, &mut self.ext);
-            self.resp_output = self.resp.has_output();
-            if t.is_some() {
-                self.out.counters.tx_packets += 1;
-                return t;
+            if let Some(t) = self.poll_responder() {
+                return Some(t);
             }
         }
         if self.state == QpState::Err {
