@@ -94,6 +94,48 @@ impl Mbuf {
         crate::prefetch((m.buf_addr as *const u8).wrapping_add(m.data_off as usize));
     }
 
+    /// Hints the CPU to load the metadata (`struct rte_mbuf`, two cache
+    /// lines) of segment `depth` of the chain (0: this mbuf), reading the
+    /// `next` pointers of the segments before it: a receiver walks a chain
+    /// another core wrote one dependent load after another, so it
+    /// prefetches a frame's chain in stages, a segment deeper each stage,
+    /// as each stage's lines arrive (nothing past the chain's end).
+    #[inline]
+    pub fn prefetch_segment_meta(&self, depth: usize) {
+        if let Some(seg) = self.segment_ptr(depth) {
+            let p = seg.cast::<u8>().cast_const();
+            crate::prefetch(p);
+            crate::prefetch(p.wrapping_add(64));
+        }
+    }
+
+    /// Hints the CPU to load the first line of segment `depth`'s data (the
+    /// headers in segment 0, the ICRC in a trailer), reading that segment's
+    /// metadata and the `next` pointers before it
+    /// ([`Mbuf::prefetch_segment_meta`]'s stages).
+    #[inline]
+    pub fn prefetch_segment_data(&self, depth: usize) {
+        if let Some(seg) = self.segment_ptr(depth) {
+            // SAFETY: every segment of an owned chain is valid.
+            let m = unsafe { &*seg };
+            crate::prefetch((m.buf_addr as *const u8).wrapping_add(m.data_off as usize));
+        }
+    }
+
+    /// Segment `depth` of the chain (0: this mbuf), if the chain is that long.
+    #[inline]
+    fn segment_ptr(&self, depth: usize) -> Option<*mut rte_mbuf> {
+        let mut seg = self.as_ptr();
+        for _ in 0..depth {
+            // SAFETY: `seg` is a segment of our chain, hence valid.
+            seg = unsafe { (*seg).next };
+            if seg.is_null() {
+                return None;
+            }
+        }
+        Some(seg)
+    }
+
     /// Free bytes after the data of the last segment.
     ///
     /// `rte_pktmbuf_tailroom` written out in Rust (it is a static inline

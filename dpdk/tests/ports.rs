@@ -195,6 +195,13 @@ fn mbuf_operations_are_bounds_checked() {
         m.chain(tail).unwrap();
         assert_eq!(m.nb_segs(), 2);
         assert_eq!(m.to_vec(), b"hello, chained");
+        // The RX path's staged prefetches walk the chain only as far as it
+        // goes (depth 2 and 3 are past this one's end) and change nothing.
+        for depth in 0..4 {
+            m.prefetch_segment_meta(depth);
+            m.prefetch_segment_data(depth);
+        }
+        assert_eq!(m.to_vec(), b"hello, chained");
         let mut mid = [0u8; 6];
         m.read(3, &mut mid).unwrap();
         assert_eq!(&mid, b"lo, ch");

@@ -17,11 +17,30 @@ pub(super) const CAPTURE_RX: u32 = 0;
 /// the state of the QP a frame is for: a frame takes 100-300 ns to handle,
 /// a line from memory about 100 (docs/benchmarks.md, QP scale).
 const RX_PREFETCH_AHEAD: usize = 4;
-/// How many frames ahead the RX path prefetches a frame's first line (its
-/// headers): twice as far as the QP's state, so that reading the QPN there
-/// ([`Engine::prefetch_dest_qp`]) finds the line in the cache, as DPDK's
-/// l3fwd prefetches packet data a stage ahead of its lookup.
-const RX_PREFETCH_FRAME_AHEAD: usize = 2 * RX_PREFETCH_AHEAD;
+/// The stages that bring a frame's chain in ahead of it (a frame the
+/// sending core has just written is a dependent load per segment, each a
+/// line held by that core): frames ahead of the one being handled where
+/// each stage runs, a stage reading only lines the one before brought in.
+/// Stage by stage: the first mbuf's metadata; its headers and the payload
+/// segment's metadata; the trailer's metadata; the trailer's bytes (the
+/// ICRC). The headers are in by [`RX_PREFETCH_AHEAD`], where reading the
+/// QPN ([`Engine::prefetch_dest_qp`]) finds the line in the cache, as
+/// DPDK's l3fwd prefetches packet data a stage ahead of its lookup.
+const RX_STAGES: [usize; 4] = [16, 12, 8, 6];
+
+/// Stage `stage` of [`RX_STAGES`] for frame `m`.
+#[inline]
+fn prefetch_stage(m: &dpdk::Mbuf, stage: usize) {
+    match stage {
+        0 => m.prefetch_segment_meta(0),
+        1 => {
+            m.prefetch_segment_data(0);
+            m.prefetch_segment_meta(1);
+        }
+        2 => m.prefetch_segment_meta(2),
+        _ => m.prefetch_segment_data(2),
+    }
+}
 
 impl Engine {
     /// Receives a burst and hands every frame, verified, to its QP (frames
@@ -32,15 +51,19 @@ impl Engine {
         }
         let mut burst = std::mem::take(&mut self.rxb);
         let mut scratch = std::mem::take(&mut self.scratch);
-        for m in burst.as_slice().iter().take(RX_PREFETCH_FRAME_AHEAD) {
-            dpdk::prefetch(m.data().as_ptr());
+        for (stage, &ahead) in RX_STAGES.iter().enumerate() {
+            for m in burst.as_slice().iter().take(ahead) {
+                prefetch_stage(m, stage);
+            }
         }
         for m in burst.as_slice().iter().take(RX_PREFETCH_AHEAD) {
             self.prefetch_dest_qp(m.data());
         }
         for k in 0..burst.len() {
-            if let Some(a) = burst.as_slice().get(k + RX_PREFETCH_FRAME_AHEAD) {
-                dpdk::prefetch(a.data().as_ptr());
+            for (stage, &ahead) in RX_STAGES.iter().enumerate() {
+                if let Some(a) = burst.as_slice().get(k + ahead) {
+                    prefetch_stage(a, stage);
+                }
             }
             if let Some(a) = burst.as_slice().get(k + RX_PREFETCH_AHEAD) {
                 self.prefetch_dest_qp(a.data());
