@@ -154,6 +154,12 @@ fn sharded_nics_run_every_test_kind() {
     }
     let out = run(&["write_lat", "--shards", "2", "-n", "200"]);
     assert!(row(&out, "2").len() >= 5, "{out}");
+    // --shards 1: one engine per side on the port's one queue pair, with
+    // no steering between shards (nothing to steer to).
+    for test in ["write_bw", "read_bw"] {
+        let out = run(&[test, "--shards", "1", "-n", "200", "-s", "65536"]);
+        assert_eq!(row(&out, "65536")[1], 200.0, "{out}");
+    }
 }
 
 #[test]
