@@ -126,6 +126,16 @@ struct PortInner {
     af_xdp: Option<crate::af_xdp::Prepared>,
 }
 
+impl PortInner {
+    /// [`Port::ring_pair_key`].
+    fn ring_pair_key(&self) -> Option<usize> {
+        match &self.backing {
+            Backing::RingPair(_, rings) => Some(Arc::as_ptr(rings) as usize),
+            _ => None,
+        }
+    }
+}
+
 impl Drop for PortInner {
     fn drop(&mut self) {
         // SAFETY: every queue handle holds an Arc to us, so none is alive.
@@ -412,10 +422,7 @@ impl Port {
     /// one sends the other receives on that thread (nic's engines park
     /// without a bound then). None for every other port.
     pub fn ring_pair_key(&self) -> Option<usize> {
-        match &self.inner.backing {
-            Backing::RingPair(_, rings) => Some(Arc::as_ptr(rings) as usize),
-            _ => None,
-        }
+        self.inner.ring_pair_key()
     }
 
     /// DPDK port id.
@@ -732,6 +739,11 @@ impl RxQueue {
     /// The queue index.
     pub fn queue_id(&self) -> u16 {
         self.queue
+    }
+
+    /// [`Port::ring_pair_key`] of the port this queue belongs to.
+    pub fn ring_pair_key(&self) -> Option<usize> {
+        self.port.ring_pair_key()
     }
 }
 

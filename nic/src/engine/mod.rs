@@ -152,6 +152,11 @@ pub struct Engine {
     /// may sleep until its next timer; otherwise its parks are bounded
     /// (`poll.rs`). Set by `run_group`.
     rx_wakes: bool,
+    /// Every frame the engine receives was written by another thread (the
+    /// other end of its ring pair, a shard's peers, the dispatcher), whose
+    /// core holds its mbufs' lines: the RX path then prefetches each
+    /// frame's chain in stages (`rx.rs`). Set by `run_group`.
+    rx_cross_core: bool,
     /// The longest frame the port carries (its driver's limit, at most
     /// [`MAX_FRAME`]).
     max_frame: usize,
@@ -293,6 +298,7 @@ impl Engine {
             last_busy_ns: 0,
             rx_prefetched_qpn: u32::MAX,
             rx_wakes: false,
+            rx_cross_core: false,
             max_frame: parts.max_frame,
             _port: parts.port,
             io: parts.io,

@@ -390,19 +390,19 @@ pub fn run_group(engines: Vec<Engine>) {
 
 /// Marks the engines whose every frame comes with a wake-up: the two ends
 /// of one ring pair turned by the same group, and a shard behind a
-/// dispatcher, which wakes the shard when it hands it frames (module docs).
+/// dispatcher, which wakes the shard when it hands it frames (module docs);
+/// and those whose frames another thread wrote: a shard behind a
+/// dispatcher, an end of a ring pair whose other end is not in the group.
 fn mark_rx_wakes(engines: &mut [Engine]) {
-    let keys: Vec<Option<usize>> = engines
-        .iter()
-        .map(|e| e._port.as_ref().and_then(dpdk::Port::ring_pair_key))
-        .collect();
+    let keys: Vec<Option<usize>> = engines.iter().map(|e| e.io.ring_pair_key()).collect();
     for (i, e) in engines.iter_mut().enumerate() {
         let behind_dispatcher = matches!(e.io, super::port::PacketIo::Shard { .. });
-        e.rx_wakes = behind_dispatcher
-            || keys[i].is_some_and(|k| {
-                keys.iter()
-                    .enumerate()
-                    .any(|(j, other)| j != i && *other == Some(k))
-            });
+        let both_ends_here = keys[i].is_some_and(|k| {
+            keys.iter()
+                .enumerate()
+                .any(|(j, other)| j != i && *other == Some(k))
+        });
+        e.rx_wakes = behind_dispatcher || both_ends_here;
+        e.rx_cross_core = behind_dispatcher || (keys[i].is_some() && !both_ends_here);
     }
 }

@@ -53,6 +53,15 @@ pub(crate) enum PacketIo {
 }
 
 impl PacketIo {
+    /// [`dpdk::Port::ring_pair_key`] of the port whose queue this reads
+    /// (`None` for a shard behind a dispatcher: its frames come from a ring).
+    pub(super) fn ring_pair_key(&self) -> Option<usize> {
+        match self {
+            PacketIo::Port { rx, .. } | PacketIo::Queue { rx, .. } => rx.ring_pair_key(),
+            PacketIo::Shard { .. } => None,
+        }
+    }
+
     /// Fills `b` with received frames (for a shard with its own queue:
     /// those of its QPs, counting what it steers to others in `counters`).
     #[inline]
