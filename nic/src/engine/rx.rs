@@ -43,10 +43,10 @@ const RX_LOCAL: [(usize, RxPrefetch); 1] = [(2 * RX_PREFETCH_AHEAD, RxPrefetch::
 /// (headers, attached payload, ICRC trailer) is then a dependent load per
 /// segment, each a line that core holds, so the chain comes in in stages,
 /// a segment deeper each, every stage reading only lines the one before
-/// brought in (frames ahead, what). Measured on a 2-core Xeon VM with one
-/// QP and an engine per side: READ 70 against 55 Gbit/s, WRITE 84 against
-/// 75 (docs/benchmarks.md); with both engines on one core and 16k QPs the
-/// same stages cost more than they save, hence the two lists.
+/// brought in (frames ahead, what). They are what one QP with an engine
+/// per side needs (docs/benchmarks.md, "One QP on machine C"); with both
+/// engines on one core and 16k QPs the same stages cost more than they
+/// save, hence the two lists.
 const RX_CROSS_CORE: [(usize, RxPrefetch); 4] = [
     (16, RxPrefetch::Meta),
     (12, RxPrefetch::HeadersAndPayloadMeta),
