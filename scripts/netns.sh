@@ -46,6 +46,24 @@ up() {
     ip -n "$ns" link set "br-$side" up
     ip -n "$ns" link set "ctl-$side" up
   done
+  # The kernel may report the data veth's carrier up to a second after both
+  # ends are up (it rate-limits link events), and a bridge forwards on a port
+  # only from then on: a test that starts at once loses its first frames
+  # for that long (seen: dat-b forwarding after both TAPs, and a WRITE that
+  # ran out of retries). Wait for both bridge ports (brport state 3).
+  for side in a b; do
+    ns=${RSNIC_NETNS:-rsnic}-$side
+    state=
+    for _ in $(seq 100); do
+      state=$(ip netns exec "$ns" cat "/sys/class/net/dat-$side/brport/state" 2>/dev/null || true)
+      [ "$state" = 3 ] && break
+      sleep 0.05
+    done
+    if [ "$state" != 3 ]; then
+      echo "netns: dat-$side is not forwarding after 5 s (brport state '$state')" >&2
+      exit 1
+    fi
+  done
 }
 
 case "${1:-}" in
