@@ -44,6 +44,8 @@ if [ "$part" = all ] || [ "$part" = oneqp ]; then
   run "write 64K -q1 (engines on one thread)" write_bw -s 65536
   run "write 64K -q1 --shards 1" write_bw -s 65536 --shards 1
   run "read 64K -q1 --shards 1" read_bw -s 65536 --shards 1
+  run "write 64K -q1 --shards 1 -t 512" write_bw -s 65536 --shards 1 -t 512
+  run "read 64K -q1 --shards 1 -t 512" read_bw -s 65536 --shards 1 -t 512
   run "write 64K -q1 --shards 1 --copy_threshold 4096" write_bw -s 65536 --shards 1 --copy_threshold 4096
   run "read 64K -q1 --shards 1 --copy_threshold 4096" read_bw -s 65536 --shards 1 --copy_threshold 4096
 fi
