@@ -966,3 +966,54 @@ fn send_psn_is_set_until_rts() {
     assert!(q.set_sq_psn(5).is_err(), "not once the requester may send");
     assert_eq!(q.next_psn(), 0x12_3456);
 }
+
+/// A QP without CC (`ack_events_without_progress: false`) raises one Ack
+/// event per READ, at its first response packet (which acknowledges the
+/// READ's whole LSN), instead of one per response packet; the data and the
+/// completion are the same either way.
+#[test]
+fn read_without_cc_raises_one_ack_event_per_read() {
+    let mut acks = vec![];
+    for every in [true, false] {
+        let cfg = |qpn, dest_qpn| QpConfig {
+            qpn,
+            dest_qpn,
+            pmtu: 256,
+            ack_events_without_progress: every,
+            ..Default::default()
+        };
+        let mut a = Host::new(1, cfg(0x11, 0x22), A_BASE);
+        let mut b = Host::new(2, cfg(0x22, 0x11), B_BASE);
+        let src = fill(&mut b, B_BASE + 0x8000, 1000, 5);
+        let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+        for id in 0..2u64 {
+            a.qp.post_send(
+                wr(
+                    id,
+                    SendOp::Read {
+                        remote_va: B_BASE + 0x8000,
+                        rkey: bk,
+                    },
+                    A_BASE + 0x2000 * (id + 1),
+                    1000,
+                    ak,
+                ),
+                &a.mrs,
+            )
+            .unwrap();
+        }
+        exchange(&mut a, &mut b, |_| {});
+        assert_eq!(a.cq.len(), 2);
+        assert!(a.cq.iter().all(|c| c.status == WcStatus::Success));
+        for id in 0..2u64 {
+            assert_eq!(a.mem.read(A_BASE + 0x2000 * (id + 1), 1000), &src[..]);
+        }
+        let ack = |e: &&QpEvent| matches!(e, QpEvent::Ack { .. });
+        let progress =
+            |e: &&QpEvent| matches!(e, QpEvent::Ack { newly_acked, .. } if *newly_acked > 0);
+        assert_eq!(a.events.iter().filter(progress).count(), 2, "{every}");
+        acks.push(a.events.iter().filter(ack).count());
+    }
+    // 1000 bytes at a 256-byte MTU: 4 response packets per READ.
+    assert_eq!(acks, [8, 2]);
+}

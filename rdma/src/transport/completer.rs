@@ -353,7 +353,9 @@ impl Completer {
         self.acked_lsn = req.lsn_at(self.una, cfg.pmtu);
         let n = self.acked_lsn.wrapping_sub(before);
         self.progress(now, cfg, req, out);
-        self.ack_event(p, n, f.ccext.as_ref(), out);
+        if n > 0 || f.ccext.is_some() || cfg.ack_events_without_progress {
+            self.ack_event(p, n, f.ccext.as_ref(), out);
+        }
         Heard::ReadData
     }
 

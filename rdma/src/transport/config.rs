@@ -91,6 +91,13 @@ pub struct QpConfig {
     pub cc_ext: bool,
     /// The requester acknowledges READ responses (LDCP section 3.1; needs `cc_ext`).
     pub ack_read_responses: bool,
+    /// A READ response packet that acknowledges nothing new (every one after
+    /// the first: a READ's LSN is acknowledged by its first response) still
+    /// raises a [`super::QpEvent::Ack`]: a CC counts ACKs. False for a QP
+    /// without CC, which has nothing to feed them to: one event per READ
+    /// instead of one per response packet (those with a CC extension header
+    /// raise theirs either way).
+    pub ack_events_without_progress: bool,
     /// The QP's protection domain: it may only use keys of regions in the same PD
     /// (IBA 10.2.3), locally (lkeys of its work requests) and remotely (rkeys it is
     /// sent).
@@ -113,6 +120,7 @@ impl Default for QpConfig {
             sq_psn: 0,
             rq_psn: 0,
             cc_ext: false,
+            ack_events_without_progress: true,
             ack_read_responses: false,
             pd: 0,
         }
