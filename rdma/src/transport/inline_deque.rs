@@ -90,7 +90,7 @@ impl<T: Copy, const N: usize> InlineDeque<T, N> {
             self.slots[at] = v;
             self.len += 1;
         } else {
-            super::output::push_compact(&mut self.spill, v);
+            push_compact(&mut self.spill, v);
             self.spilled = true;
         }
     }
@@ -210,10 +210,39 @@ impl<T: Copy + std::fmt::Debug, const N: usize> std::fmt::Debug for InlineDeque<
     }
 }
 
+/// Pushes `v` at the back of `q`, starting again at the front of its
+/// buffer when `q` is empty (`VecDeque::clear` rewinds it). A queue drained
+/// after every packet then reuses its first few cache lines instead of
+/// walking its whole preallocated buffer, which keeps a QP's hot state
+/// small when thousands of QPs share the caches.
+pub(crate) fn push_compact<T>(q: &mut VecDeque<T>, v: T) {
+    if q.is_empty() {
+        q.clear();
+    }
+    q.push_back(v);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A queue emptied between pushes starts again at the front of its
+    /// buffer: what it holds is never split around the buffer's end.
+    #[test]
+    fn push_compact_rewinds_an_empty_queue() {
+        let mut q: VecDeque<u32> = VecDeque::with_capacity(4);
+        let cap = q.capacity();
+        for v in 0..(cap as u32 * 2 + 1) {
+            push_compact(&mut q, v);
+            assert_eq!(q.pop_front(), Some(v));
+        }
+        for v in 0..cap as u32 {
+            push_compact(&mut q, v);
+        }
+        let (front, back) = q.as_slices();
+        assert_eq!((front.len(), back.len()), (cap, 0));
+    }
 
     #[derive(Debug, Clone)]
     enum Op {

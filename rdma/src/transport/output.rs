@@ -390,7 +390,7 @@ impl Outputs {
             return 0;
         }
         let h = EchoedHops::new(ext.n_hops, &ext.hops);
-        push_compact(&mut self.echoes, h);
+        super::inline_deque::push_compact(&mut self.echoes, h);
         h.n
     }
 
@@ -412,18 +412,6 @@ impl Outputs {
             self.counters.events_dropped += 1;
         }
     }
-}
-
-/// Pushes `v` at the back of `q`, starting again at the front of its
-/// buffer when `q` is empty (`VecDeque::clear` rewinds it). A queue drained
-/// after every packet then reuses its first few cache lines instead of
-/// walking its whole preallocated buffer, which keeps a QP's hot state
-/// small when thousands of QPs share the caches.
-pub(crate) fn push_compact<T>(q: &mut VecDeque<T>, v: T) {
-    if q.is_empty() {
-        q.clear();
-    }
-    q.push_back(v);
 }
 
 #[cfg(test)]
@@ -552,23 +540,6 @@ mod tests {
             assert_eq!(out.cq.pop_front().map(|w| w.wr_id), Some(u64::from(p)));
             assert!(out.events.is_empty() && out.cq.is_empty());
         }
-    }
-
-    /// A queue emptied between pushes starts again at the front of its
-    /// buffer: what it holds is never split around the buffer's end.
-    #[test]
-    fn push_compact_rewinds_an_empty_queue() {
-        let mut q: VecDeque<u32> = VecDeque::with_capacity(4);
-        let cap = q.capacity();
-        for v in 0..(cap as u32 * 2 + 1) {
-            push_compact(&mut q, v);
-            assert_eq!(q.pop_front(), Some(v));
-        }
-        for v in 0..cap as u32 {
-            push_compact(&mut q, v);
-        }
-        let (front, back) = q.as_slices();
-        assert_eq!((front.len(), back.len()), (cap, 0));
     }
 
     #[test]

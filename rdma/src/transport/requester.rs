@@ -123,7 +123,7 @@ impl Requester {
                 },
             ),
         };
-        super::output::push_compact(
+        super::inline_deque::push_compact(
             &mut self.sq,
             SendWqe {
                 wr,

@@ -248,7 +248,7 @@ impl Responder {
             )
             .map_err(QpError::LocalProtection)?;
         }
-        super::output::push_compact(&mut self.rq, wr);
+        super::inline_deque::push_compact(&mut self.rq, wr);
         Ok(())
     }
 
