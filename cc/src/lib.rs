@@ -156,6 +156,13 @@ impl CcKind {
         matches!(self, CcKind::Hpcc | CcKind::RxHpcc | CcKind::Ldcp)
     }
 
+    /// Whether a QP using this kind feeds its CC every ACK, also those that
+    /// acknowledge nothing new (READ responses after the first; rdma's
+    /// `QpConfig::ack_events_without_progress`): every kind but `none`.
+    pub fn counts_acks(&self) -> bool {
+        !matches!(self, CcKind::None)
+    }
+
     /// Default configuration of this kind for a path.
     pub fn default_config(&self, path: PathConfig) -> CcConfig {
         match self {

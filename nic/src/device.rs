@@ -193,17 +193,22 @@ impl Device {
             max_frame = mf;
             // One shard owns every frame: nothing to steer, and no reason to
             // read each frame's headers before the RX path's prefetches.
-            let rings = (0..n)
-                .filter(|_| n > 1)
-                .map(|_| dpdk::Ring::new(eal, &Engine::unique_name("steer"), SHARD_RING))
-                .collect::<Result<Vec<_>, _>>()?;
-            let rings: Arc<[dpdk::Ring]> = rings.into();
+            let rings: Option<Arc<[dpdk::Ring]>> = if n > 1 {
+                let rings = (0..n)
+                    .map(|_| dpdk::Ring::new(eal, &Engine::unique_name("steer"), SHARD_RING))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Some(rings.into())
+            } else {
+                None
+            };
             for (k, (rx, tx)) in rxs.into_iter().zip(txs).enumerate() {
-                let io = if n > 1 {
-                    let steer = Steer::new(k, cfg.int_dscp, rings.clone());
-                    PacketIo::Queue { rx, tx, steer }
-                } else {
-                    PacketIo::Port { rx, tx }
+                let io = match &rings {
+                    Some(rings) => PacketIo::Queue {
+                        rx,
+                        tx,
+                        steer: Steer::new(k, cfg.int_dscp, rings.clone()),
+                    },
+                    None => PacketIo::Port { rx, tx },
                 };
                 // Shard 0 keeps the port open (the queues hold it too).
                 engines.push(shard_parts(k, io, port.take(), max_frame)?);

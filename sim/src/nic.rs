@@ -264,7 +264,7 @@ impl Nic {
             rq_psn: remote_psn,
             cc_ext,
             ack_read_responses: self.cfg.cc == CcKind::Ldcp,
-            ack_events_without_progress: self.cfg.cc != CcKind::None,
+            ack_events_without_progress: self.cfg.cc.counts_acks(),
             pd: 0,
         };
         let mut qp = Qp::new(qcfg).map_err(|e| e.to_string())?;

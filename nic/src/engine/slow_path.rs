@@ -365,7 +365,7 @@ impl Engine {
             rq_psn: remote.psn,
             cc_ext: s.core.cc_ext,
             ack_read_responses: s.opts.cc == CcKind::Ldcp,
-            ack_events_without_progress: s.opts.cc != CcKind::None,
+            ack_events_without_progress: s.opts.cc.counts_acks(),
             pd: s.pd,
         };
         let transport = |source| EngineError::Transport { qpn, source };

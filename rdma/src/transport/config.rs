@@ -120,8 +120,8 @@ impl Default for QpConfig {
             sq_psn: 0,
             rq_psn: 0,
             cc_ext: false,
-            ack_events_without_progress: true,
             ack_read_responses: false,
+            ack_events_without_progress: true,
             pd: 0,
         }
     }
