@@ -30,6 +30,7 @@
 //! `crate::sys`, so that the loom model (`nic/loom`, `scripts/loom.sh`)
 //! runs the very code the engine and the program run.
 
+use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use crate::sync::{fence, Ordering};
@@ -59,9 +60,23 @@ const RUNNING: u32 = 0;
 /// One waiter's parked flag and the futex it sleeps on. One thread parks
 /// on it at a time (an engine thread, or the program's thread polling a
 /// CQ); any number wake it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Parker {
     futex: Futex,
+    /// The CPU the waiter's thread last said it runs on ([`NO_CPU`]: not
+    /// known): a hint for those it serves, outside the wake-up protocol
+    /// (whoever waits for an engine's work should not spin on the CPU the
+    /// engine needs to do it: `CompletionQueue::wait`).
+    cpu: AtomicU32,
+}
+
+/// [`Parker::ran_on`] of a waiter that never said.
+const NO_CPU: u32 = u32::MAX;
+
+impl Default for Parker {
+    fn default() -> Self {
+        Parker::new()
+    }
 }
 
 impl Parker {
@@ -69,7 +84,25 @@ impl Parker {
     pub fn new() -> Parker {
         Parker {
             futex: Futex::new(RUNNING),
+            cpu: AtomicU32::new(NO_CPU),
         }
+    }
+
+    /// The waiter's thread runs on `cpu` (None: unknown). Writes only a
+    /// change, so that readers' copies of the line stay valid while a
+    /// pinned thread says the same thing again.
+    pub fn note_cpu(&self, cpu: Option<u32>) {
+        let cpu = cpu.unwrap_or(NO_CPU);
+        if self.cpu.load(std::sync::atomic::Ordering::Relaxed) != cpu {
+            self.cpu.store(cpu, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The CPU the waiter's thread last noted ([`Self::note_cpu`]): where
+    /// it runs, or ran before it parked or was moved.
+    pub fn ran_on(&self) -> Option<u32> {
+        let cpu = self.cpu.load(std::sync::atomic::Ordering::Relaxed);
+        (cpu != NO_CPU).then_some(cpu)
     }
 
     /// The waiter's step 1: from here on wakers make the system call.

@@ -194,3 +194,76 @@ fn a_moderated_waiter_sleeps_until_its_count() {
     let _ = later.join().unwrap();
     drop(qb);
 }
+
+/// The CPUs the calling thread may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; getaffinity fills
+    // it for the calling thread (pid 0).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(rc, 0, "sched_getaffinity");
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) {
+    // SAFETY: as in `allowed_cpus`; setaffinity reads the set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    assert_eq!(rc, 0, "sched_setaffinity to CPU {cpu}");
+}
+
+/// A CQ tells a waiter on the CPU of its engine's thread that it is there
+/// (so that its wait parks at once instead of spinning where the engine
+/// must run), and only there: with the group's thread pinned to the last
+/// CPU, the test's thread is on the engine's CPU on that one CPU of all
+/// it is pinned to in turn; and a wait from there still completes.
+#[test]
+fn a_cq_knows_when_its_waiter_is_on_the_engines_cpu() {
+    let eal = Eal::for_tests();
+    let cpus = allowed_cpus();
+    let engine_cpu = *cpus.last().unwrap();
+    let (pa, pb) = Port::ring_pair(eal, "park_cpu", 1024).unwrap();
+    let cfg = |ip| {
+        let mut c = DeviceConfig::new(ip);
+        c.idle_yield = true;
+        c
+    };
+    let mut devs = Device::open_group(
+        eal,
+        vec![(pa, cfg([10, 7, 2, 1])), (pb, cfg([10, 7, 2, 2]))],
+        Some(engine_cpu),
+    )
+    .unwrap();
+    let b = devs.pop().unwrap();
+    let a = devs.pop().unwrap();
+    // Creating the CQ is a command the group's thread answers: it runs.
+    let mut ca = a.create_cq(64).unwrap();
+    let cb = b.create_cq(64).unwrap();
+    let on: Vec<usize> = cpus
+        .iter()
+        .copied()
+        .filter(|&c| {
+            pin_to(c);
+            ca.on_engine_cpu()
+        })
+        .collect();
+    assert_eq!(on, vec![engine_cpu]);
+    pin_to(engine_cpu);
+    assert!(ca.on_engine_cpu());
+    let mut qa = a.create_qp(&ca, &ca, QpOptions::default()).unwrap();
+    let mut qb = b.create_qp(&cb, &cb, QpOptions::default()).unwrap();
+    qa.connect(&qb.remote_info()).unwrap();
+    qb.connect(&qa.remote_info()).unwrap();
+    let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let (ma, mb) = (a.reg_mr(128, acc).unwrap(), b.reg_mr(128, acc).unwrap());
+    for i in 1..=50 {
+        write(&mut qa, i, &ma, &mb);
+        completes(&mut ca, i);
+    }
+    drop(qb);
+}

@@ -318,6 +318,11 @@ pub fn run_group(engines: Vec<Engine>) {
         });
     };
     let Some(parker) = parker else { return };
+    // Where this thread runs, for the programs that wait on its work
+    // (crate::verbs::CompletionQueue::wait): noted again after each park
+    // and every `NOTE_CPU_TURNS` turns, in case the kernel moved it.
+    const NOTE_CPU_TURNS: u32 = 64;
+    parker.note_cpu(crate::sys::current_cpu());
     if !live
         .iter()
         .filter_map(|h| h.0.as_ref())
@@ -331,8 +336,13 @@ pub fn run_group(engines: Vec<Engine>) {
     }
     let spin_ns = SPIN_BEFORE_PARK.as_nanos() as u64;
     let mut slack_set = false;
+    let mut turns = 0u32;
     while !live.is_empty() {
         turn_all(&mut live);
+        turns = turns.wrapping_add(1);
+        if turns.is_multiple_of(NOTE_CPU_TURNS) {
+            parker.note_cpu(crate::sys::current_cpu());
+        }
         // Idle for the whole spin, every engine?
         let Some(clock) = live.first().and_then(|h| h.0.as_ref()).map(|e| e.clock) else {
             continue;
@@ -382,6 +392,7 @@ pub fn run_group(engines: Vec<Engine>) {
         let now = clock.now_ns();
         let timeout = (by != u64::MAX).then(|| Duration::from_nanos(by.saturating_sub(now)));
         parker.park(timeout);
+        parker.note_cpu(crate::sys::current_cpu());
         live.iter_mut()
             .filter_map(|h| h.0.as_mut())
             .for_each(Engine::after_park);

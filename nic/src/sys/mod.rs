@@ -33,7 +33,8 @@
 //!   [`crate::device::Device::reg_user_mr`] (the caller's memory);
 //! - [`eventfd`]: the eventfd system calls;
 //! - [`futex`]: the futex a parked thread sleeps on ([`crate::park`]);
-//! - [`sched`]: the timer slack and scheduler slice of a thread that parks;
+//! - [`sched`]: the timer slack and scheduler slice of a thread that parks,
+//!   and the CPU a thread runs on;
 //! - [`netlink`]: host mode's rtnetlink socket (slow path).
 //!
 //! `memory` and `eventfd` use nothing of the crate; `region` adds methods to the
@@ -50,4 +51,4 @@ pub(crate) use eventfd::EventFd;
 pub(crate) use futex::Futex;
 pub(crate) use memory::{in_flight, RawMemory};
 pub(crate) use netlink::NetlinkSocket;
-pub(crate) use sched::{set_slice_ns, set_timer_slack_ns};
+pub(crate) use sched::{current_cpu, set_slice_ns, set_timer_slack_ns};

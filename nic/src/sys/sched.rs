@@ -50,3 +50,12 @@ pub(crate) fn set_slice_ns(ns: u64) -> bool {
     let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
     rc == 0
 }
+
+/// The CPU the calling thread runs on now (`sched_getcpu(3)`: glibc reads
+/// the kernel's rseq area, no system call), None where the kernel does not
+/// say. Stale as soon as the scheduler moves the thread: a hint.
+pub(crate) fn current_cpu() -> Option<u32> {
+    // SAFETY: no arguments; -1 is the error.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
+}

@@ -25,6 +25,9 @@ pub struct CompletionQueue {
     pub(super) notify: Option<Arc<CqNotify>>,
     /// Where [`Self::wait`] sleeps; the engine wakes it after each push.
     pub(super) waiter: Arc<Parker>,
+    /// The engine thread's parker, which says where that thread runs: a
+    /// wait on the same CPU parks at once ([`Self::on_engine_cpu`]).
+    pub(super) engine: Arc<Parker>,
     /// Until when [`Self::wait`] takes the core as shared and parks
     /// without spinning.
     pub(super) contended_until: Option<Instant>,
@@ -147,7 +150,10 @@ impl CompletionQueue {
         };
         let spin_end = start + spin.min(timeout);
         let mut last = start;
-        loop {
+        // On the engine's CPU a spin only keeps the engine from the work
+        // it waits for; checked again at each look at the clock, since
+        // the kernel may move either thread.
+        while !self.on_engine_cpu() {
             for _ in 0..64 {
                 if !self.ring.is_empty() {
                     self.learn(start);
@@ -183,6 +189,18 @@ impl CompletionQueue {
                 return !self.ring.is_empty();
             }
         }
+    }
+
+    /// Whether the calling thread runs on the CPU of the engine thread
+    /// that completes into this CQ (as far as the two last noted): the
+    /// kernel put the program beside its own NIC, as it does on a host
+    /// with fewer cores than busy threads (a woken waiter goes to its
+    /// waker's CPU). A waiter there should park, not spin: while it spins
+    /// the engine cannot run, and nothing else will complete its work.
+    pub fn on_engine_cpu(&self) -> bool {
+        self.engine
+            .ran_on()
+            .is_some_and(|e| crate::sys::current_cpu() == Some(e))
     }
 
     /// Scores whether the completion [`Self::wait`] began waiting for at

@@ -284,6 +284,7 @@ impl Device {
             cmd: Some(self.engines[shard].cmd.clone()),
             notify,
             waiter,
+            engine: self.engines[shard].shared.parker.clone(),
             contended_until: None,
             quick_answers: 0,
         })

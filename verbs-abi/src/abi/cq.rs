@@ -210,17 +210,19 @@ pub(crate) extern "C" fn op_poll_cq(q: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -
             // A program spinning on an empty CQ (perftest does) on a host
             // with fewer cores than busy threads holds its core while the
             // engine (or the peer, or anything else) needs it: once a run of
-            // empty polls has lasted SPIN_BEFORE_PARK, each empty poll parks
-            // on the CQ until the engine's next completion or IDLE_POLL_PARK
-            // (nic::park; RSNIC_BUSY_POLL=1: never). sched_yield would give
-            // a busy neighbour a whole scheduler slice.
+            // empty polls has lasted SPIN_BEFORE_PARK (at once where the
+            // program runs on its engine's CPU: its spin only keeps the
+            // engine from the work), each empty poll parks on the CQ until
+            // the engine's next completion or IDLE_POLL_PARK (nic::park;
+            // RSNIC_BUSY_POLL=1: never). sched_yield would give a busy
+            // neighbour a whole scheduler slice.
             let idle = cq.idle_polls.get() + 1;
             if idle >= IDLE_POLLS_BEFORE_YIELD {
                 cq.idle_polls.set(0);
                 let now = std::time::Instant::now();
                 let since = cq.idle_since.get().unwrap_or(now);
                 cq.idle_since.set(Some(since));
-                if now.duration_since(since) >= nic::verbs::SPIN_BEFORE_PARK {
+                if now.duration_since(since) >= nic::verbs::SPIN_BEFORE_PARK || h.on_engine_cpu() {
                     if let Some(c) = h.park_for(IDLE_POLL_PARK) {
                         // SAFETY: the caller's array has room for one (n > 0).
                         fill_wc(&c, unsafe { &mut *wc });
