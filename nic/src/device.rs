@@ -453,3 +453,104 @@ fn adopt(port: &Port, cfg: &DeviceConfig) -> Result<DeviceConfig, crate::host::H
     }
     Ok(cfg)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use rdma::transport::{Access, SendOp, SendWr, WcStatus};
+
+    use super::*;
+    use crate::verbs::{CompletionQueue, MemoryRegion, QpOptions, QueuePair};
+
+    /// How long apart the group's two engines start.
+    const GAP: Duration = Duration::from_millis(300);
+
+    /// One ping-pong round's side: WRITE `i` (8 bytes, from offset 8 of
+    /// `mine`) to the start of `peer`, and wait for its completion.
+    fn write(
+        q: &mut QueuePair,
+        cq: &mut CompletionQueue,
+        i: u64,
+        mine: &MemoryRegion,
+        peer: &MemoryRegion,
+    ) {
+        mine.write(8, &i.to_le_bytes());
+        let op = SendOp::Write {
+            remote_va: peer.va(),
+            rkey: peer.rkey(),
+        };
+        q.post_send(SendWr::signaled(i, op, mine.sge(8, 8)))
+            .unwrap();
+        let wc = cq.wait(Duration::from_secs(10)).expect("a completion");
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
+    }
+
+    /// Waits until the peer's WRITE `i` has landed at offset 0 of `mine`.
+    fn landed(mine: &MemoryRegion, i: u64) {
+        let seen = crate::verbs::wait_until(Duration::from_secs(10), || {
+            let mut b = [0u8; 8];
+            mine.read(0, &mut b);
+            (u64::from_le_bytes(b) == i).then_some(())
+        });
+        assert!(seen.is_some(), "WRITE {i} never landed");
+    }
+
+    /// A group's engines each keep time from their own start, and the
+    /// group's thread asks each whether it is idle on its own clock: a
+    /// ping-pong of WRITEs between two parking devices on one thread,
+    /// started `GAP` apart, each WRITE answered by a program thread that
+    /// sees it land, never waits for a timer. On the first engine's clock
+    /// for both, the later engine's work in the turn before a park looked
+    /// `GAP` old: a frame it sent then sat in the ring pair until a timer
+    /// woke the thread (roce-perf write_lat's 12 ms tails).
+    #[test]
+    fn a_group_started_apart_parks_on_each_engines_clock() {
+        let eal = Eal::for_tests();
+        let (pa, pb) = Port::ring_pair(eal, "group_clock", 1024).unwrap();
+        let parker = Arc::new(crate::park::Parker::new());
+        let cfg = |ip| {
+            let mut c = DeviceConfig::new(ip);
+            c.idle_yield = true;
+            c
+        };
+        let (ea, a) = Device::prepare(eal, pa, &cfg([10, 7, 3, 1]), parker.clone()).unwrap();
+        std::thread::sleep(GAP);
+        let (eb, b) = Device::prepare(eal, pb, &cfg([10, 7, 3, 2]), parker).unwrap();
+        dpdk::lcore::spawn_pinned(eal, "group-clock", None, move || {
+            crate::engine::run_group(vec![ea, eb])
+        })
+        .unwrap();
+        let (mut ca, mut cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+        let mut qa = a.create_qp(&ca, &ca, QpOptions::default()).unwrap();
+        let mut qb = b.create_qp(&cb, &cb, QpOptions::default()).unwrap();
+        // No retransmit within the test: a stall ends only with a wake.
+        qa.set_retry(60_000_000_000, 7, 7).unwrap();
+        qb.set_retry(60_000_000_000, 7, 7).unwrap();
+        qa.connect(&qb.remote_info()).unwrap();
+        qb.connect(&qa.remote_info()).unwrap();
+        let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let (ma, mb) = (a.reg_mr(64, acc).unwrap(), b.reg_mr(64, acc).unwrap());
+        let (ma2, mb2) = (ma.clone(), mb.clone());
+        const ROUNDS: u64 = 3000;
+        let answer = std::thread::spawn(move || {
+            for i in 1..=ROUNDS {
+                landed(&mb2, i);
+                write(&mut qb, &mut cb, i, &mb2, &ma2);
+            }
+            (qb, cb)
+        });
+        let mut slowest = Duration::ZERO;
+        for i in 1..=ROUNDS {
+            let start = Instant::now();
+            write(&mut qa, &mut ca, i, &ma, &mb);
+            landed(&ma, i);
+            slowest = slowest.max(start.elapsed());
+        }
+        let _ = answer.join().unwrap();
+        assert!(
+            slowest < GAP / 2,
+            "a round took {slowest:?}: the thread slept through a frame"
+        );
+    }
+}

@@ -144,6 +144,9 @@ pub struct Engine {
     park_when_idle: bool,
     /// When the engine last had work (a packet in or out, a doorbell), ns.
     last_busy_ns: u64,
+    /// When its last turn began, ns (on its own clock: the engines of a
+    /// group were started one after another, each clock from its start).
+    turn_ns: u64,
     /// The QPN whose state the RX path prefetched last (`rx.rs`): a
     /// message's frames come in a row and need it once.
     rx_prefetched_qpn: u32,
@@ -296,6 +299,7 @@ impl Engine {
         Ok(Engine {
             park_when_idle: cfg.idle_yield,
             last_busy_ns: 0,
+            turn_ns: 0,
             rx_prefetched_qpn: u32::MAX,
             rx_wakes: false,
             rx_cross_core: false,

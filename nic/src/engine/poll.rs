@@ -50,6 +50,7 @@ impl Engine {
         }
         self.turn = self.turn.wrapping_add(1);
         let now = self.clock.now_ns();
+        self.turn_ns = now;
         let before = (self.counters.rx_packets, self.counters.tx_packets);
 
         let rung = self.doorbells(); // 1. posted work requests
@@ -71,10 +72,27 @@ impl Engine {
         true
     }
 
-    /// Whether the engine has been idle since `since` ns (no packet in or
-    /// out, no doorbell in any turn that started after it).
-    fn idle_since(&self, since: u64) -> bool {
-        self.last_busy_ns < since
+    /// Whether the engine has been idle for `ns` before its last turn (no
+    /// packet in or out, no doorbell in any turn that started since).
+    fn idle_for(&self, ns: u64) -> bool {
+        self.last_busy_ns < self.turn_ns.saturating_sub(ns)
+    }
+
+    /// How long the engine's thread may sleep now that its last turn (the
+    /// re-check after [`crate::park::Parker::prepare`]) found nothing to do:
+    /// `None` if that turn had work or [`Self::wake_by`] says it must not
+    /// sleep, else the ns until it must run again (`u64::MAX`: none). On
+    /// the engine's own clock, as every time it compares.
+    fn park_ns(&self) -> Option<u64> {
+        if self.last_busy_ns == self.turn_ns {
+            return None;
+        }
+        let by = self.wake_by(self.turn_ns)?;
+        Some(if by == u64::MAX {
+            u64::MAX
+        } else {
+            by.saturating_sub(self.clock.now_ns())
+        })
     }
 
     /// How long the engine's thread may sleep from `now`: `None` if it must
@@ -343,16 +361,13 @@ pub fn run_group(engines: Vec<Engine>) {
         if turns.is_multiple_of(NOTE_CPU_TURNS) {
             parker.note_cpu(crate::sys::current_cpu());
         }
-        // Idle for the whole spin, every engine?
-        let Some(clock) = live.first().and_then(|h| h.0.as_ref()).map(|e| e.clock) else {
-            continue;
-        };
-        let now = clock.now_ns();
-        let since = now.saturating_sub(spin_ns);
+        // Idle for the whole spin, every engine? Each is asked on its own
+        // clock: a group's engines were started one after another, and a
+        // time on one engine's clock is not a time on another's.
         if !live
             .iter()
             .filter_map(|h| h.0.as_ref())
-            .all(|e| e.idle_since(since))
+            .all(|e| e.idle_for(spin_ns))
         {
             continue;
         }
@@ -360,7 +375,6 @@ pub fn run_group(engines: Vec<Engine>) {
         // came before the announcement is found now (and cancels the
         // park), whatever comes after it wakes us (crate::park).
         parker.prepare();
-        let recheck = clock.now_ns();
         turn_all(&mut live);
         if live.is_empty() {
             // The re-check turn saw the stop (its wake may have come before
@@ -368,16 +382,13 @@ pub fn run_group(engines: Vec<Engine>) {
             parker.cancel();
             break;
         }
-        let by = live
+        // A frame one engine sent in the re-check turn to another that
+        // had already turned makes the sender busy, and the park is off.
+        let park_ns = live
             .iter()
             .filter_map(|h| h.0.as_ref())
-            .try_fold(u64::MAX, |by, e| {
-                (e.idle_since(recheck))
-                    .then(|| e.wake_by(recheck))
-                    .flatten()
-                    .map(|b| b.min(by))
-            });
-        let Some(by) = by else {
+            .try_fold(u64::MAX, |t, e| e.park_ns().map(|p| p.min(t)));
+        let Some(park_ns) = park_ns else {
             parker.cancel();
             continue;
         };
@@ -389,8 +400,7 @@ pub fn run_group(engines: Vec<Engine>) {
         live.iter_mut()
             .filter_map(|h| h.0.as_mut())
             .for_each(Engine::before_park);
-        let now = clock.now_ns();
-        let timeout = (by != u64::MAX).then(|| Duration::from_nanos(by.saturating_sub(now)));
+        let timeout = (park_ns != u64::MAX).then(|| Duration::from_nanos(park_ns));
         parker.park(timeout);
         parker.note_cpu(crate::sys::current_cpu());
         live.iter_mut()
