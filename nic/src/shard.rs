@@ -58,7 +58,7 @@ use rdma::wire::int;
 
 use crate::contract::{EngineShared, MAX_QPS, QPN_BASE};
 use crate::counters::Counters;
-use crate::park::{Parker, PARK_TIMER_SLACK_NS, SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
+use crate::park::{Parker, SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
 
 /// UDP destination port of RoCEv2 (IBA Annex A17).
 const ROCEV2_PORT: u16 = 4791;
@@ -283,7 +283,6 @@ impl Dispatcher {
                 continue;
             }
             if !slack_set {
-                crate::sys::set_timer_slack_ns(PARK_TIMER_SLACK_NS);
                 crate::verbs::wake_quickly();
                 slack_set = true;
             }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use super::{Engine, QpSlot};
 use crate::counters::Counters;
-use crate::park::{PARK_TIMER_SLACK_NS, SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
+use crate::park::{SPIN_BEFORE_PARK, UNWOKEN_PARK_NS};
 
 /// Poll turns between two visits of the slow path (and of the stop flag).
 const SLOW_PATH_EVERY: u64 = 256;
@@ -393,7 +393,6 @@ pub fn run_group(engines: Vec<Engine>) {
             continue;
         };
         if !slack_set {
-            crate::sys::set_timer_slack_ns(PARK_TIMER_SLACK_NS);
             crate::verbs::wake_quickly();
             slack_set = true;
         }

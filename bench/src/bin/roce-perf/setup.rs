@@ -63,6 +63,13 @@ impl Cqs {
         nic::verbs::wait_until(timeout, || self.poll_one())
     }
 
+    /// As [`CompletionQueue::wait_until`] (no spin on an engine's CPU) for
+    /// a condition the engines of these CQs make true.
+    pub fn wait_until<T>(&self, timeout: Duration, poll: impl FnMut() -> Option<T>) -> Option<T> {
+        let beside_engine = || self.cqs.iter().any(CompletionQueue::on_engine_cpu);
+        nic::verbs::wait_until_spinning_while(timeout, || !beside_engine(), poll)
+    }
+
     /// As [`CompletionQueue::wait_batch`] (once parked, sleep until `want`
     /// completions are queued) with one CQ; with several, as [`Self::wait`]
     /// and then what else is queued. Returns how many it put in `out`.
