@@ -345,6 +345,8 @@ impl BthRepr {
     }
 
     /// Parses a checked view; rejects unknown opcodes and TVer != 0.
+    // Always inlined into `frame::parse_frame`: its docs say why.
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(p: &BthPacket<T>) -> Result<Self> {
         let h = p.header();
         let opcode = Opcode::from_u8(h.opcode)?;

@@ -70,6 +70,11 @@ pub struct RoceFrame<'a> {
 /// Parses a whole Ethernet/IPv4/UDP/(INT)/BTH/... frame. `has_ccext` is asked, once the
 /// BTH is known, whether this QP carries the CC extension (it is negotiated per QP, so
 /// only the caller's QP table knows); probe opcodes always carry it.
+///
+/// The IPv4, UDP and BTH parsers it calls are always inlined: a
+/// `Result<Repr>` returned through memory was stored field by field and read
+/// back in wider loads, a store-forwarding stall per header (18 of 45 ns per
+/// frame on a 2-core Xeon VM; docs/benchmarks.md).
 pub fn parse_frame<'a>(
     frame: &'a [u8],
     opts: &ParseOptions,

@@ -211,6 +211,8 @@ pub struct Ipv4Repr {
 
 impl Ipv4Repr {
     /// Parses a checked view; rejects a bad checksum and fragments.
+    // Always inlined into `frame::parse_frame`: its docs say why.
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv4Packet<T>) -> Result<Self> {
         if !p.verify_checksum() {
             return Err(WireError::BadIpChecksum);

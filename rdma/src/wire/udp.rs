@@ -94,6 +94,8 @@ pub struct UdpRepr {
 
 impl UdpRepr {
     /// Parses a checked view.
+    // Always inlined into `frame::parse_frame`: its docs say why.
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(p: &UdpPacket<T>) -> Result<Self> {
         Ok(Self {
             src_port: p.src_port(),
