@@ -15,6 +15,11 @@ use rdma::transport::{Access, WcStatus};
 
 /// Two parking devices on one thread, on the two ends of a ring pair.
 fn parking_pair(eal: &'static Eal, name: &str) -> (Device, Device) {
+    parking_pair_on(eal, name, None)
+}
+
+/// As [`parking_pair`], the thread pinned to `core`.
+fn parking_pair_on(eal: &'static Eal, name: &str, core: Option<usize>) -> (Device, Device) {
     let (pa, pb) = Port::ring_pair(eal, name, 1024).unwrap();
     let cfg = |ip| {
         let mut c = DeviceConfig::new(ip);
@@ -24,7 +29,7 @@ fn parking_pair(eal: &'static Eal, name: &str) -> (Device, Device) {
     let mut devs = Device::open_group(
         eal,
         vec![(pa, cfg([10, 7, 0, 1])), (pb, cfg([10, 7, 0, 2]))],
-        None,
+        core,
     )
     .unwrap();
     let b = devs.pop().unwrap();
@@ -227,20 +232,7 @@ fn a_cq_knows_when_its_waiter_is_on_the_engines_cpu() {
     let eal = Eal::for_tests();
     let cpus = allowed_cpus();
     let engine_cpu = *cpus.last().unwrap();
-    let (pa, pb) = Port::ring_pair(eal, "park_cpu", 1024).unwrap();
-    let cfg = |ip| {
-        let mut c = DeviceConfig::new(ip);
-        c.idle_yield = true;
-        c
-    };
-    let mut devs = Device::open_group(
-        eal,
-        vec![(pa, cfg([10, 7, 2, 1])), (pb, cfg([10, 7, 2, 2]))],
-        Some(engine_cpu),
-    )
-    .unwrap();
-    let b = devs.pop().unwrap();
-    let a = devs.pop().unwrap();
+    let (a, b) = parking_pair_on(eal, "park_cpu", Some(engine_cpu));
     // Creating the CQ is a command the group's thread answers: it runs.
     let mut ca = a.create_cq(64).unwrap();
     let cb = b.create_cq(64).unwrap();
