@@ -78,10 +78,7 @@ fn a_parked_engine_wakes_for_posts_and_commands() {
     wait_parked(&a, 0);
     let mut ca = a.create_cq(64).unwrap();
     let cb = b.create_cq(64).unwrap();
-    let mut qa = a.create_qp(&ca, &ca, QpOptions::default()).unwrap();
-    let mut qb = b.create_qp(&cb, &cb, QpOptions::default()).unwrap();
-    qa.connect(&qb.remote_info()).unwrap();
-    qb.connect(&qa.remote_info()).unwrap();
+    let (mut qa, qb) = support::connect_qps(&a, &b, &ca, &cb, QpOptions::default());
     let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let (ma, mb) = (a.reg_mr(128, acc).unwrap(), b.reg_mr(128, acc).unwrap());
     let mut parks = 0;
@@ -247,10 +244,7 @@ fn a_cq_knows_when_its_waiter_is_on_the_engines_cpu() {
     assert_eq!(on, vec![engine_cpu]);
     pin_to(engine_cpu);
     assert!(ca.on_engine_cpu());
-    let mut qa = a.create_qp(&ca, &ca, QpOptions::default()).unwrap();
-    let mut qb = b.create_qp(&cb, &cb, QpOptions::default()).unwrap();
-    qa.connect(&qb.remote_info()).unwrap();
-    qb.connect(&qa.remote_info()).unwrap();
+    let (mut qa, qb) = support::connect_qps(&a, &b, &ca, &cb, QpOptions::default());
     let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let (ma, mb) = (a.reg_mr(128, acc).unwrap(), b.reg_mr(128, acc).unwrap());
     for i in 1..=50 {
