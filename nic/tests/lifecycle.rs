@@ -1,7 +1,7 @@
-//! The verbs lifecycle on real engines (a DPDK ring pair): QPs created and
-//! destroyed without leaking, `modify_qp` through ERR (flush), RESET and
-//! back to RTS, busy CQs and PDs refused, async events, the blocking CQ
-//! wait on its eventfd, and regions over the caller's memory.
+//! The verbs lifecycle on real engines (a DPDK ring pair): `modify_qp`
+//! through ERR (flush), RESET and back to RTS, busy CQs and PDs refused,
+//! async events, the blocking CQ wait on its eventfd, and regions over the
+//! caller's memory. 100k QPs created and destroyed: `qp_churn.rs`.
 
 mod support;
 
@@ -15,7 +15,7 @@ use nic::verbs::{
 };
 use rdma::transport::{QpState, SendOp, SendWr, Sge, WcOpcode, WcStatus};
 
-use support::{recv_wr as recv, ALL};
+use support::{qps_live, recv_wr as recv, ALL};
 
 /// Two devices on a ring pair, with pools small enough that the tests of
 /// this file fit the test EAL's memory side by side.
@@ -41,79 +41,6 @@ fn connected(
     cb: &CompletionQueue,
 ) -> (QueuePair, QueuePair) {
     support::connect_qps(a, b, ca, cb, QpOptions::default())
-}
-
-/// Resident set size of this process, bytes.
-fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4096
-}
-
-/// The engine's QP gauge as published (at most a millisecond old).
-fn qps_live(d: &Device, want: u64) -> u64 {
-    let end = Instant::now() + Duration::from_secs(2);
-    loop {
-        let n = d.counters().qps_live;
-        if n == want || Instant::now() > end {
-            return n;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// 100k QPs created and destroyed one after the other (more than six
-/// times the engine's 16384 slots, so a leaked slot fails the create),
-/// one in 100 by `destroy_qp`, the others by dropping the handle, every 1000th one
-/// connected and used for a WRITE first (timers, scheduler, lists): the
-/// engine's QP count returns to what it was and the RSS stays flat.
-#[test]
-fn create_and_destroy_100k_qps_with_memory_flat() {
-    // LIFECYCLE_QPS lowers the count on a loaded host, where each slow-path
-    // round trip waits for a scheduler slice (keep it above 16384).
-    let n: u32 = std::env::var("LIFECYCLE_QPS").map_or(100_000, |v| v.parse().unwrap());
-    let (a, b) = pair("life_100k");
-    let (mut ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let src = a.reg_mr(4096, ALL).unwrap();
-    let dst = b.reg_mr(4096, ALL).unwrap();
-    let mut rss_warm = 0;
-    let started = Instant::now();
-    for k in 0..n {
-        if k == n / 20 {
-            rss_warm = rss();
-        }
-        if k % 1000 == 0 {
-            let (mut qa, qb) = connected(&a, &b, &ca, &cb);
-            qa.post_send(write(u64::from(k), &src, &dst, 64)).unwrap();
-            let wc = ca.wait(Duration::from_secs(5)).expect("completion");
-            assert_eq!((wc.wr_id, wc.status), (u64::from(k), WcStatus::Success));
-            a.destroy_qp(qa).unwrap();
-            drop(qb);
-            continue;
-        }
-        let qp = a.create_qp(&ca, &ca, QpOptions::default()).unwrap();
-        if k % 100 == 1 {
-            a.destroy_qp(qp).unwrap();
-        } else {
-            // No reply to wait for: the next create's round trip comes after.
-            drop(qp);
-        }
-    }
-    let took = started.elapsed();
-    assert_eq!(qps_live(&a, 0), 0, "every QP of A destroyed");
-    assert_eq!(qps_live(&b, 0), 0, "every QP of B destroyed");
-    let grown = rss().saturating_sub(rss_warm);
-    eprintln!(
-        "{n} QPs created and destroyed in {took:?}; RSS {} MiB, grew {} KiB after warm-up",
-        rss() >> 20,
-        grown >> 10
-    );
-    assert!(
-        grown < 16 << 20,
-        "RSS grew by {} KiB over {} QPs",
-        grown >> 10,
-        n - n / 20
-    );
 }
 
 /// A QP with outstanding sends and receives moved to ERR: every one

@@ -53,6 +53,19 @@ pub fn device_group(pa: Port, pb: Port) -> (Device, Device) {
     (a, b)
 }
 
+/// Device `d`'s QP gauge once it reads `want`, or what it reads after 2 s
+/// (the engine publishes it at most a millisecond late).
+pub fn qps_live(d: &Device, want: u64) -> u64 {
+    let end = Instant::now() + Duration::from_secs(2);
+    loop {
+        let n = d.counters().qps_live;
+        if n == want || Instant::now() > end {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// A QP on `a` (CQ `ca` for sends and receives) connected to one on `b`
 /// (CQ `cb`), both with `opts`.
 pub fn connect_qps(
