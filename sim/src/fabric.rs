@@ -116,6 +116,8 @@ pub struct RunTotals {
     pub nic_rx_dropped: u64,
     /// Flow starts delayed because a NIC had no free QP.
     pub qp_exhausted: u64,
+    /// QPs still open at the end (0 once every flow has completed).
+    pub qps_open_at_end: u64,
     /// Completions in error.
     pub completion_errors: u64,
     /// Frames the NICs could not build.

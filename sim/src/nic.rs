@@ -232,6 +232,16 @@ impl Nic {
         Some((qpn, self.next_psn()))
     }
 
+    /// Gives back QP `qpn` from [`Self::open_qp`] that was never connected (the
+    /// other end of its flow had no QP free); its slot is reused by a later QP
+    /// with another generation.
+    pub fn give_back_unconnected_qp(&mut self, qpn: u32) {
+        let i = (qpn.wrapping_sub(QPN_BASE) & (MAX_QPS - 1)) as usize;
+        if self.slots[i].is_none() {
+            self.free.push(i as u32);
+        }
+    }
+
     /// Connects QP `qpn` (from [`Self::open_qp`]) to its peer and moves it to RTS.
     /// `sport` is the UDP source port (the ECMP entropy), `sq_depth` its send queue.
     #[allow(clippy::too_many_arguments)]

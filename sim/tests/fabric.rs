@@ -220,3 +220,29 @@ fn pfc_makes_an_uncontrolled_incast_lossless() {
     // Each ingress link holds at most XOFF plus what was in flight when it paused.
     assert!(r.queue_max <= 8 * (100_000 + 20_000), "{}", r.queue_max);
 }
+
+/// More flows at once than a NIC has QPs (`MAX_QPS`): hosts 1 and 2 each start
+/// 2100 flows of 10 KB into host 0 at the same instant, so host 0 runs out of
+/// QPs and the flows beyond its 4096 wait and retry. A retry that finds one end
+/// full gives back the QP it opened at the other, so every flow still completes
+/// and every QP is closed at the end.
+#[test]
+fn flows_beyond_a_nics_qps_wait_and_leak_no_qp() {
+    let per_src = 2100;
+    let flows: Vec<Flow> = (0..2 * per_src)
+        .map(|i| Flow {
+            src: 1 + i % 2,
+            dst: 0,
+            bytes: 10_000,
+            start_ns: 1_000,
+        })
+        .collect();
+    assert!(flows.len() > sim::nic::MAX_QPS as usize);
+    let mut p = params(1);
+    p.max_time_ns = 200_000_000;
+    let r = scenario::run(&star(3), &flows, CcKind::None, &p, |_, _, _| {}).unwrap();
+    assert!(r.totals.qp_exhausted > 0, "no flow waited for a QP");
+    assert_eq!(r.report.unfinished, 0);
+    assert_eq!(r.report.bytes_delivered, r.report.bytes_offered);
+    assert_eq!(r.totals.qps_open_at_end, 0);
+}

@@ -379,6 +379,16 @@ fn print_results(
             "{}: {} partitions, {} ns windows ({} windows), {} messages between partitions",
             r.cc, x.partitions, x.lookahead_ns, x.windows, x.cross_messages
         );
+        if x.qp_exhausted > 0 {
+            let _ = writeln!(
+                out,
+                "{}: {} flow starts waited 10 us for a free QP ({} per NIC); {} QPs open at the end",
+                r.cc,
+                x.qp_exhausted,
+                sim::nic::MAX_QPS,
+                x.qps_open_at_end
+            );
+        }
     }
 }
 

@@ -562,6 +562,7 @@ impl Part {
             t.nic_rx_frames += c.rx_frames;
             t.nic_rx_dropped += c.rx_dropped;
             t.qp_exhausted += c.qp_exhausted;
+            t.qps_open_at_end += n.open_qps() as u64;
             t.completion_errors += c.completion_errors;
             t.tx_build_errors += c.tx_build_errors;
         }

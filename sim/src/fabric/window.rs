@@ -89,22 +89,21 @@ impl Coord {
     }
 
     /// Allocates flow `f`'s two QPs (at `t`, in the next window) and schedules its
-    /// start at both ends; with no QP free at one end it tries again 10 us later.
+    /// start at both ends; with no QP free at one end it gives back the other
+    /// end's and tries again 10 us later.
     fn open_flow(&mut self, parts: &mut [&mut Part], f: usize, t: u64) {
         let Flow {
             src, dst, bytes, ..
         } = self.flows[f];
         let sp = usize::from(self.layout.host_part[src as usize]);
         let dp = usize::from(self.layout.host_part[dst as usize]);
-        let rq = own(&mut parts[dp].nics, dst as usize).open_qp();
-        let snic = own(&mut parts[sp].nics, src as usize);
-        let sq = if snic.open_qps() < crate::nic::MAX_QPS as usize {
-            snic.open_qp()
-        } else {
-            None
+        // Counted by the NIC that has none free.
+        let Some((rq, rpsn)) = own(&mut parts[dp].nics, dst as usize).open_qp() else {
+            self.pending.push(Reverse((t + 10_000, f as u32)));
+            return;
         };
-        let (Some((rq, rpsn)), Some((sq, spsn))) = (rq, sq) else {
-            // Counted by the NIC.
+        let Some((sq, spsn)) = own(&mut parts[sp].nics, src as usize).open_qp() else {
+            own(&mut parts[dp].nics, dst as usize).give_back_unconnected_qp(rq);
             self.pending.push(Reverse((t + 10_000, f as u32)));
             return;
         };
