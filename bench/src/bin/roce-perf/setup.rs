@@ -55,12 +55,20 @@ impl Cqs {
     /// As [`CompletionQueue::wait`] (spin, then park until the engine
     /// pushes a completion), over every CQ; with several (one per shard)
     /// nothing wakes a waiter on all of them, so it spins, then sleeps
-    /// briefly between polls ([`nic::verbs::wait_until`]).
+    /// briefly between polls, and does not spin on an engine's CPU
+    /// ([`nic::verbs::wait_until_spinning_while`]).
     pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
         if let [cq] = self.cqs.as_mut_slice() {
             return cq.wait(timeout);
         }
-        nic::verbs::wait_until(timeout, || self.poll_one())
+        // Both closures need the CQs, one of them mutably; they run in turn.
+        let this = std::cell::RefCell::new(self);
+        let beside_engine = || this.borrow().cqs.iter().any(CompletionQueue::on_engine_cpu);
+        nic::verbs::wait_until_spinning_while(
+            timeout,
+            || !beside_engine(),
+            || this.borrow_mut().poll_one(),
+        )
     }
 
     /// As [`CompletionQueue::wait_until`] (no spin on an engine's CPU) for
