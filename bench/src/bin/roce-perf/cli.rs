@@ -72,7 +72,9 @@ pub struct Opts {
     /// With a perftest peer both take the smaller of the two.
     #[arg(short = 'm', long = "mtu")]
     pub mtu: Option<u16>,
-    /// Send queue depth (outstanding work requests).
+    /// Send queue depth, and the work requests in flight over all QPs
+    /// (perftest bounds each QP's: with `-q 16`, `-t 128` here is
+    /// perftest's `-t 8`).
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     pub tx_depth: u16,
     /// Completion moderation, as perftest's -Q: one signaled work request
