@@ -73,6 +73,44 @@ pub struct Parker {
 /// [`Parker::ran_on`] of a waiter that never said.
 const NO_CPU: u32 = u32::MAX;
 
+/// CPUs [`an_engine_runs_on`] keeps count of (numbered from 0; a thread
+/// on a higher one is not counted).
+const TRACKED_CPUS: usize = 1024;
+
+/// How many waiters of this process last noted each CPU
+/// ([`Parker::note_cpu`]; the engine threads do, for as long as they run).
+static NOTED_ON: [AtomicU32; TRACKED_CPUS] = [const { AtomicU32::new(0) }; TRACKED_CPUS];
+
+/// Whether an engine thread of this process last said it runs on `cpu`
+/// ([`Parker::note_cpu`]): a thread that waits for any engine's work (a
+/// program polling a CQ, whose completion may need the peer's engine in
+/// the same process first: roce-perf's `--loopback`, or another shard's)
+/// should not spin there.
+pub fn an_engine_runs_on(cpu: u32) -> bool {
+    NOTED_ON
+        .get(cpu as usize)
+        .is_some_and(|n| n.load(std::sync::atomic::Ordering::Relaxed) > 0)
+}
+
+/// Moves one count of [`NOTED_ON`] from CPU `from` to CPU `to` (either
+/// [`NO_CPU`]: none).
+fn move_noted(from: u32, to: u32) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if let Some(n) = NOTED_ON.get(from as usize) {
+        n.fetch_sub(1, Relaxed);
+    }
+    if let Some(n) = NOTED_ON.get(to as usize) {
+        n.fetch_add(1, Relaxed);
+    }
+}
+
+impl Drop for Parker {
+    /// A parker dropped while its CPU is noted takes its count along.
+    fn drop(&mut self) {
+        self.note_cpu(None);
+    }
+}
+
 impl Default for Parker {
     fn default() -> Self {
         Parker::new()
@@ -88,13 +126,16 @@ impl Parker {
         }
     }
 
-    /// The waiter's thread runs on `cpu` (None: unknown). Writes only a
-    /// change, so that readers' copies of the line stay valid while a
-    /// pinned thread says the same thing again.
+    /// The waiter's thread runs on `cpu` (None: unknown, or no longer
+    /// runs), counted by [`an_engine_runs_on`] too. Writes only a change,
+    /// so that readers' copies of the lines stay valid while a pinned
+    /// thread says the same thing again. One thread notes for a parker.
     pub fn note_cpu(&self, cpu: Option<u32>) {
         let cpu = cpu.unwrap_or(NO_CPU);
-        if self.cpu.load(std::sync::atomic::Ordering::Relaxed) != cpu {
+        let was = self.cpu.load(std::sync::atomic::Ordering::Relaxed);
+        if was != cpu {
             self.cpu.store(cpu, std::sync::atomic::Ordering::Relaxed);
+            move_noted(was, cpu);
         }
     }
 
@@ -188,6 +229,30 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU64};
     use std::sync::Arc;
     use std::time::Instant;
+
+    /// The count per CPU follows each parker's notes: two on one CPU, one
+    /// moved away, one unnoted, one dropped while noted. CPUs 1000 and
+    /// 1001 (no test thread runs there) keep other tests' engines out of it.
+    #[test]
+    fn engine_cpus_follow_the_notes() {
+        let (p, q) = (Parker::new(), Parker::new());
+        assert!(!an_engine_runs_on(1000));
+        p.note_cpu(Some(1000));
+        q.note_cpu(Some(1000));
+        q.note_cpu(Some(1000));
+        assert!(an_engine_runs_on(1000));
+        p.note_cpu(Some(1001));
+        assert!(an_engine_runs_on(1000) && an_engine_runs_on(1001));
+        q.note_cpu(None);
+        assert!(!an_engine_runs_on(1000) && an_engine_runs_on(1001));
+        drop(p);
+        assert!(!an_engine_runs_on(1001));
+        assert_eq!(q.ran_on(), None);
+        // Past the table: noted, not counted, and no harm.
+        q.note_cpu(Some(TRACKED_CPUS as u32 + 5));
+        assert!(!an_engine_runs_on(TRACKED_CPUS as u32 + 5));
+        assert_eq!(q.ran_on(), Some(TRACKED_CPUS as u32 + 5));
+    }
 
     /// A parked thread is woken by a wake, not by its (long) timeout.
     #[test]

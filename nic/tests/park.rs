@@ -10,28 +10,14 @@ mod support;
 use std::time::{Duration, Instant};
 
 use dpdk::{Eal, Port};
-use nic::verbs::{CompletionQueue, Device, DeviceConfig, QpOptions, QueuePair, RemoteQp};
+use nic::verbs::{Device, QpOptions, RemoteQp};
 use rdma::transport::{Access, WcStatus};
 
 /// Two parking devices on one thread, on the two ends of a ring pair.
 fn parking_pair(eal: &'static Eal, name: &str) -> (Device, Device) {
-    parking_pair_on(eal, name, None)
-}
-
-/// As [`parking_pair`], the thread pinned to `core`.
-fn parking_pair_on(eal: &'static Eal, name: &str, core: Option<usize>) -> (Device, Device) {
     let (pa, pb) = Port::ring_pair(eal, name, 1024).unwrap();
-    let cfg = |ip| {
-        let mut c = DeviceConfig::new(ip);
-        c.idle_yield = true;
-        c
-    };
-    let mut devs = Device::open_group(
-        eal,
-        vec![(pa, cfg([10, 7, 0, 1])), (pb, cfg([10, 7, 0, 2]))],
-        core,
-    )
-    .unwrap();
+    let mut devs =
+        support::parking_group(eal, vec![(pa, [10, 7, 0, 1]), (pb, [10, 7, 0, 2])], None);
     let b = devs.pop().unwrap();
     let a = devs.pop().unwrap();
     (a, b)
@@ -48,21 +34,6 @@ fn wait_parked(dev: &Device, than: u64) -> u64 {
         assert!(Instant::now() < end, "the idle engine never parked");
         std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-/// WRITE `i` (8 bytes, signaled): `i` from the start of `m` to offset 64
-/// of `peer`.
-fn write(q: &mut QueuePair, i: u64, m: &nic::verbs::MemoryRegion, peer: &nic::verbs::MemoryRegion) {
-    m.write(0, &i.to_le_bytes());
-    q.post_send(support::write_wr(i, m, 0, peer, 64, 8))
-        .unwrap();
-}
-
-fn completes(cq: &mut CompletionQueue, i: u64) {
-    let wc = cq
-        .wait(Duration::from_secs(5))
-        .unwrap_or_else(|| panic!("WRITE {i}: no completion (a lost wake-up?)"));
-    assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
 }
 
 /// Every post to a parked engine is served: WRITEs posted one at a time,
@@ -87,18 +58,18 @@ fn a_parked_engine_wakes_for_posts_and_commands() {
             // Let the thread park first.
             parks = wait_parked(&a, parks);
         }
-        write(&mut qa, i, &ma, &mb);
-        completes(&mut ca, i);
+        support::write8(&mut qa, i, &ma, &mb);
+        support::completes(&mut ca, i);
         let mut x = [0u8; 8];
         mb.read(64, &mut x);
         assert_eq!(u64::from_le_bytes(x), i, "WRITE {i} did not land");
     }
     // Back to back: the pipeline never waits for a park to end.
     for i in 41..=200u64 {
-        write(&mut qa, i, &ma, &mb);
+        support::write8(&mut qa, i, &ma, &mb);
     }
     for i in 41..=200u64 {
-        completes(&mut ca, i);
+        support::completes(&mut ca, i);
     }
     drop((qa, qb));
     // The stop wakes it too (close waits for the thread).
@@ -129,7 +100,7 @@ fn a_parked_engine_fires_its_timers() {
     let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let (ma, mb) = (a.reg_mr(128, acc).unwrap(), b.reg_mr(128, acc).unwrap());
     let before = wait_parked(&a, 0);
-    write(&mut qa, 1, &ma, &mb);
+    support::write8(&mut qa, 1, &ma, &mb);
     let wc = ca
         .wait(Duration::from_secs(5))
         .expect("no completion: the parked engine missed its retransmit timer");
@@ -176,10 +147,10 @@ fn a_moderated_waiter_sleeps_until_its_count() {
     qb.connect(&qa.remote_info()).unwrap();
     let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let (ma, mb) = (a.reg_mr(128, acc).unwrap(), b.reg_mr(128, acc).unwrap());
-    write(&mut ghost_qp, 1, &ma, &mb);
+    support::write8(&mut ghost_qp, 1, &ma, &mb);
     let later = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
-        write(&mut qa, 2, &ma, &mb);
+        support::write8(&mut qa, 2, &ma, &mb);
         (qa, ma, mb)
     });
     let start = Instant::now();
@@ -194,62 +165,5 @@ fn a_moderated_waiter_sleeps_until_its_count() {
     );
     assert!(waited >= Duration::from_millis(50));
     let _ = later.join().unwrap();
-    drop(qb);
-}
-
-/// The CPUs the calling thread may run on.
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; getaffinity fills
-    // it for the calling thread (pid 0).
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    assert_eq!(rc, 0, "sched_getaffinity");
-    (0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect()
-}
-
-/// Pins the calling thread to `cpu`.
-fn pin_to(cpu: usize) {
-    // SAFETY: as in `allowed_cpus`; setaffinity reads the set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    assert_eq!(rc, 0, "sched_setaffinity to CPU {cpu}");
-}
-
-/// A CQ tells a waiter on the CPU of its engine's thread that it is there
-/// (so that its wait parks at once instead of spinning where the engine
-/// must run), and only there: with the group's thread pinned to the last
-/// CPU, the test's thread is on the engine's CPU on that one CPU of all
-/// it is pinned to in turn; and a wait from there still completes.
-#[test]
-fn a_cq_knows_when_its_waiter_is_on_the_engines_cpu() {
-    let eal = Eal::for_tests();
-    let cpus = allowed_cpus();
-    let engine_cpu = *cpus.last().unwrap();
-    let (a, b) = parking_pair_on(eal, "park_cpu", Some(engine_cpu));
-    // Creating the CQ is a command the group's thread answers: it runs.
-    let mut ca = a.create_cq(64).unwrap();
-    let cb = b.create_cq(64).unwrap();
-    let on: Vec<usize> = cpus
-        .iter()
-        .copied()
-        .filter(|&c| {
-            pin_to(c);
-            ca.on_engine_cpu()
-        })
-        .collect();
-    assert_eq!(on, vec![engine_cpu]);
-    pin_to(engine_cpu);
-    assert!(ca.on_engine_cpu());
-    let (mut qa, qb) = support::connect_qps(&a, &b, &ca, &cb, QpOptions::default());
-    let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
-    let (ma, mb) = (a.reg_mr(128, acc).unwrap(), b.reg_mr(128, acc).unwrap());
-    for i in 1..=50 {
-        write(&mut qa, i, &ma, &mb);
-        completes(&mut ca, i);
-    }
     drop(qb);
 }

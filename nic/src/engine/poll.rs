@@ -338,8 +338,16 @@ pub fn run_group(engines: Vec<Engine>) {
     let Some(parker) = parker else { return };
     // Where this thread runs, for the programs that wait on its work
     // (crate::verbs::CompletionQueue::wait): noted again after each park
-    // and every `NOTE_CPU_TURNS` turns, in case the kernel moved it.
+    // and every `NOTE_CPU_TURNS` turns, in case the kernel moved it, and
+    // taken back when the thread ends (the parker may live on in a CQ).
     const NOTE_CPU_TURNS: u32 = 64;
+    struct Noted<'a>(&'a crate::park::Parker);
+    impl Drop for Noted<'_> {
+        fn drop(&mut self) {
+            self.0.note_cpu(None);
+        }
+    }
+    let _noted = Noted(&parker);
     parker.note_cpu(crate::sys::current_cpu());
     if !live
         .iter()

@@ -25,9 +25,6 @@ pub struct CompletionQueue {
     pub(super) notify: Option<Arc<CqNotify>>,
     /// Where [`Self::wait`] sleeps; the engine wakes it after each push.
     pub(super) waiter: Arc<Parker>,
-    /// The engine thread's parker, which says where that thread runs: a
-    /// wait on the same CPU parks at once ([`Self::on_engine_cpu`]).
-    pub(super) engine: Arc<Parker>,
     /// Until when [`Self::wait`] takes the core as shared and parks
     /// without spinning.
     pub(super) contended_until: Option<Instant>,
@@ -191,16 +188,16 @@ impl CompletionQueue {
         }
     }
 
-    /// Whether the calling thread runs on the CPU of the engine thread
-    /// that completes into this CQ (as far as the two last noted): the
-    /// kernel put the program beside its own NIC, as it does on a host
-    /// with fewer cores than busy threads (a woken waiter goes to its
-    /// waker's CPU). A waiter there should park, not spin: while it spins
-    /// the engine cannot run, and nothing else will complete its work.
+    /// Whether the calling thread runs on the CPU of an engine thread of
+    /// this process (as far as the two last noted: [`crate::park::an_engine_runs_on`]),
+    /// the one that completes into this CQ or another (the peer's in a
+    /// loopback, another shard's): the kernel put the program beside a
+    /// NIC, as it does on a host with fewer cores than busy threads (a
+    /// woken waiter goes to its waker's CPU). A waiter there should park,
+    /// not spin: while it spins that engine cannot run, and the work this
+    /// CQ waits for may need it first.
     pub fn on_engine_cpu(&self) -> bool {
-        self.engine
-            .ran_on()
-            .is_some_and(|e| crate::sys::current_cpu() == Some(e))
+        super::on_an_engine_cpu()
     }
 
     /// As [`super::wait_until`] for a condition this CQ's engine makes

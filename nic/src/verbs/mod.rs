@@ -284,7 +284,6 @@ impl Device {
             cmd: Some(self.engines[shard].cmd.clone()),
             notify,
             waiter,
-            engine: self.engines[shard].shared.parker.clone(),
             contended_until: None,
             quick_answers: 0,
         })
@@ -516,6 +515,13 @@ const POLL_SLEEP: Duration = Duration::from_micros(20);
 /// CQ instead, and wakes as soon as the completion is there.
 pub fn wait_until<T>(timeout: Duration, poll: impl FnMut() -> Option<T>) -> Option<T> {
     wait_until_spinning_while(timeout, || true, poll)
+}
+
+/// Whether the calling thread runs on the CPU of an engine thread of this
+/// process ([`CompletionQueue::on_engine_cpu`]), where a wait for an
+/// engine's work should not spin.
+pub fn on_an_engine_cpu() -> bool {
+    crate::sys::current_cpu().is_some_and(crate::park::an_engine_runs_on)
 }
 
 /// As [`wait_until`], spinning only while `may_spin()` says so (asked at

@@ -53,6 +53,43 @@ pub fn device_group(pa: Port, pb: Port) -> (Device, Device) {
     (a, b)
 }
 
+/// Devices on `ports` (each at its address) whose engines park when idle
+/// (`DeviceConfig::idle_yield`), all turned by one thread
+/// (`Device::open_group`), pinned to `core` if given.
+pub fn parking_group(
+    eal: &'static Eal,
+    ports: Vec<(Port, [u8; 4])>,
+    core: Option<usize>,
+) -> Vec<Device> {
+    let cfgs = ports
+        .into_iter()
+        .map(|(p, ip)| {
+            let mut c = DeviceConfig::new(ip);
+            c.idle_yield = true;
+            (p, c)
+        })
+        .collect();
+    Device::open_group(eal, cfgs, core).unwrap()
+}
+
+/// WRITE `i` (8 bytes, signaled): `i` from the start of `m` to offset 64
+/// of `peer`.
+pub fn write8(q: &mut QueuePair, i: u64, m: &MemoryRegion, peer: &MemoryRegion) {
+    m.write(0, &i.to_le_bytes());
+    q.post_send(write_wr(i, m, 0, peer, 64, 8)).unwrap();
+}
+
+/// The next completion on `cq`, within 5 s, is WRITE `i`'s, a success.
+pub fn completes(cq: &mut CompletionQueue, i: u64) {
+    let wc = cq
+        .wait(Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("WRITE {i}: no completion (a lost wake-up?)"));
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (i, rdma::transport::WcStatus::Success)
+    );
+}
+
 /// Device `d`'s QP gauge once it reads `want`, or what it reads after 2 s
 /// (the engine publishes it at most a millisecond late).
 pub fn qps_live(d: &Device, want: u64) -> u64 {

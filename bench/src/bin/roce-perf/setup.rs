@@ -61,21 +61,17 @@ impl Cqs {
         if let [cq] = self.cqs.as_mut_slice() {
             return cq.wait(timeout);
         }
-        // Both closures need the CQs, one of them mutably; they run in turn.
-        let this = std::cell::RefCell::new(self);
-        let beside_engine = || this.borrow().cqs.iter().any(CompletionQueue::on_engine_cpu);
         nic::verbs::wait_until_spinning_while(
             timeout,
-            || !beside_engine(),
-            || this.borrow_mut().poll_one(),
+            || !nic::verbs::on_an_engine_cpu(),
+            || self.poll_one(),
         )
     }
 
     /// As [`CompletionQueue::wait_until`] (no spin on an engine's CPU) for
     /// a condition the engines of these CQs make true.
     pub fn wait_until<T>(&self, timeout: Duration, poll: impl FnMut() -> Option<T>) -> Option<T> {
-        let beside_engine = || self.cqs.iter().any(CompletionQueue::on_engine_cpu);
-        nic::verbs::wait_until_spinning_while(timeout, || !beside_engine(), poll)
+        nic::verbs::wait_until_spinning_while(timeout, || !nic::verbs::on_an_engine_cpu(), poll)
     }
 
     /// As [`CompletionQueue::wait_batch`] (once parked, sleep until `want`
