@@ -26,6 +26,9 @@
 //!   ([`ExtBuf`]'s reference count).
 //!
 //! [`MrTable`]: rdma::transport::MrTable
+//! [`MemoryRegion::write`]: crate::verbs::MemoryRegion::write
+//! [`MemoryRegion::read`]: crate::verbs::MemoryRegion::read
+//! [`ExtBuf`]: dpdk::ExtBuf
 //!
 //! # Files
 //! - [`memory`]: the engine's access to registered memory ([`RawMemory`], [`in_flight`]);

@@ -9,7 +9,7 @@
 //! every push writes a line of its own that no prefetch of the QP's state
 //! can name (its address sits in the header, itself still on its way). Here
 //! the usual entry is written into the inline slots, on lines whose offsets
-//! are known at compile time ([`InlineDeque::HOT_BYTES`]) and which the
+//! are known at compile time (`InlineDeque::HOT_BYTES`) and which the
 //! engine prefetches with the rest of the QP (docs/design.md §5.1).
 //!
 //! Order: the inline slots only ever hold entries older than any in the
@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 ///
 /// `repr(C)`: the three small fields and the inline slots come first, so a
 /// push or pop that stays inline reads and writes only the first
-/// [`Self::HOT_BYTES`] bytes; the heap buffer's header comes last.
+/// `Self::HOT_BYTES` bytes; the heap buffer's header comes last.
 #[derive(Clone)]
 #[repr(C)]
 pub(crate) struct InlineDeque<T: Copy, const N: usize> {

@@ -256,7 +256,7 @@ fn fold_zeros(reg: u32, k: usize) -> u32 {
     }
 }
 
-/// A big-endian field as [`fold`] wants it.
+/// A big-endian field as [`Folder::push`] wants it.
 #[inline(always)]
 fn be(v: u32) -> u32 {
     u32::from_le_bytes(v.to_be_bytes())
@@ -282,7 +282,7 @@ pub struct HeaderTemplate {
     fb: FrameBuilder,
     dest_qp: u32,
     pkey: u16,
-    /// Ethernet/IPv4/UDP/[INT]/BTH with IPv4 ECN, total length and checksum, UDP length,
+    /// Ethernet/IPv4/UDP/(INT)/BTH with IPv4 ECN, total length and checksum, UDP length,
     /// BTH opcode, flags, byte 4, AckReq and PSN all zero.
     hdr: [u8; MAX_TPL],
     /// INT container length (0 or [`int::HEADER_LEN`]).
