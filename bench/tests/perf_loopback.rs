@@ -326,3 +326,40 @@ fn the_loopback_client_floats_unless_it_spins() {
         assert_eq!(client, process);
     }
 }
+
+/// A run whose completions are far apart still completes: on a 1 Gbit/s
+/// line, 40 MiB WRITEs signaled one in 32 (`-Q 32`) complete once per
+/// 1.3 GB, about 11 s, more than a fixed 10 s wait allowed; the wait now
+/// grows with the bytes in flight.
+#[test]
+fn completions_seconds_apart_do_not_end_the_run() {
+    let out = run(&[
+        "write_bw",
+        "-s",
+        "41943040",
+        "-n",
+        "33",
+        "-Q",
+        "32",
+        "--line_rate_gbps",
+        "1",
+    ]);
+    let r = row(&out, "41943040");
+    assert_eq!(r[1], 33.0, "{out}");
+}
+
+/// Arguments no run can use are refused before anything starts, with the
+/// flag and the range in the message: a message over IBA's 2^31 bytes, no
+/// QP, a send queue of no entry.
+#[test]
+fn impossible_sizes_and_depths_are_refused() {
+    for (flag, value) in [("-s", "2147483649"), ("-q", "0"), ("-t", "0")] {
+        let o = Command::new(BIN)
+            .args(["write_bw", "--loopback", "--ip", "10.0.0.1", flag, value])
+            .output()
+            .expect("run roce-perf");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(&format!("invalid value '{value}'")), "{err}");
+    }
+}

@@ -12,7 +12,7 @@ use oob::perftest::BwReport;
 use rdma::transport::{RecvWr, SendOp, SendWr, Sge, WorkCompletion};
 
 use crate::cli::Test;
-use crate::setup::{wait_wcs, Session};
+use crate::setup::{completion_timeout, wait_wcs, Session};
 use crate::Res;
 
 /// Runs every size; returns the rows this side prints.
@@ -291,6 +291,7 @@ fn send(test: &Test, s: &mut Session, size: u32) -> Res<BwRow> {
             &mut s.cq,
             &mut wcs,
             (in_flight_signaled / 2).max(1) as usize,
+            completion_timeout((posted - done) * u64::from(size)),
         )?;
         in_flight_signaled -= n as u64;
         done += wcs[..n].iter().map(|wc| wc.wr_id).sum::<u64>();

@@ -46,14 +46,15 @@ pub enum ExchangeArg {
 
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct Opts {
-    /// Message size in bytes (default 65536 for bandwidth, 2 for latency).
-    #[arg(short = 's', long = "size")]
+    /// Message size in bytes (default 65536 for bandwidth, 2 for latency),
+    /// at most 2^31 (IBA's largest message, the device's `max_msg_sz`).
+    #[arg(short = 's', long = "size", value_parser = clap::value_parser!(u32).range(0..=1 << 31))]
     pub size: Option<u32>,
     /// Iterations (default 5000 for bandwidth, 1000 for latency).
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u64>,
     /// Number of QPs (bandwidth tests).
-    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub qps: u16,
     /// Run sizes 2 .. 2^23, as perftest's -a.
     #[arg(short = 'a', long = "all")]
@@ -75,7 +76,7 @@ pub struct Opts {
     /// Send queue depth, and the work requests in flight over all QPs
     /// (perftest bounds each QP's: with `-q 16`, `-t 128` here is
     /// perftest's `-t 8`).
-    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
     pub tx_depth: u16,
     /// Completion moderation, as perftest's -Q: one signaled work request
     /// in every N per QP (bandwidth tests; at most a quarter of each QP's

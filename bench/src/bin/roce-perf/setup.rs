@@ -101,12 +101,26 @@ impl Cqs {
     }
 }
 
+/// How long a bandwidth client waits for its next completion with
+/// `in_flight` bytes posted and not completed before it gives the peer up:
+/// 10 s, and the time those bytes take at 64 MiB/s (a slow link: 2 GiB
+/// messages, `-t 128` of them, take minutes to drain however fast it is).
+pub fn completion_timeout(in_flight: u64) -> Duration {
+    Duration::from_secs(10) + Duration::from_secs(in_flight >> 26)
+}
+
 /// The next completions (at least one, up to `out.len()`, sleeping until
-/// `want` are there once the wait parks), which must be successes.
-pub fn wait_wcs(cq: &mut Cqs, out: &mut [WorkCompletion], want: usize) -> Res<usize> {
-    let n = cq.wait_batch(out, want, Duration::from_secs(10));
+/// `want` are there once the wait parks, for at most `timeout`), which must
+/// be successes.
+pub fn wait_wcs(
+    cq: &mut Cqs,
+    out: &mut [WorkCompletion],
+    want: usize,
+    timeout: Duration,
+) -> Res<usize> {
+    let n = cq.wait_batch(out, want, timeout);
     if n == 0 {
-        return Err("no completion within 10 s (peer gone?)".into());
+        return Err(format!("no completion within {} s (peer gone?)", timeout.as_secs()).into());
     }
     if let Some(wc) = out[..n].iter().find(|wc| wc.status != WcStatus::Success) {
         return Err(format!("work request failed: {:?}", wc.status).into());
@@ -278,7 +292,18 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         None => open_device(o, eal)?,
     };
     let mut mtu = checked_mtu(o, &dev)?;
-    let (stream, protocol) = open_exchange(o, server, quiet)?;
+    let max_size = test.sizes().into_iter().max().unwrap_or(2);
+    // The buffer as it will be (perftest's hello may change the cycle and
+    // line a little): the peer registers about as much before it answers.
+    let region = Layout::new(
+        max_size,
+        CYCLE_BUFFER,
+        CACHE_LINE,
+        usize::from(o.qps.max(1)),
+        o.shared_buffer,
+    )
+    .bytes();
+    let (stream, protocol) = open_exchange(o, server, quiet, region as u64)?;
     let role = if server { Role::Server } else { Role::Client };
     let (mut cycle, mut cache_line) = (CYCLE_BUFFER, CACHE_LINE);
     let mut perftest_conn = None;
@@ -297,7 +322,6 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
     }
     let (cq, mut qps, qopts) = create_qps(test, o, &dev, mtu)?;
     let nq = qps.len();
-    let max_size = test.sizes().into_iter().max().unwrap_or(2);
     let layout = Layout::new(max_size, cycle, cache_line, nq, o.shared_buffer);
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let mr = dev.reg_mr(layout.bytes(), access)?;
@@ -372,18 +396,22 @@ fn checked_mtu(o: &Opts, dev: &Device) -> Res<u32> {
 
 /// The TCP connection of the exchange (accepted as a server, connected as a
 /// client) with its timeouts, and the exchange it speaks: a server detects it, a
-/// client speaks `--exchange`.
-fn open_exchange(o: &Opts, server: bool, quiet: bool) -> Res<(TcpStream, Protocol)> {
+/// client speaks `--exchange`. `region` is the size of the buffer this end
+/// will register (the peer's is about the same).
+fn open_exchange(o: &Opts, server: bool, quiet: bool, region: u64) -> Res<(TcpStream, Protocol)> {
     let stream = match o.server {
         None => accept(o, quiet)?,
         Some(addr) => connect(o, addr)?,
     };
-    // Each end creates its QPs and registers their buffers between
-    // connecting and its first line: the peer's wait grows with their
-    // number (16k QPs and 2 GiB take tens of seconds on a loaded machine),
-    // and `--timeout` may make it longer.
-    let exchange_timeout = (EXCHANGE_TIMEOUT + Duration::from_millis(5 * u64::from(o.qps)))
-        .max(Duration::from_secs(o.timeout.unwrap_or(0)));
+    // Each end creates its QPs and registers (and so zeroes) its buffer
+    // between connecting and its first line: the peer's wait grows with
+    // their number and its size (16k QPs, or 2 x 2 GiB, take tens of
+    // seconds on a loaded machine: 5 ms per QP, 1 s per 128 MiB here), and
+    // `--timeout` may make it longer.
+    let exchange_timeout = (EXCHANGE_TIMEOUT
+        + Duration::from_millis(5 * u64::from(o.qps))
+        + Duration::from_secs(region >> 27))
+    .max(Duration::from_secs(o.timeout.unwrap_or(0)));
     stream.set_read_timeout(Some(exchange_timeout))?;
     stream.set_write_timeout(Some(exchange_timeout))?;
     stream.set_nodelay(true)?;
