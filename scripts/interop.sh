@@ -106,6 +106,7 @@ run_one() { # TEST ROLE(of roce-perf) SIZE
   local n pkts id=${label// /-}$t-$role-$size ok=1 why="" figure="" t0=$SECONDS
   n=$(iters "$t" "$size")
   pkts=$(( n * ((size + 1023) / 1024) ))
+  rm -f "$W/$id.json"  # a retry is judged by its own output only
   local peer="" xchg=()
   if [ "$role" = server ]; then peer=10.0.0.254; else xchg=(--exchange perftest $GUEST_IP); fi
   # The guest's side: perftest between two readings of rxe's counters.
@@ -186,12 +187,36 @@ PY
   fi
 }
 
+# A run that fails is run once more on a freshly booted guest, and counted
+# apart: the emulated rxe peer can stall for good (seen once in about 40 CI
+# runs: its requester stopped sending a 64 KiB ib_send_bw, and the kill
+# that ended perftest hung in rxe_destroy_qp), and every later run on that
+# guest would fail too. The first try's output stays in the log, the
+# matrix row says "pass on a retry", and a change that breaks the NIC
+# fails both tries.
+retried=()
+with_retry() { # FUNCTION ARGS...
+  local before=$fails nrows=${#rows[@]}
+  "$@"
+  [ "$fails" = "$before" ] && return 0
+  fails=$before
+  rows=("${rows[@]:0:$nrows}")
+  echo "interop: retrying '${*:2}' on a freshly booted guest (the first try's output is above)"
+  $G stop rxe0 >/dev/null 2>&1
+  $G boot rxe0 >/dev/null 2>&1 || echo "interop: the guest did not boot again"
+  "$@"
+  if [ "$fails" = "$before" ]; then
+    retried+=("${*:2}")
+    rows[-1]=${rows[-1]/| pass |/| pass on a retry |}
+  fi
+}
+
 start=$(date +%s)
 if [ "$what" = all ] || [ "$what" = matrix ]; then
   for t in write_bw read_bw send_bw write_lat read_lat send_lat; do
     for role in server client; do
       for size in 64 4096 65536; do
-        run_one "$t" "$role" "$size"
+        with_retry run_one "$t" "$role" "$size"
       done
     done
   done
@@ -247,7 +272,7 @@ run_verbs() { # TEST ROLE(of the host) SIZE
 if [ "$what" = all ] || [ "$what" = verbs ]; then
   for t in ${VERBS_TESTS:-write_bw read_bw send_bw write_lat read_lat send_lat}; do
     for role in server client; do
-      run_verbs "$t" "$role" 4096
+      with_retry run_verbs "$t" "$role" 4096
     done
   done
 fi
@@ -377,7 +402,7 @@ PY
     fails=$((fails + 1)); echo "interop: retx: FAIL (roce-perf rc $rc, ib_write_bw rc $grc)"; tail -3 "$W/retx.host"
   fi
 fi
-echo "interop: $(( $(date +%s) - start )) s, $fails failed${STATIC:+ (static ARP: the NIC has no ARP yet)}"
+echo "interop: $(( $(date +%s) - start )) s, $fails failed${retried:+, ${#retried[@]} passed on a retry on a fresh guest (${retried[*]})}${STATIC:+ (static ARP: the NIC has no ARP yet)}"
 if [ -n "${INTEROP_MATRIX_OUT:-}" ]; then
   { echo "| test | roce-perf role | size (B) | -n | result | roce-perf figure |"
     echo "|---|---|---|---|---|---|"
