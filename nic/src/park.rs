@@ -64,13 +64,13 @@ const RUNNING: u32 = 0;
 pub struct Parker {
     futex: Futex,
     /// The CPU the waiter's thread last said it runs on ([`NO_CPU`]: not
-    /// known): a hint for those it serves, outside the wake-up protocol
+    /// known), counted in [`NOTED_ON`]: a hint outside the wake-up protocol
     /// (whoever waits for an engine's work should not spin on the CPU the
-    /// engine needs to do it: `CompletionQueue::wait`).
+    /// engine needs to do it: [`an_engine_runs_on`]).
     cpu: AtomicU32,
 }
 
-/// [`Parker::ran_on`] of a waiter that never said.
+/// The CPU noted by a waiter that never said ([`Parker::note_cpu`]).
 const NO_CPU: u32 = u32::MAX;
 
 /// CPUs [`an_engine_runs_on`] keeps count of (numbered from 0; a thread
@@ -141,7 +141,8 @@ impl Parker {
 
     /// The CPU the waiter's thread last noted ([`Self::note_cpu`]): where
     /// it runs, or ran before it parked or was moved.
-    pub fn ran_on(&self) -> Option<u32> {
+    #[cfg(test)]
+    fn ran_on(&self) -> Option<u32> {
         let cpu = self.cpu.load(std::sync::atomic::Ordering::Relaxed);
         (cpu != NO_CPU).then_some(cpu)
     }

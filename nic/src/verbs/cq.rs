@@ -200,14 +200,6 @@ impl CompletionQueue {
         super::on_an_engine_cpu()
     }
 
-    /// As [`super::wait_until`] for a condition this CQ's engine makes
-    /// true without a completion (the last byte of a peer's WRITE landing,
-    /// which perftest's write_lat polls): it does not spin on the engine's
-    /// CPU ([`Self::on_engine_cpu`]), and sleeps between polls there.
-    pub fn wait_until<T>(&self, timeout: Duration, poll: impl FnMut() -> Option<T>) -> Option<T> {
-        super::wait_until_spinning_while(timeout, || !self.on_engine_cpu(), poll)
-    }
-
     /// Scores whether the completion [`Self::wait`] began waiting for at
     /// `start` came within [`SPIN_WHEN_SHARED`] (a spin on a shared core
     /// would have caught it) or later (the spin would only have taken CPU

@@ -510,29 +510,15 @@ const POLL_SLEEP: Duration = Duration::from_micros(20);
 /// Calls `poll` until it returns something or `timeout` has passed: busy
 /// for [`SPIN_BEFORE_PARK`], then sleeping `POLL_SLEEP` between polls
 /// (on a host with fewer cores than busy threads, whoever shares the core
-/// runs meanwhile; `sched_yield` would hand it a whole scheduler slice).
-/// For a condition nothing wakes; [`CompletionQueue::wait`] parks on its
-/// CQ instead, and wakes as soon as the completion is there.
-pub fn wait_until<T>(timeout: Duration, poll: impl FnMut() -> Option<T>) -> Option<T> {
-    wait_until_spinning_while(timeout, || true, poll)
-}
-
-/// Whether the calling thread runs on the CPU of an engine thread of this
-/// process ([`CompletionQueue::on_engine_cpu`]), where a wait for an
-/// engine's work should not spin.
-pub fn on_an_engine_cpu() -> bool {
-    crate::sys::current_cpu().is_some_and(crate::park::an_engine_runs_on)
-}
-
-/// As [`wait_until`], spinning only while `may_spin()` says so (asked at
-/// each look at the clock, every 64 polls), and sleeping between polls
-/// otherwise: a program waiting for what an engine does should not spin on
-/// that engine's CPU ([`CompletionQueue::wait_until`]).
-pub fn wait_until_spinning_while<T>(
-    timeout: Duration,
-    mut may_spin: impl FnMut() -> bool,
-    mut poll: impl FnMut() -> Option<T>,
-) -> Option<T> {
+/// runs meanwhile; `sched_yield` would hand it a whole scheduler slice),
+/// and sleeping from the start while it runs on an engine's CPU
+/// ([`on_an_engine_cpu`], asked at each look at the clock, every 64 polls):
+/// what it waits for is an engine's work (the last byte of a peer's WRITE
+/// landing, which perftest's write_lat polls; completions on several CQs),
+/// and a spin there only keeps that engine from it. For a condition
+/// nothing wakes; [`CompletionQueue::wait`] parks on its CQ instead, and
+/// wakes as soon as the completion is there.
+pub fn wait_until<T>(timeout: Duration, mut poll: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
     let end = start + timeout;
     let spin_end = start + SPIN_BEFORE_PARK;
@@ -547,8 +533,15 @@ pub fn wait_until_spinning_while<T>(
         if now >= end {
             return None;
         }
-        if now >= spin_end || !may_spin() {
+        if now >= spin_end || on_an_engine_cpu() {
             std::thread::sleep(POLL_SLEEP.min(end - now));
         }
     }
+}
+
+/// Whether the calling thread runs on the CPU of an engine thread of this
+/// process ([`CompletionQueue::on_engine_cpu`]), where a wait for an
+/// engine's work should not spin.
+pub fn on_an_engine_cpu() -> bool {
+    crate::sys::current_cpu().is_some_and(crate::park::an_engine_runs_on)
 }

@@ -21,7 +21,7 @@ use oob::perftest::Protocol;
 use rdma::transport::{RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus};
 
 use crate::cli::Test;
-use crate::setup::{wait_wc, Cqs, Session};
+use crate::setup::{wait_wc, Session};
 use crate::Res;
 
 /// One printed row: size, iterations, statistics.
@@ -74,12 +74,12 @@ pub fn run(test: &Test, s: &mut Session, quiet: bool) -> Res<Vec<LatRow>> {
 
 /// Waits until `ready()` holds (a byte of memory the peer WRITEs: nothing
 /// wakes a waiter on it), spinning, then sleeping briefly between polls,
-/// and only sleeping on the CPU of an engine of `cqs` ([`Cqs::wait_until`]);
+/// and only sleeping on an engine's CPU ([`nic::verbs::wait_until`]);
 /// `false` at the deadline or after 10 s without it.
-fn poll_until(cqs: &Cqs, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
+fn poll_until(deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
     let end = deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(10));
     let left = end.saturating_duration_since(Instant::now());
-    cqs.wait_until(left, || ready().then_some(())).is_some()
+    nic::verbs::wait_until(left, || ready().then_some(())).is_some()
 }
 
 fn write_pingpong(
@@ -103,7 +103,7 @@ fn write_pingpong(
             let want = rcnt as u8;
             let mut b = [0u8; 1];
             let mr = &s.mr;
-            if !poll_until(&s.cq, deadline, || {
+            if !poll_until(deadline, || {
                 mr.read(poll_at, &mut b);
                 b[0] == want
             }) {

@@ -54,24 +54,14 @@ impl Cqs {
 
     /// As [`CompletionQueue::wait`] (spin, then park until the engine
     /// pushes a completion), over every CQ; with several (one per shard)
-    /// nothing wakes a waiter on all of them, so it spins, then sleeps
-    /// briefly between polls, and does not spin on an engine's CPU
-    /// ([`nic::verbs::wait_until_spinning_while`]).
+    /// nothing wakes a waiter on all of them, so it spins (not on an
+    /// engine's CPU), then sleeps briefly between polls
+    /// ([`nic::verbs::wait_until`]).
     pub fn wait(&mut self, timeout: Duration) -> Option<WorkCompletion> {
         if let [cq] = self.cqs.as_mut_slice() {
             return cq.wait(timeout);
         }
-        nic::verbs::wait_until_spinning_while(
-            timeout,
-            || !nic::verbs::on_an_engine_cpu(),
-            || self.poll_one(),
-        )
-    }
-
-    /// As [`CompletionQueue::wait_until`] (no spin on an engine's CPU) for
-    /// a condition the engines of these CQs make true.
-    pub fn wait_until<T>(&self, timeout: Duration, poll: impl FnMut() -> Option<T>) -> Option<T> {
-        nic::verbs::wait_until_spinning_while(timeout, || !nic::verbs::on_an_engine_cpu(), poll)
+        nic::verbs::wait_until(timeout, || self.poll_one())
     }
 
     /// As [`CompletionQueue::wait_batch`] (once parked, sleep until `want`
