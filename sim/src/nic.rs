@@ -215,6 +215,11 @@ impl Nic {
         (x as u32) & 0xFF_FFFF
     }
 
+    /// The slot of QP `qpn` from [`Self::open_qp`] (a QPN that names one).
+    fn slot_index(qpn: u32) -> usize {
+        (qpn.wrapping_sub(QPN_BASE) & (MAX_QPS - 1)) as usize
+    }
+
     fn slot_of(&self, qpn: u32) -> Option<usize> {
         let i = (qpn.checked_sub(QPN_BASE)? & (MAX_QPS - 1)) as usize;
         let s = self.slots.get(i)?.as_ref()?;
@@ -236,7 +241,7 @@ impl Nic {
     /// other end of its flow had no QP free); its slot is reused by a later QP
     /// with another generation.
     pub fn give_back_unconnected_qp(&mut self, qpn: u32) {
-        let i = (qpn.wrapping_sub(QPN_BASE) & (MAX_QPS - 1)) as usize;
+        let i = Self::slot_index(qpn);
         if self.slots[i].is_none() {
             self.free.push(i as u32);
         }
@@ -256,7 +261,7 @@ impl Nic {
         sq_depth: u16,
         now: u64,
     ) -> Result<(), String> {
-        let i = (qpn.wrapping_sub(QPN_BASE) & (MAX_QPS - 1)) as usize;
+        let i = Self::slot_index(qpn);
         let cc = self.cfg.cc.build(self.path);
         let cc_ext = self.cfg.cc.uses_extensions();
         let qcfg = QpConfig {
