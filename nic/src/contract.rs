@@ -20,7 +20,7 @@ use std::sync::Arc;
 use cc::CcKind;
 use crossbeam_channel::Sender;
 use dpdk::ExtBuf;
-use rdma::transport::{Access, QpError, QpState, RecvWr, SendWr, WorkCompletion};
+use rdma::transport::{Access, QpError, QpState, RecvWr, SendWr, Sge, WorkCompletion};
 
 use crate::control::ArpConfig;
 use crate::counters::SharedCounters;
@@ -149,15 +149,15 @@ pub struct QpOptions {
     pub rnr_retry: u8,
     /// Outstanding READ/ATOMIC requests.
     pub max_rd_atomic: u8,
-    /// Most SGEs a send work request may gather from
-    /// (`QueuePair::post_send_sgl`; `ibv_qp_cap.max_send_sge`).
-    pub max_sge: u8,
+    /// Most SGEs a send work request may carry (`ibv_qp_cap.max_send_sge`,
+    /// at most [`rdma::transport::sgl::MAX_SGE`]): gathered zero-copy for
+    /// SEND and WRITE, scattered into for READ.
+    pub max_send_sge: u8,
+    /// Most SGEs a receive work request may carry (`ibv_qp_cap.max_recv_sge`).
+    pub max_recv_sge: u8,
     /// Largest payload of an inline send (`QueuePair::post_send_inline`;
     /// `ibv_qp_cap.max_inline_data`), copied at post time.
     pub max_inline_data: u32,
-    /// Largest message a send with several SGEs may carry: such a work
-    /// request is gathered into the QP's staging memory at post time.
-    pub max_gather_bytes: u32,
 }
 
 impl Default for QpOptions {
@@ -171,9 +171,9 @@ impl Default for QpOptions {
             retry_cnt: 7,
             rnr_retry: 7,
             max_rd_atomic: 16,
-            max_sge: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
             max_inline_data: 0,
-            max_gather_bytes: 4096,
         }
     }
 }
@@ -260,6 +260,28 @@ pub enum Doorbell {
     Send(SendWr),
     /// `post_recv`.
     Recv(RecvWr),
+    /// Part of the SGE list of the work request in the first `Send` or
+    /// `Recv` slot after it: a request with several SGEs takes
+    /// `n.div_ceil(GATHER_PER_SLOT)` of these before its own slot, all
+    /// committed to the ring at once (its `sge` is then ignored).
+    Sges {
+        /// SGEs; the first `n` are used.
+        sges: [Sge; GATHER_PER_SLOT],
+        /// How many of `sges` are used.
+        n: u8,
+    },
+}
+
+/// SGEs one [`Doorbell::Sges`] slot carries.
+pub const GATHER_PER_SLOT: usize = 3;
+
+/// The doorbell slots a work request with `n` SGEs takes.
+pub const fn doorbell_slots(n: usize) -> usize {
+    if n > 1 {
+        1 + n.div_ceil(GATHER_PER_SLOT)
+    } else {
+        1
+    }
 }
 
 /// A [`Doorbell`] in its QP's ring: one cache line, aligned to one. The

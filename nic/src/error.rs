@@ -51,8 +51,8 @@ pub enum VerbsError {
         /// The QP's limit.
         max: usize,
     },
-    /// An inline or gathered payload longer than the QP's staging slot
-    /// (`QpOptions::max_inline_data` / `max_gather_bytes`).
+    /// An inline payload longer than the QP's staging slot
+    /// (`QpOptions::max_inline_data`).
     #[error("{len} bytes to copy at post time, the QP takes at most {max}")]
     TooLong {
         /// The payload's length.
@@ -60,8 +60,9 @@ pub enum VerbsError {
         /// The QP's limit.
         max: usize,
     },
-    /// READ and ATOMIC scatter into their local buffer: they take one SGE.
-    #[error("an inline or multi-SGE work request must be a SEND or a WRITE")]
+    /// An inline request must be a SEND or a WRITE; an ATOMIC takes one
+    /// 8-byte SGE (IBA 9.4.5).
+    #[error("an inline request must be a SEND or a WRITE; an ATOMIC takes one SGE")]
     NotGatherable,
     /// An SGE outside its region.
     #[error("an SGE lies outside its memory region")]

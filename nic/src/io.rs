@@ -46,6 +46,27 @@ pub enum Payload<'a> {
         /// Length (at most 65535).
         len: usize,
     },
+    /// Windows of registered memory one after the other: a packet of a
+    /// send WQE with several SGEs (rdma::transport::sgl). Each part is
+    /// attached without copying when long, copied when short: one pass
+    /// over the bytes (the ICRC's), as for [`Payload::Ext`].
+    Gather {
+        /// The windows, in order.
+        parts: &'a [ExtPart<'a>],
+        /// Their total length.
+        len: usize,
+    },
+}
+
+/// One window of a [`Payload::Gather`].
+#[derive(Clone, Copy)]
+pub struct ExtPart<'a> {
+    /// The registered memory.
+    pub mem: &'a ExtBuf,
+    /// Offset into it.
+    pub offset: usize,
+    /// Length (at most 65535).
+    pub len: usize,
 }
 
 impl Payload<'_> {
@@ -54,7 +75,7 @@ impl Payload<'_> {
         match *self {
             Payload::None => 0,
             Payload::Copy(p) => p.len(),
-            Payload::Ext { len, .. } => len,
+            Payload::Ext { len, .. } | Payload::Gather { len, .. } => len,
         }
     }
 
@@ -227,7 +248,7 @@ fn copy_source<'a>(payload: Payload<'a>, pools: &TxPools) -> Result<Option<&'a [
             let p = crate::sys::in_flight(mem, offset, len);
             Some(p.ok_or(TxError::OutOfRange { offset, len, size })?)
         }
-        Payload::Ext { .. } => None,
+        Payload::Ext { .. } | Payload::Gather { .. } => None,
     })
 }
 
@@ -248,23 +269,11 @@ fn finish_segments(
             append_copy(m, p, &mut pools.hdr)?;
         }
         Payload::Ext { mem, offset, len } => {
-            let size = mem.len();
-            if offset.checked_add(len).is_none_or(|end| end > size) {
-                return Err(TxError::OutOfRange { offset, len, size });
-            }
-            if len <= pools.copy_threshold {
-                let p = crate::sys::in_flight(mem, offset, len).ok_or(TxError::OutOfRange {
-                    offset,
-                    len,
-                    size,
-                })?;
-                h.update(p);
-                append_copy(m, p, &mut pools.hdr)?;
-            } else {
-                let mut seg = pools.bare.alloc()?;
-                mem.attach(&mut seg, offset, len)?;
-                h.update(seg.data());
-                m.chain(seg).map_err(|(e, _)| e)?;
+            append_ext(m, &mut h, ExtPart { mem, offset, len }, pools)?;
+        }
+        Payload::Gather { parts, .. } => {
+            for &part in parts {
+                append_ext(m, &mut h, part, pools)?;
             }
         }
     }
@@ -275,6 +284,35 @@ fn finish_segments(
         let mut t = pools.hdr.alloc()?;
         FrameBuilder::finish_icrc(h, layout, t.append(n)?)?;
         m.chain(t).map_err(|(e, _)| e)?;
+    }
+    Ok(())
+}
+
+/// Appends one window of registered memory to `m` (hashed into `h`): copied
+/// up to the copy threshold, attached zero-copy beyond it. Checks the window.
+fn append_ext(
+    m: &mut Mbuf,
+    h: &mut rdma::wire::IcrcHasher,
+    ExtPart { mem, offset, len }: ExtPart<'_>,
+    pools: &mut TxPools,
+) -> Result<(), TxError> {
+    let size = mem.len();
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(TxError::OutOfRange { offset, len, size });
+    }
+    if len <= pools.copy_threshold {
+        let p = crate::sys::in_flight(mem, offset, len).ok_or(TxError::OutOfRange {
+            offset,
+            len,
+            size,
+        })?;
+        h.update(p);
+        append_copy(m, p, &mut pools.hdr)?;
+    } else {
+        let mut seg = pools.bare.alloc()?;
+        mem.attach(&mut seg, offset, len)?;
+        h.update(seg.data());
+        m.chain(seg).map_err(|(e, _)| e)?;
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Scatter/gather lists and inline sends on real engines (a DPDK ring
-//! pair): a WRITE and a SEND gathered from three SGEs in two regions, and
-//! an inline SEND from a stack buffer, deliver exactly those bytes; limits
-//! are refused with typed errors.
+//! pair): a WRITE and a SEND gathered from three SGEs in two regions (zero
+//! copy), the SEND scattered over a two-SGE receive, a READ scattered over
+//! three SGEs, and an inline SEND from a stack buffer, deliver exactly those
+//! bytes; limits are refused with typed errors.
 
 use std::time::Duration;
 
@@ -28,9 +29,9 @@ fn sgl_write_and_send_and_inline_send_deliver_the_bytes() {
     r2.write(0, &p2);
     let (mut ca, mut cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     let opts = QpOptions {
-        max_sge: 3,
+        max_send_sge: 3,
+        max_recv_sge: 2,
         max_inline_data: 64,
-        max_gather_bytes: 8192,
         ..QpOptions::default()
     };
     let mut qa = a.create_qp(&ca, &ca, opts).unwrap();
@@ -62,26 +63,31 @@ fn sgl_write_and_send_and_inline_send_deliver_the_bytes() {
         rkey: dst.rkey(),
     };
     qa.post_send_sgl(1, write, &sgl, true).unwrap();
-    // The gathered copy was taken at post time: changing the source now
-    // does not change what arrives.
-    r1.write(100, &[0xEE; 1000]);
     let wc = ca.wait(Duration::from_secs(5)).expect("WRITE completion");
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success), "{wc:?}");
     let mut got = vec![0u8; want.len()];
     dst.read(0, &mut got);
     assert!(got == want, "gathered WRITE delivered other bytes");
 
-    // The same list as a SEND into a posted receive.
-    r1.write(100, &p1[100..1100]);
-    qb.post_recv(RecvWr {
-        wr_id: 10,
-        sge: Sge {
+    // The same list as a SEND into a receive of two SGEs: 3000 bytes at
+    // dst[8192..], the rest at dst[12288..].
+    let scatter = [
+        Sge {
             addr: dst.va() + 8192,
-            len: 8192,
+            len: 3000,
             lkey: dst.lkey(),
         },
-    })
-    .unwrap();
+        Sge {
+            addr: dst.va() + 12288,
+            len: 4096,
+            lkey: dst.lkey(),
+        },
+    ];
+    let rwr = RecvWr {
+        wr_id: 10,
+        sge: Sge::default(),
+    };
+    qb.post_recv_sges(rwr, &scatter).unwrap();
     qa.post_send_sgl(2, SendOp::Send, &sgl, true).unwrap();
     let wc = ca.wait(Duration::from_secs(5)).expect("SEND completion");
     assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success), "{wc:?}");
@@ -91,8 +97,51 @@ fn sgl_write_and_send_and_inline_send_deliver_the_bytes() {
         (10, WcOpcode::Recv, want.len() as u32)
     );
     let mut got = vec![0u8; want.len()];
-    dst.read(8192, &mut got);
+    dst.read(8192, &mut got[..3000]);
+    dst.read(12288, &mut got[3000..]);
     assert!(got == want, "gathered SEND delivered other bytes");
+    let mut gap = vec![0u8; 12288 - 11192];
+    dst.read(11192, &mut gap);
+    assert!(
+        gap.iter().all(|&b| b == 0),
+        "bytes between the SGEs written"
+    );
+
+    // A READ of dst[0..4500] scattered over three SGEs of A's regions.
+    let into = [
+        SgRef {
+            mr: &r2,
+            offset: 10,
+            len: 500,
+        },
+        SgRef {
+            mr: &r1,
+            offset: 7000,
+            len: 1000,
+        },
+        SgRef {
+            mr: &r2,
+            offset: 4000,
+            len: 3000,
+        },
+    ];
+    let read = SendOp::Read {
+        remote_va: dst.va(),
+        rkey: dst.rkey(),
+    };
+    qa.post_send_sgl(4, read, &into, true).unwrap();
+    let wc = ca.wait(Duration::from_secs(5)).expect("READ completion");
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (4, WcStatus::Success, 4500)
+    );
+    let mut remote = vec![0u8; 4500];
+    dst.read(0, &mut remote);
+    let mut got = vec![0u8; 4500];
+    r2.read(10, &mut got[..500]);
+    r1.read(7000, &mut got[500..1500]);
+    r2.read(4000, &mut got[1500..]);
+    assert!(got == remote, "scattered READ placed other bytes");
 
     // Inline: bytes from the stack, no region, no lkey.
     let msg = *b"inline: copied into the work request at post time";
@@ -114,8 +163,8 @@ fn sgl_write_and_send_and_inline_send_deliver_the_bytes() {
     dst.read(0, &mut got);
     assert_eq!(got, msg);
 
-    // Limits: a fourth SGE, an inline payload over 64 bytes, a READ with
-    // several SGEs, an SGE outside its region.
+    // Limits: a fourth SGE, an inline payload over 64 bytes, an ATOMIC
+    // with several SGEs, a third receive SGE, an SGE outside its region.
     let four = [sgl[0], sgl[1], sgl[2], sgl[0]];
     assert!(matches!(
         qa.post_send_sgl(4, SendOp::Send, &four, true),
@@ -125,13 +174,18 @@ fn sgl_write_and_send_and_inline_send_deliver_the_bytes() {
         qa.post_send_inline(5, SendOp::Send, &[0u8; 65], true),
         Err(VerbsError::TooLong { len: 65, max: 64 })
     ));
-    let read = SendOp::Read {
+    let faa = SendOp::FetchAdd {
         remote_va: dst.va(),
         rkey: dst.rkey(),
+        add: 1,
     };
     assert!(matches!(
-        qa.post_send_sgl(6, read, &sgl[..2], true),
+        qa.post_send_sgl(6, faa, &sgl[..2], true),
         Err(VerbsError::NotGatherable)
+    ));
+    assert!(matches!(
+        qb.post_recv_sges(rwr, &[scatter[0]; 3]),
+        Err(VerbsError::TooManySges { given: 3, max: 2 })
     ));
     let outside = [SgRef {
         mr: &r1,

@@ -24,7 +24,7 @@
 
 use cc::{AnyCc, CongestionControl};
 use rdma::transport::{
-    EchoedHops, MemorySpace, MrTable, Payload, Qp, QpEvent, TxPacket, WorkCompletion,
+    EchoedHops, MemorySpace, MrTable, Payload, Qp, QpEvent, Sge, TxPacket, WorkCompletion,
 };
 use rdma::wire::frame::{IntInsert, RoceRepr};
 use rdma::wire::{BthRepr, Ecn, FrameBuilder, Opcode, RoceFrame};
@@ -41,8 +41,10 @@ pub trait FrameSink {
     /// Builds `pkt` on the headers of `fb` and queues the frame: its wire bytes
     /// (frame, FCS, preamble and inter-frame gap), as the pacer charges them, or
     /// `None` when it could not be built (the driver counts that; the transport has
-    /// taken the packet as sent and will resend it if it is lost).
-    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u32>;
+    /// taken the packet as sent and will resend it if it is lost). `gather`
+    /// is the SGE list a [`Payload::Gather`] payload refers to
+    /// ([`Qp::gather_list`]; empty for any other payload).
+    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket, gather: &[Sge]) -> Option<u32>;
 }
 
 /// Where a QP's completions go: the engine's CQ rings, the simulator's flows.
@@ -388,7 +390,8 @@ impl QpCore {
         if self.cnp_pending || qp.has_control() {
             self.ctrl_queued = sched.push_control(q).is_ok();
         }
-        let _ = out.emit(&fb, pkt);
+        // Control packets carry no gathered payload.
+        let _ = out.emit(&fb, pkt, &[]);
     }
 
     /// The transport's next packet (data, a READ request, a probe, or an ACK that was
@@ -425,7 +428,11 @@ impl QpCore {
         } else {
             fb.int = None;
         }
-        let wire = out.emit(&fb, pkt);
+        let gather = self
+            .qp
+            .as_ref()
+            .map_or(&[][..], |qp| qp.gather_list(&pkt.payload));
+        let wire = out.emit(&fb, pkt, gather);
         // Even when the frame could not be built (the sink counts it), the
         // transport has taken the packet as sent: its retransmit timer must still
         // go on the wheel below, or a lost tail would never be resent.
@@ -545,9 +552,11 @@ mod tests {
     }
 
     impl FrameSink for Frames<'_> {
-        fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u32> {
+        fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket, gather: &[Sge]) -> Option<u32> {
             let mut buf = vec![0; 2048];
-            let n = pkt.build_frame(fb, self.mem, &mut buf).ok()?;
+            let n = pkt
+                .build_frame_gather(fb, self.mem, gather, &mut buf)
+                .ok()?;
             buf.truncate(n);
             self.out.push(buf);
             Some(n as u32 + 24)

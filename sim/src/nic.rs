@@ -281,6 +281,8 @@ impl Nic {
             ack_read_responses: self.cfg.cc == CcKind::Ldcp,
             ack_events_without_progress: self.cfg.cc.counts_acks(),
             pd: 0,
+            max_send_sge: 1,
+            max_recv_sge: 1,
         };
         let mut qp = Qp::new(qcfg).map_err(|e| e.to_string())?;
         for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
@@ -575,7 +577,7 @@ impl FrameSink for SimFrames<'_> {
     /// headers written (IPv4 and UDP lengths, BTH pad count for the whole frame): the
     /// payload is [`NullMemory`]'s zeros that no receiver reads, so its bytes and the
     /// ICRC are left unwritten (see [`SimFrame`]); header-only packets are built whole.
-    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u32> {
+    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket, _gather: &[Sge]) -> Option<u32> {
         if pkt.repr.bth.opcode == Opcode::Cnp {
             self.counters.tx_cnps += 1;
         } else if pkt.retransmit && qpcore::is_data(pkt) {

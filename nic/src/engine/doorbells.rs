@@ -2,7 +2,8 @@
 //! taken from the rings of the QPs that rang and handed to their transport;
 //! a request the transport refuses completes at once with an error.
 
-use rdma::transport::{QpError, QpState, WcOpcode, WcStatus, WorkCompletion};
+use rdma::transport::sgl::MAX_SGE;
+use rdma::transport::{QpError, QpState, Sge, WcOpcode, WcStatus, WorkCompletion};
 
 use super::Engine;
 use crate::contract::{AsyncEvent, Doorbell, DoorbellSlot};
@@ -26,6 +27,31 @@ fn prefetch_slots(ring: &mut rtrb::Consumer<DoorbellSlot>) {
     }
 }
 
+/// The request at the head of `ring` whose SGE list starts there
+/// ([`Doorbell::Sges`] slots, then its `Send` or `Recv`), its SGEs copied
+/// into `sges`: the request, its SGE count and the slots it takes. Peeks
+/// only (the caller pops them once the request is taken). `None` when the
+/// list is longer than [`MAX_SGE`] or not followed by its request.
+fn gathered(
+    ring: &mut rtrb::Consumer<DoorbellSlot>,
+    sges: &mut [Sge; MAX_SGE],
+) -> Option<(Doorbell, usize, usize)> {
+    let chunk = ring.read_chunk(ring.slots()).ok()?;
+    let (a, b) = chunk.as_slices();
+    let mut n = 0;
+    for (used, slot) in a.iter().chain(b).enumerate() {
+        match slot.0 {
+            Doorbell::Sges { sges: part, n: k } => {
+                let part = part.get(..usize::from(k))?;
+                sges.get_mut(n..n + part.len())?.copy_from_slice(part);
+                n += part.len();
+            }
+            d => return Some((d, n, used + 1)),
+        }
+    }
+    None
+}
+
 impl Engine {
     /// Takes the work requests of every QP that rang; whether any did.
     pub(super) fn doorbells(&mut self) -> bool {
@@ -47,20 +73,34 @@ impl Engine {
         // Every DOORBELL_PREFETCH / 2 slots, the next DOORBELL_PREFETCH: half
         // of them are on their way already (asked again, a hit).
         let mut taken = 0usize;
+        let mut sges = [Sge::default(); MAX_SGE];
         loop {
             if taken.is_multiple_of(DOORBELL_PREFETCH / 2) {
                 prefetch_slots(&mut s.doorbell);
             }
             taken += 1;
             let Ok(d) = s.doorbell.peek() else { break };
-            let d = d.0;
+            let (d, sgl, used) = match d.0 {
+                Doorbell::Sges { .. } => match gathered(&mut s.doorbell, &mut sges) {
+                    Some((d, n, used)) => (d, Some(&sges[..n]), used),
+                    None => {
+                        // A list without its request, or too long: the
+                        // producer's bug (it commits them together); dropped.
+                        self.counters.completion_errors += 1;
+                        let _ = s.doorbell.pop();
+                        continue;
+                    }
+                },
+                d => (d, None, 1),
+            };
             let r = match d {
                 Doorbell::Send(wr) => qp
-                    .post_send(wr, &self.mrs)
+                    .post_send_sgl(wr, sgl, &self.mrs)
                     .map_err(|e| (e, wr.wr_id, wr.op.wc_opcode(), s.send_cq)),
                 Doorbell::Recv(wr) => qp
-                    .post_recv(wr, &self.mrs)
+                    .post_recv_sgl(wr, sgl, &self.mrs)
                     .map_err(|e| (e, wr.wr_id, WcOpcode::Recv, s.recv_cq)),
+                Doorbell::Sges { .. } => unreachable!("gathered() returns the request"),
             };
             match r {
                 Ok(()) => {}
@@ -96,7 +136,9 @@ impl Engine {
                     }
                 }
             }
-            let _ = s.doorbell.pop();
+            if let Ok(c) = s.doorbell.read_chunk(used) {
+                c.commit_all();
+            }
         }
         let _ = self.sched.mark_ready(i as u32, s.core.next_bytes);
     }

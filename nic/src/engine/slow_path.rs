@@ -367,6 +367,8 @@ impl Engine {
             ack_read_responses: s.opts.cc == CcKind::Ldcp,
             ack_events_without_progress: s.opts.cc.counts_acks(),
             pd: s.pd,
+            max_send_sge: s.opts.max_send_sge,
+            max_recv_sge: s.opts.max_recv_sge,
         };
         let transport = |source| EngineError::Transport { qpn, source };
         let mut qp = Qp::new(cfg).map_err(transport)?;

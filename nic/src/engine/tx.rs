@@ -9,7 +9,8 @@ use std::sync::Arc;
 use dpdk::{Burst, ExtBuf};
 use qpcore::FrameSink;
 use rdma::transport::qp::Payload as QpPayload;
-use rdma::transport::TxPacket;
+use rdma::transport::sgl::{self, MAX_SGE};
+use rdma::transport::{Sge, TxPacket};
 use rdma::wire::frame::FrameBuilder;
 use rdma::wire::transport_hdrs::AethSyndrome;
 use rdma::wire::{HeaderTemplate, Opcode};
@@ -17,7 +18,7 @@ use rdma::wire::{HeaderTemplate, Opcode};
 use super::qp_work::timer_key;
 use super::{Engine, CAPTURE_SNAP};
 use crate::counters::Counters;
-use crate::io::{build_frame, build_frame_tpl, Payload, TxPools};
+use crate::io::{build_frame, build_frame_tpl, ExtPart, Payload, TxPools};
 use crate::port_shaper::PortShaper;
 use crate::scheduler::Decision;
 
@@ -124,24 +125,20 @@ struct MbufSink<'a> {
 
 impl FrameSink for MbufSink<'_> {
     /// Builds `pkt` into an mbuf, counts it and puts it in the TX burst: its
-    /// wire bytes, or `None` if it could not be built (counted).
-    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket) -> Option<u32> {
+    /// wire bytes, or `None` if it could not be built (counted). A gathered
+    /// payload is attached window by window (zero-copy), as one SGE's is.
+    fn emit(&mut self, fb: &FrameBuilder, pkt: &TxPacket, gather: &[Sge]) -> Option<u32> {
         if pkt.repr.bth.opcode == Opcode::Cnp {
             self.counters.tx_cnps += 1;
         }
         let payload = match pkt.payload {
             QpPayload::None => Payload::None,
             QpPayload::Local { lkey: key, va, len } | QpPayload::Remote { rkey: key, va, len } => {
-                match key
-                    .checked_shr(8)
-                    .and_then(|k| k.checked_sub(1))
-                    .and_then(|k| self.mr_mem.get(k as usize))
-                    .and_then(Option::as_ref)
-                {
-                    Some(mem) => Payload::Ext {
-                        mem,
-                        offset: (va - mem.base_ptr() as u64) as usize,
-                        len: len as usize,
+                match window(self.mr_mem, key, va, len) {
+                    Some(part) => Payload::Ext {
+                        mem: part.mem,
+                        offset: part.offset,
+                        len: part.len,
                     },
                     None => {
                         // Deregistered while in flight: not sendable.
@@ -150,7 +147,72 @@ impl FrameSink for MbufSink<'_> {
                     }
                 }
             }
+            QpPayload::Gather { offset, len, .. } => {
+                let Some((parts, n)) = gather_windows(self.mr_mem, gather, offset, len) else {
+                    // A region deregistered while in flight: not sendable.
+                    self.counters.tx_drop_no_mbuf += 1;
+                    return None;
+                };
+                let payload = Payload::Gather {
+                    parts: &parts[..n],
+                    len: len as usize,
+                };
+                return self.emit_built(fb, pkt, payload);
+            }
         };
+        self.emit_built(fb, pkt, payload)
+    }
+}
+
+/// The window `[va, va + len)` of the registered memory of `key` (an lkey or
+/// rkey: both name the region's slot in `mr_mem`), `None` if the region is
+/// gone (deregistered while a packet from it was in flight).
+#[inline]
+fn window(mr_mem: &[Option<Arc<ExtBuf>>], key: u32, va: u64, len: u32) -> Option<ExtPart<'_>> {
+    let mem = key
+        .checked_shr(8)
+        .and_then(|k| k.checked_sub(1))
+        .and_then(|k| mr_mem.get(k as usize))
+        .and_then(Option::as_ref)?;
+    Some(ExtPart {
+        mem,
+        offset: va.checked_sub(mem.base_ptr() as u64)? as usize,
+        len: len as usize,
+    })
+}
+
+/// The windows of bytes `[offset, offset + len)` of a gather list's message
+/// (one per SGE they lie in, at most [`MAX_SGE`]) and how many there are;
+/// `None` if a region is gone or the list is shorter than the range.
+#[inline]
+fn gather_windows<'a>(
+    mr_mem: &'a [Option<Arc<ExtBuf>>],
+    gather: &[Sge],
+    offset: u32,
+    len: u32,
+) -> Option<([ExtPart<'a>; MAX_SGE], usize)> {
+    let mut pieces = sgl::pieces(gather, offset, len);
+    let first = pieces.next()?;
+    let first = window(mr_mem, first.lkey, first.addr, first.len)?;
+    // The first window fills the slots left unused.
+    let (mut parts, mut n, mut total) = ([first; MAX_SGE], 1, first.len);
+    for p in pieces {
+        *parts.get_mut(n)? = window(mr_mem, p.lkey, p.addr, p.len)?;
+        n += 1;
+        total += p.len as usize;
+    }
+    (total == len as usize).then_some((parts, n))
+}
+
+impl MbufSink<'_> {
+    /// Builds `pkt` with `payload` into an mbuf, counts it and puts it in
+    /// the TX burst (see [`FrameSink::emit`]).
+    fn emit_built(
+        &mut self,
+        fb: &FrameBuilder,
+        pkt: &TxPacket,
+        payload: Payload<'_>,
+    ) -> Option<u32> {
         // The QP's template when the packet uses the QP's own headers (a probe
         // adds INT, a CNP or ACK may drop it: those take the general path);
         // same bytes either way.

@@ -39,30 +39,6 @@ impl MemoryRegion {
             std::ptr::copy_nonoverlapping(self.base_ptr().add(offset), out.as_mut_ptr(), out.len())
         }
     }
-
-    /// Copies `len` bytes at `src_offset` of `src` into this region at
-    /// `offset` (regions may be the same; ranges are checked).
-    pub(crate) fn copy_from(
-        &self,
-        offset: usize,
-        src: &MemoryRegion,
-        src_offset: usize,
-        len: usize,
-    ) -> Result<(), VerbsError> {
-        if !inside(offset, len, self.len()) || !inside(src_offset, len, src.len()) {
-            return Err(VerbsError::OutsideRegion);
-        }
-        // SAFETY: both ranges are inside memory the handles keep alive;
-        // `copy` allows them to overlap.
-        unsafe {
-            std::ptr::copy(
-                src.base_ptr().add(src_offset),
-                self.base_ptr().add(offset),
-                len,
-            )
-        }
-        Ok(())
-    }
 }
 
 impl Device {

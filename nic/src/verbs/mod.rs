@@ -57,10 +57,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::bounded;
 use dpdk::ExtBuf;
+use rdma::transport::sgl::MAX_SGE;
 use rdma::transport::{Access, QpState};
 
+use crate::contract::{doorbell_slots, Command, CommandTx, Reply, MAX_HOPS};
 pub use crate::contract::{AsyncEvent, DeviceConfig, QpOptions, QpTransition, RemoteQp};
-use crate::contract::{Command, CommandTx, Reply, MAX_HOPS};
 use crate::counters::Counters;
 pub use crate::device::Device;
 pub use crate::error::VerbsError;
@@ -386,7 +387,18 @@ impl Device {
                 Some(Staging::new(mr, &opts))
             }
         };
-        let depth = opts.sq_depth as usize + opts.rq_depth as usize;
+        for n in [opts.max_send_sge, opts.max_recv_sge] {
+            if usize::from(n) > MAX_SGE {
+                return Err(VerbsError::TooManySges {
+                    given: n.into(),
+                    max: MAX_SGE,
+                });
+            }
+        }
+        // Room for both queues full of requests with the most SGEs each
+        // (a request with several takes several slots: contract::Doorbell::Sges).
+        let depth = opts.sq_depth as usize * doorbell_slots(opts.max_send_sge.into())
+            + opts.rq_depth as usize * doorbell_slots(opts.max_recv_sge.into());
         let (prod, cons) = rtrb::RingBuffer::new(depth.max(2));
         let (send_cq, recv_cq) = (send_cq.id, recv_cq.id);
         let (qpn, psn) = self.call(shard, |reply| Command::CreateQp {

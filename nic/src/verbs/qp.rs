@@ -1,13 +1,17 @@
 //! RC queue pair handles ([`QueuePair`], `ibv_qp`): posting work
-//! requests, `modify_qp`, inline and gathered sends.
+//! requests (with scatter/gather lists), `modify_qp`, inline sends.
 
 use std::sync::Arc;
 
+use rdma::transport::sgl::MAX_SGE;
 use rdma::transport::{QpState, RecvWr, SendOp, SendWr, Sge};
 
-use super::staging::{Part, Staging};
+use super::staging::Staging;
 use super::{request, QpOptions, QpTransition, RemoteQp, SgRef, VerbsError};
-use crate::contract::{Command, CommandTx, Doorbell, DoorbellSlot, EngineShared, Reply};
+use crate::contract::{
+    doorbell_slots, Command, CommandTx, Doorbell, DoorbellSlot, EngineShared, Reply,
+    GATHER_PER_SLOT,
+};
 
 /// An RC queue pair handle: posts work requests to the engine.
 ///
@@ -33,7 +37,7 @@ pub struct QueuePair {
     pub(super) kernel_iface: Option<crate::host::KernelIface>,
     pub(super) mac: [u8; 6],
     pub(super) ip: [u8; 4],
-    /// Where inline and multi-SGE sends are copied at post time.
+    /// Where inline sends are copied at post time.
     pub(super) staging: Option<Staging>,
 }
 
@@ -235,12 +239,84 @@ impl QueuePair {
         self.ring(Doorbell::Recv(wr))
     }
 
-    /// Posts a SEND or WRITE that gathers its payload from several SGEs
-    /// (`ibv_send_wr` with `num_sge` up to `QpOptions::max_sge`), in order.
-    /// One SGE is sent zero-copy like [`Self::post_send`]; several are
-    /// gathered into the QP's staging memory now (up to
-    /// `QpOptions::max_gather_bytes`), so the regions may change as soon as
-    /// this returns.
+    /// Posts a send work request whose local buffer is the list `sgl`, in
+    /// order (`ibv_send_wr` with `num_sge` up to `QpOptions::max_send_sge`):
+    /// SEND and WRITE gather their payload from it, a READ scatters the
+    /// response into it, an ATOMIC takes exactly one 8-byte SGE (IBA 9.4.5).
+    /// `wr.sge` is ignored. Nothing is copied: the buffers must stay as they
+    /// are until the request completes, as with one SGE. The engine checks
+    /// each SGE against its region and completes a bad one with
+    /// `LOC_PROT_ERR`.
+    pub fn post_send_sges(&mut self, wr: SendWr, sgl: &[Sge]) -> Result<(), VerbsError> {
+        if !matches!(self.state, QpState::Rts | QpState::Err) {
+            return Err(self.not_ready());
+        }
+        let max = usize::from(self.opts.max_send_sge.max(1));
+        if sgl.len() > max {
+            return Err(VerbsError::TooManySges {
+                given: sgl.len(),
+                max,
+            });
+        }
+        match sgl {
+            [] => self.post_send(SendWr {
+                sge: Sge::default(),
+                ..wr
+            }),
+            [one] => self.post_send(SendWr { sge: *one, ..wr }),
+            _ if wr.op.is_atomic() => Err(VerbsError::NotGatherable),
+            _ => self.ring_with_sges(Doorbell::Send(wr), sgl),
+        }
+    }
+
+    /// Posts a receive work request whose buffer is the list `sgl`, in
+    /// order (`ibv_recv_wr` with `num_sge` up to `QpOptions::max_recv_sge`;
+    /// `wr.sge` ignored): an incoming SEND is scattered over it.
+    pub fn post_recv_sges(&mut self, wr: RecvWr, sgl: &[Sge]) -> Result<(), VerbsError> {
+        if self.state == QpState::Reset {
+            return Err(self.not_ready());
+        }
+        let max = usize::from(self.opts.max_recv_sge.max(1));
+        if sgl.len() > max {
+            return Err(VerbsError::TooManySges {
+                given: sgl.len(),
+                max,
+            });
+        }
+        match sgl {
+            [] => self.post_recv(RecvWr {
+                sge: Sge::default(),
+                ..wr
+            }),
+            [one] => self.post_recv(RecvWr { sge: *one, ..wr }),
+            _ => self.ring_with_sges(Doorbell::Recv(wr), sgl),
+        }
+    }
+
+    /// Rings `d` preceded by its SGE list (contract::Doorbell::Sges), all
+    /// its slots committed at once, so the engine never sees a list without
+    /// its request.
+    fn ring_with_sges(&mut self, d: Doorbell, sgl: &[Sge]) -> Result<(), VerbsError> {
+        let chunks = sgl.chunks(GATHER_PER_SLOT).map(|c| {
+            let mut sges = [Sge::default(); GATHER_PER_SLOT];
+            sges[..c.len()].copy_from_slice(c);
+            DoorbellSlot(Doorbell::Sges {
+                sges,
+                n: c.len() as u8,
+            })
+        });
+        let slots = doorbell_slots(sgl.len());
+        let chunk = self
+            .ring
+            .write_chunk_uninit(slots)
+            .map_err(|_| VerbsError::QueueFull)?;
+        chunk.fill_from_iter(chunks.chain(std::iter::once(DoorbellSlot(d))));
+        self.shared.ring_doorbell(self.qpn);
+        Ok(())
+    }
+
+    /// Posts a SEND, WRITE or READ over regions given as [`SgRef`]s
+    /// (each checked against its region here): [`Self::post_send_sges`].
     pub fn post_send_sgl(
         &mut self,
         wr_id: u64,
@@ -248,29 +324,25 @@ impl QueuePair {
         sgl: &[SgRef<'_>],
         signaled: bool,
     ) -> Result<(), VerbsError> {
-        let max = usize::from(self.opts.max_sge.max(1));
+        let max = usize::from(self.opts.max_send_sge.max(1));
         if sgl.len() > max {
             return Err(VerbsError::TooManySges {
                 given: sgl.len(),
                 max,
             });
         }
-        let sge = match sgl {
-            [one] => one.sge()?,
-            _ => {
-                for r in sgl {
-                    r.sge()?;
-                }
-                self.stage(op, sgl.iter().map(|r| Part::Region(r.mr, r.offset, r.len)))?
-            }
-        };
-        self.post_send(SendWr {
+        let mut sges = [Sge::default(); MAX_SGE];
+        for (dst, r) in sges.iter_mut().zip(sgl) {
+            *dst = r.sge()?;
+        }
+        let wr = SendWr {
             wr_id,
             op,
-            sge,
+            sge: Sge::default(),
             signaled,
             solicited: false,
-        })
+        };
+        self.post_send_sges(wr, &sges[..sgl.len()])
     }
 
     /// Posts a SEND or WRITE of `data`, copied now (`IBV_SEND_INLINE`: no
@@ -290,7 +362,7 @@ impl QueuePair {
                 max,
             });
         }
-        let sge = self.stage(op, [Part::Bytes(data)])?;
+        let sge = self.stage(op, data)?;
         self.post_send(SendWr {
             wr_id,
             op,
@@ -300,11 +372,7 @@ impl QueuePair {
         })
     }
 
-    fn stage<'a>(
-        &mut self,
-        op: SendOp,
-        parts: impl IntoIterator<Item = Part<'a>>,
-    ) -> Result<Sge, VerbsError> {
+    fn stage(&mut self, op: SendOp, data: &[u8]) -> Result<Sge, VerbsError> {
         if op.needs_response() {
             return Err(VerbsError::NotGatherable);
         }
@@ -316,7 +384,7 @@ impl QueuePair {
             .staging
             .as_mut()
             .ok_or(VerbsError::TooLong { len: 1, max })?;
-        staging.stage(parts)
+        staging.stage(data)
     }
 
     fn not_ready(&self) -> VerbsError {

@@ -1,7 +1,7 @@
 //! A QP's send staging memory: where the bytes of an inline send
-//! (`IBV_SEND_INLINE`: copied at post time, no lkey) and of a send with
-//! several SGEs (gathered at post time) are put, so the engine sends them
-//! as one local buffer. A WR with one SGE stays zero-copy.
+//! (`IBV_SEND_INLINE`: copied at post time, no lkey) are put, so the engine
+//! sends them as one local buffer. Requests with SGEs stay zero-copy, with
+//! one SGE or several (rdma::transport::sgl).
 //!
 //! One region per QP (in the QP's PD), cut into slots used round robin.
 //! A slot is reused only after `slots` later posts; as a send WR stays in
@@ -24,23 +24,10 @@ pub(crate) struct Staging {
     next: usize,
 }
 
-/// One part of a staged payload.
-pub(crate) enum Part<'a> {
-    /// Bytes of the program.
-    Bytes(&'a [u8]),
-    /// `len` bytes at `offset` of a registered region.
-    Region(&'a MemoryRegion, usize, usize),
-}
-
 impl Staging {
     /// The slot size a QP with `opts` needs (0: no staging).
     pub(crate) fn slot_bytes(opts: &QpOptions) -> usize {
-        let gather = if opts.max_sge > 1 {
-            opts.max_gather_bytes
-        } else {
-            0
-        };
-        opts.max_inline_data.max(gather) as usize
+        opts.max_inline_data as usize
     }
 
     /// Staging over `mr`, registered for a QP with `opts` with
@@ -66,35 +53,21 @@ impl Staging {
     /// The access the region is registered with.
     pub(crate) const ACCESS: Access = Access::LOCAL_WRITE;
 
-    /// Copies `parts` one after the other into the next slot; the SGE of
-    /// the staged bytes (a payload longer than a slot is refused).
-    pub(crate) fn stage<'a>(
-        &mut self,
-        parts: impl IntoIterator<Item = Part<'a>>,
-    ) -> Result<Sge, VerbsError> {
-        let base = self.next * self.slot_bytes;
-        let mut at = base;
-        for p in parts {
-            let n = match p {
-                Part::Bytes(b) => b.len(),
-                Part::Region(_, _, len) => len,
-            };
-            if at - base + n > self.slot_bytes {
-                return Err(VerbsError::TooLong {
-                    len: at - base + n,
-                    max: self.slot_bytes,
-                });
-            }
-            match p {
-                Part::Bytes(b) => self.mr.write(at, b),
-                Part::Region(src, off, len) => self.mr.copy_from(at, src, off, len)?,
-            }
-            at += n;
+    /// Copies `data` into the next slot; the SGE of the staged bytes (a
+    /// payload longer than a slot is refused).
+    pub(crate) fn stage(&mut self, data: &[u8]) -> Result<Sge, VerbsError> {
+        if data.len() > self.slot_bytes {
+            return Err(VerbsError::TooLong {
+                len: data.len(),
+                max: self.slot_bytes,
+            });
         }
+        let base = self.next * self.slot_bytes;
+        self.mr.write(base, data);
         self.next = (self.next + 1) % self.slots;
         Ok(Sge {
             addr: self.mr.va() + base as u64,
-            len: (at - base) as u32,
+            len: data.len() as u32,
             lkey: self.mr.lkey(),
         })
     }

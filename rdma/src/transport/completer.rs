@@ -10,6 +10,7 @@ use super::config::{QpConfig, RNR_RETRY_INFINITE};
 use super::mr::MemorySpace;
 use super::output::{Outputs, QpEvent};
 use super::requester::Requester;
+use super::sgl::{self, SglStore};
 use super::wc::{SendOp, WcStatus, WorkCompletion};
 use crate::wire::bth::Opcode;
 use crate::wire::ccext::CcExtRepr;
@@ -266,14 +267,16 @@ impl Completer {
     }
 
     /// A response packet (ACKNOWLEDGE, READ response, ATOMIC ACK). READ data and ATOMIC
-    /// results are written through `mem` into the WQE's local SGE (checked at post).
-    /// Returns what the QP does next.
+    /// results are written through `mem` into the WQE's local SGEs (checked at post;
+    /// a list of several in `sgls`). Returns what the QP does next.
+    #[allow(clippy::too_many_arguments)]
     pub fn on_response<M: MemorySpace + ?Sized>(
         &mut self,
         f: &RoceFrame<'_>,
         now: u64,
         cfg: &QpConfig,
         req: &mut Requester,
+        sgls: &SglStore,
         mem: &mut M,
         out: &mut Outputs,
     ) -> Heard {
@@ -342,7 +345,15 @@ impl Completer {
             out.counters.rx_bad_response += 1;
             return Heard::Done;
         }
-        if !f.payload.is_empty() {
+        if w.sgl.is_list() {
+            // Scattered over the READ's SGEs (IBA 10.7.2.1).
+            let mut rest = f.payload;
+            for p in sgl::pieces(sgls.get(w.sgl), off, rest.len() as u32) {
+                let (now_in, later) = rest.split_at(p.len as usize);
+                mem.copy_in(p.addr, now_in);
+                rest = later;
+            }
+        } else if !f.payload.is_empty() {
             mem.copy_in(w.wr.sge.addr + u64::from(off), f.payload);
         }
         if last {

@@ -102,6 +102,12 @@ pub struct QpConfig {
     /// (IBA 10.2.3), locally (lkeys of its work requests) and remotely (rkeys it is
     /// sent).
     pub pd: u32,
+    /// Most SGEs a send work request may carry (`ibv_qp_cap.max_send_sge`,
+    /// 1..=[`super::sgl::MAX_SGE`]): the send queue keeps room for that many
+    /// per WQE ([`super::sgl::SglStore`]).
+    pub max_send_sge: u8,
+    /// Most SGEs a receive work request may carry (`ibv_qp_cap.max_recv_sge`).
+    pub max_recv_sge: u8,
 }
 
 impl Default for QpConfig {
@@ -123,6 +129,8 @@ impl Default for QpConfig {
             ack_read_responses: false,
             ack_events_without_progress: true,
             pd: 0,
+            max_send_sge: 1,
+            max_recv_sge: 1,
         }
     }
 }

@@ -12,6 +12,7 @@ mod output;
 pub mod qp;
 mod requester;
 mod responder;
+pub mod sgl;
 pub mod wc;
 
 pub use mr::{Access, AccessError, MemorySpace, Mr, MrTable, VecMemory};

@@ -6,6 +6,8 @@
 
 use super::inline_deque::InlineDeque;
 use super::mr::MemorySpace;
+use super::sgl::{self, SglRef};
+use super::wc::Sge;
 use super::wc::WorkCompletion;
 use crate::wire::ccext::{CcExtRepr, MAX_ECHO_HOPS};
 use crate::wire::frame::{FrameBuilder, RoceRepr};
@@ -29,6 +31,17 @@ pub enum Payload {
         /// Length.
         len: u32,
     },
+    /// Bytes `[offset, offset + len)` of a send WQE's gather list (several
+    /// SGEs, each checked at post time): the list is the QP's
+    /// ([`super::Qp::gather_list`]), walked with [`super::sgl::pieces`].
+    Gather {
+        /// The WQE's list.
+        sgl: SglRef,
+        /// Offset in the message.
+        offset: u32,
+        /// Length.
+        len: u32,
+    },
     /// From responder memory for a READ response (already checked against `rkey`).
     Remote {
         /// Remote key the requester used.
@@ -45,7 +58,9 @@ impl Payload {
     pub fn len(&self) -> u32 {
         match *self {
             Payload::None => 0,
-            Payload::Local { len, .. } | Payload::Remote { len, .. } => len,
+            Payload::Local { len, .. }
+            | Payload::Remote { len, .. }
+            | Payload::Gather { len, .. } => len,
         }
     }
 
@@ -54,11 +69,19 @@ impl Payload {
         self.len() == 0
     }
 
-    fn range(&self) -> Option<(u64, usize)> {
+    /// Copies the payload's bytes out of `mem` into `dst` (its length);
+    /// `gather` is the list of a [`Payload::Gather`].
+    fn copy_out<M: MemorySpace + ?Sized>(&self, mem: &M, gather: &[Sge], dst: &mut [u8]) {
         match *self {
-            Payload::None => None,
-            Payload::Local { va, len, .. } | Payload::Remote { va, len, .. } => {
-                Some((va, len as usize))
+            Payload::None => {}
+            Payload::Local { va, .. } | Payload::Remote { va, .. } => mem.copy_out(va, dst),
+            Payload::Gather { offset, len, .. } => {
+                let mut at = 0;
+                for p in sgl::pieces(gather, offset, len) {
+                    let n = p.len as usize;
+                    mem.copy_out(p.addr, &mut dst[at..at + n]);
+                    at += n;
+                }
             }
         }
     }
@@ -100,11 +123,24 @@ impl TxPacket {
 
     /// Writes the full frame into `buf` (payload copied out of `mem` straight into the
     /// frame); returns its length. For tests and simple paths: the NIC builds headers
-    /// and attaches payload zero-copy.
+    /// and attaches payload zero-copy. A [`Payload::Gather`] needs its list:
+    /// [`Self::build_frame_gather`].
     pub fn build_frame<M: MemorySpace + ?Sized>(
         &self,
         fb: &FrameBuilder,
         mem: &M,
+        buf: &mut [u8],
+    ) -> Result<usize, WireError> {
+        self.build_frame_gather(fb, mem, &[], buf)
+    }
+
+    /// [`Self::build_frame`] with the gather list of a [`Payload::Gather`]
+    /// (the sending QP's [`super::Qp::gather_list`]).
+    pub fn build_frame_gather<M: MemorySpace + ?Sized>(
+        &self,
+        fb: &FrameBuilder,
+        mem: &M,
+        gather: &[Sge],
         buf: &mut [u8],
     ) -> Result<usize, WireError> {
         let len = self.payload.len() as usize;
@@ -118,9 +154,7 @@ impl TxPacket {
         }
         let mut h = fb.icrc_start(buf, &l)?;
         let payload = &mut buf[l.len..l.len + len];
-        if let Some((va, _)) = self.payload.range() {
-            mem.copy_out(va, payload);
-        }
+        self.payload.copy_out(mem, gather, payload);
         h.update(payload);
         FrameBuilder::finish_icrc(h, &l, &mut buf[l.len + len..l.frame_len])?;
         Ok(l.frame_len)

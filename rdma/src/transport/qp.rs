@@ -17,6 +17,7 @@ use super::output::Outputs;
 pub use super::output::{EchoedHops, Payload, QpCounters, QpEvent, TxPacket};
 use super::requester::Requester;
 use super::responder::{Responder, Verdict};
+use super::sgl::SglStore;
 use super::wc::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::bth::Opcode;
 use crate::wire::ccext::CcExtFlags;
@@ -59,6 +60,9 @@ pub struct Qp {
     out: Outputs,
     resp: Responder,
     ext: CcExtState,
+    /// The gather/scatter lists of send WQEs with several SGEs (read when
+    /// such a WQE's packets are built or its READ responses placed).
+    sq_sgls: SglStore,
 }
 
 impl Qp {
@@ -100,6 +104,9 @@ impl Qp {
         {
             return Err(QpError::Config("depths must be > 0, retry counts <= 7"));
         }
+        if usize::from(cfg.max_send_sge.max(cfg.max_recv_sge)) > super::sgl::MAX_SGE {
+            return Err(QpError::Config("at most 32 SGEs per work request"));
+        }
         Ok(Self {
             cfg,
             state: QpState::Reset,
@@ -107,6 +114,7 @@ impl Qp {
             comp: Completer::new(&cfg),
             resp: Responder::new(&cfg),
             ext: CcExtState::new(),
+            sq_sgls: SglStore::new(cfg.sq_depth, cfg.max_send_sge),
             out: Outputs::new(cfg.sq_depth as usize, cfg.rq_depth as usize, cfg.cc_ext),
             peer_ip: None,
             ext_control: false,
@@ -312,8 +320,22 @@ impl Qp {
     /// Posts a send work request. The local SGE is checked against `mrs` now; a failure is
     /// returned synchronously instead of as a LOC_PROT_ERR completion.
     pub fn post_send(&mut self, wr: SendWr, mrs: &MrTable) -> Result<(), QpError> {
+        self.post_send_sgl(wr, None, mrs)
+    }
+
+    /// [`Self::post_send`] of a work request whose gather list (or READ
+    /// scatter list) is `sgl` (`wr.sge` ignored; up to
+    /// [`QpConfig::max_send_sge`] entries, each checked now).
+    pub fn post_send_sgl(
+        &mut self,
+        wr: SendWr,
+        sgl: Option<&[Sge]>,
+        mrs: &MrTable,
+    ) -> Result<(), QpError> {
         match self.state {
-            QpState::Rts | QpState::Sqd => self.req.post(wr, &self.cfg, mrs),
+            QpState::Rts | QpState::Sqd => {
+                self.req.post(wr, sgl, &mut self.sq_sgls, &self.cfg, mrs)
+            }
             QpState::Err => {
                 self.flushed(wr.wr_id, wr.op.wc_opcode());
                 Ok(())
@@ -324,15 +346,37 @@ impl Qp {
 
     /// Posts a receive work request (buffer must be LOCAL_WRITE).
     pub fn post_recv(&mut self, wr: RecvWr, mrs: &MrTable) -> Result<(), QpError> {
+        self.post_recv_sgl(wr, None, mrs)
+    }
+
+    /// [`Self::post_recv`] of a work request whose scatter list is `sgl`
+    /// (`wr.sge` ignored; up to [`QpConfig::max_recv_sge`] entries).
+    pub fn post_recv_sgl(
+        &mut self,
+        wr: RecvWr,
+        sgl: Option<&[Sge]>,
+        mrs: &MrTable,
+    ) -> Result<(), QpError> {
         match self.state {
             QpState::Init | QpState::Rtr | QpState::Rts | QpState::Sqd => {
-                self.resp.post_recv(wr, &self.cfg, mrs)
+                self.resp.post_recv(wr, sgl, &self.cfg, mrs)
             }
             QpState::Err => {
                 self.flushed(wr.wr_id, WcOpcode::Recv);
                 Ok(())
             }
             s => Err(QpError::BadState(s)),
+        }
+    }
+
+    /// The gather list a [`Payload::Gather`] of this QP's packets refers
+    /// to (empty for any other payload): the NIC attaches its
+    /// [`super::sgl::pieces`].
+    #[inline]
+    pub fn gather_list(&self, p: &Payload) -> &[Sge] {
+        match *p {
+            Payload::Gather { sgl, .. } => self.sq_sgls.get(sgl),
+            _ => &[],
         }
     }
 
@@ -516,9 +560,15 @@ impl Qp {
             _ if op.is_response()
                 && matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe) =>
             {
-                let heard =
-                    self.comp
-                        .on_response(f, now_ns, &self.cfg, &mut self.req, mem, &mut self.out);
+                let heard = self.comp.on_response(
+                    f,
+                    now_ns,
+                    &self.cfg,
+                    &mut self.req,
+                    &self.sq_sgls,
+                    mem,
+                    &mut self.out,
+                );
                 match heard {
                     Heard::Done => {}
                     Heard::ReadData => {

@@ -8,7 +8,8 @@
 use super::config::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
 use super::mr::{Access, MrTable};
 use super::output::{CompletionQueue, Payload, TxPacket};
-use super::wc::{SendOp, SendWr, WcStatus, WorkCompletion};
+use super::sgl::{self, SglRef, SglStore};
+use super::wc::{SendOp, SendWr, Sge, WcStatus, WorkCompletion};
 use crate::wire::bth::{BthFlags, BthRepr, Opcode};
 use crate::wire::ccext::{CcExtFlags, CcExtRepr};
 use crate::wire::frame::RoceRepr;
@@ -20,7 +21,10 @@ use std::collections::VecDeque;
 /// A posted send work request and, once started, where it sits in PSN and LSN space.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SendWqe {
+    /// The request; with several SGEs, `wr.sge` is the first SGE with the
+    /// message's whole length, and `sgl` names the list.
     pub wr: SendWr,
+    pub sgl: SglRef,
     pub first_psn: u32,
     pub npkts: u32,
     pub first_lsn: u32,
@@ -86,9 +90,19 @@ impl Requester {
         }
     }
 
-    /// Checks a send WR against the queue depth and its local SGE against `mrs`, and
-    /// queues it.
-    pub fn post(&mut self, wr: SendWr, cfg: &QpConfig, mrs: &MrTable) -> Result<(), QpError> {
+    /// Checks a send WR against the queue depth and its local SGEs against
+    /// `mrs`, and queues it. `sgl`, when given, is the WR's whole gather (or
+    /// scatter, for a READ) list, `wr.sge` ignored (IBA 10.7.2.1; at most
+    /// `max_send_sge` entries, kept in `sgls`; an ATOMIC takes exactly one
+    /// 8-byte SGE, 9.4.5).
+    pub fn post(
+        &mut self,
+        mut wr: SendWr,
+        sgl: Option<&[Sge]>,
+        sgls: &mut SglStore,
+        cfg: &QpConfig,
+        mrs: &MrTable,
+    ) -> Result<(), QpError> {
         if self.sq.len() >= cfg.sq_depth as usize {
             return Err(QpError::QueueFull);
         }
@@ -97,18 +111,48 @@ impl Requester {
         } else {
             Access::empty()
         };
-        if wr.op.is_atomic() && wr.sge.len != 8 {
-            return Err(QpError::LocalLength);
-        }
-        if wr.sge.len > 0 || wr.op.needs_response() {
-            mrs.check_local_in(
-                cfg.pd,
-                wr.sge.lkey,
-                wr.sge.addr,
-                u64::from(wr.sge.len),
-                need,
-            )
-            .map_err(QpError::LocalProtection)?;
+        let list = match sgl {
+            Some([one]) => {
+                wr.sge = *one;
+                None
+            }
+            Some([]) => {
+                wr.sge = Sge::default();
+                None
+            }
+            Some(l) => Some(l),
+            None => None,
+        };
+        let mut sgl_ref = SglRef::OWN;
+        if let Some(l) = list {
+            if l.len() > sgls.max_sge() || wr.op.is_atomic() {
+                return Err(QpError::LocalLength);
+            }
+            let total = sgl::total_len(l).ok_or(QpError::LocalLength)?;
+            for s in l.iter().filter(|s| s.len > 0) {
+                mrs.check_local_in(cfg.pd, s.lkey, s.addr, u64::from(s.len), need)
+                    .map_err(QpError::LocalProtection)?;
+            }
+            wr.sge = Sge {
+                addr: l[0].addr,
+                len: total,
+                lkey: l[0].lkey,
+            };
+            sgl_ref = sgls.push(l);
+        } else {
+            if wr.op.is_atomic() && wr.sge.len != 8 {
+                return Err(QpError::LocalLength);
+            }
+            if wr.sge.len > 0 || wr.op.needs_response() {
+                mrs.check_local_in(
+                    cfg.pd,
+                    wr.sge.lkey,
+                    wr.sge.addr,
+                    u64::from(wr.sge.len),
+                    need,
+                )
+                .map_err(QpError::LocalProtection)?;
+            }
         }
         let pm = cfg.pmtu;
         let (npkts, lsn_len) = match wr.op {
@@ -127,6 +171,7 @@ impl Requester {
             &mut self.sq,
             SendWqe {
                 wr,
+                sgl: sgl_ref,
                 first_psn: 0,
                 npkts,
                 first_lsn: 0,
@@ -428,7 +473,13 @@ fn build_request(
             if opcode.has_immdt() {
                 r.immdt = imm.map(ImmDtRepr);
             }
-            let payload = if len > 0 {
+            let payload = if len > 0 && w.sgl.is_list() {
+                Payload::Gather {
+                    sgl: w.sgl,
+                    offset: off,
+                    len,
+                }
+            } else if len > 0 {
                 Payload::Local {
                     lkey: w.wr.sge.lkey,
                     va: w.wr.sge.addr + u64::from(off),
@@ -519,6 +570,7 @@ mod tests {
             let started = k < 6;
             r.sq.push_back(SendWqe {
                 wr,
+                sgl: SglRef::OWN,
                 first_psn: p,
                 npkts,
                 first_lsn: l,

@@ -88,6 +88,11 @@ pub fn pair_with(pmtu: u32, cc_ext: bool, sq_psn: u32, ack_coalesce: u16) -> (Ho
         timeout_ns: 40_000,
         ..Default::default()
     };
+    pair_from(base, sq_psn, ack_coalesce)
+}
+
+/// Two connected QPs configured as `base` (QPNs and PSNs set here).
+pub fn pair_from(base: QpConfig, sq_psn: u32, ack_coalesce: u16) -> (Host, Host) {
     let a = QpConfig {
         qpn: 0x11,
         dest_qpn: 0x22,
@@ -222,7 +227,10 @@ pub fn run(
                 if !h.qp.config().cc_ext {
                     assert!(p.repr.ccext.is_none() && (p.repr.bth.opcode as u8) < 0x80);
                 }
-                let n = p.build_frame(&h.fb, &h.mem, &mut buf).unwrap();
+                let gather = h.qp.gather_list(&p.payload);
+                let n = p
+                    .build_frame_gather(&h.fb, &h.mem, gather, &mut buf)
+                    .unwrap();
                 link.send(now, 1 - i, buf[..n].to_vec());
                 burst += 1;
                 busy = true;
@@ -272,6 +280,11 @@ pub fn deliver_at(from: &Host, p: &TxPacket, to: &mut Host, now: u64) {
         Payload::None => vec![],
         Payload::Local { va, len, .. } | Payload::Remote { va, len, .. } => {
             from.mem.read(va, len as usize).to_vec()
+        }
+        Payload::Gather { offset, len, .. } => {
+            sgl::pieces(from.qp.gather_list(&p.payload), offset, len)
+                .flat_map(|s| from.mem.read(s.addr, s.len as usize).to_vec())
+                .collect()
         }
     };
     let mut buf = vec![0u8; 8192];

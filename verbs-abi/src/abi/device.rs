@@ -3,6 +3,7 @@
 use super::*;
 use crate::backend::Backend;
 use libc::{EINVAL, ENODEV, ENOMEM};
+use rdma::transport::sgl::MAX_SGE;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::ptr::null_mut;
@@ -215,8 +216,8 @@ pub(crate) fn device_attr(b: &Backend) -> ibv_device_attr {
     a.max_qp = nic::contract::MAX_QPS as i32;
     a.max_qp_wr = MAX_WR as i32;
     a.device_cap_flags = 0;
-    a.max_sge = 1;
-    a.max_sge_rd = 1;
+    a.max_sge = MAX_SGE as i32;
+    a.max_sge_rd = MAX_SGE as i32;
     a.max_cq = 65536;
     a.max_cqe = MAX_CQE;
     a.max_mr = 65536;

@@ -5,6 +5,7 @@ use crate::backend::Backend;
 use libc::{EINVAL, EOPNOTSUPP};
 use nic::contract::{QpOptions, QpTransition, RemoteQp};
 use nic::verbs::VerbsError;
+use rdma::transport::sgl::MAX_SGE;
 use rdma::transport::{RecvWr, SendOp, SendWr, Sge};
 use std::ffi::c_int;
 use std::ptr::null_mut;
@@ -34,8 +35,8 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
         let cap = a.cap;
         if cap.max_send_wr > MAX_WR
             || cap.max_recv_wr > MAX_WR
-            || cap.max_send_sge > 1
-            || cap.max_recv_sge > 1
+            || cap.max_send_sge > MAX_SGE as u32
+            || cap.max_recv_sge > MAX_SGE as u32
             || cap.max_inline_data > MAX_INLINE
         {
             return null_with(EINVAL);
@@ -59,7 +60,9 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
             mtu: backend.dev.max_path_mtu(),
             cc: backend.cfg.cc,
             max_rd_atomic: MAX_RD_ATOMIC,
-            max_sge: 1,
+            // Checked above: at most MAX_SGE.
+            max_send_sge: cap.max_send_sge.max(1) as u8,
+            max_recv_sge: cap.max_recv_sge.max(1) as u8,
             max_inline_data: cap.max_inline_data,
             ..QpOptions::default()
         };
@@ -80,8 +83,8 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
         let granted = ibv_qp_cap {
             max_send_wr: u32::from(opts.sq_depth),
             max_recv_wr: u32::from(opts.rq_depth),
-            max_send_sge: 1,
-            max_recv_sge: 1,
+            max_send_sge: u32::from(opts.max_send_sge),
+            max_recv_sge: u32::from(opts.max_recv_sge),
             max_inline_data: cap.max_inline_data,
         };
         a.cap = granted;
@@ -327,6 +330,9 @@ pub(crate) extern "C" fn rsnic_ibv_query_qp(
 enum Prepared {
     /// Goes to the engine as it is (batched with its neighbours).
     Wr(SendWr),
+    /// Several SGEs: goes alone, its list translated into the caller's
+    /// array (`n` of them; `QueuePair::post_send_sges`).
+    List(SendWr, usize),
     /// `IBV_SEND_INLINE`: its `len` bytes, copied now into the caller's
     /// buffer (staged when posted).
     Inline {
@@ -341,16 +347,20 @@ enum Prepared {
 /// inline one's bytes go to `buf`.
 #[inline]
 fn prepare(
-    inner_sig_all: bool,
-    max_inline: u32,
+    sig_all: bool,
+    cap: &ibv_qp_cap,
     w: &ibv_send_wr,
     buf: &mut [u8; MAX_INLINE as usize],
+    list: &mut [Sge; MAX_SGE],
 ) -> Result<Prepared, i32> {
+    let max_inline = cap.max_inline_data;
     let op = send_op(w)?;
-    let signaled = inner_sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
+    let signaled = sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
     let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
     let n = usize::try_from(w.num_sge).map_err(|_| EINVAL)?;
-    if n > 0 && w.sg_list.is_null() {
+    // More SGEs than the QP was created for: EINVAL, as rxe's
+    // `validate_send_wr` answers (checked for inline requests too).
+    if (n > 0 && w.sg_list.is_null()) || n > cap.max_send_sge as usize {
         return Err(EINVAL);
     }
     // SAFETY: ibv_post_send(3): `sg_list` holds `num_sge` entries.
@@ -387,22 +397,38 @@ fn prepare(
             signaled,
         });
     }
-    let sge = match sges {
-        [] => Sge::default(),
-        [s] => Sge {
-            addr: s.addr,
-            len: s.length,
-            lkey: s.lkey,
-        },
-        _ => return Err(EINVAL),
-    };
-    Ok(Prepared::Wr(SendWr {
+    let mut wr = SendWr {
         wr_id: w.wr_id,
         op,
-        sge,
+        sge: Sge::default(),
         signaled,
         solicited,
-    }))
+    };
+    match sges {
+        [] => Ok(Prepared::Wr(wr)),
+        [s] => {
+            wr.sge = sge_of(s);
+            Ok(Prepared::Wr(wr))
+        }
+        // An ATOMIC takes one 8-byte SGE (IBA 9.4.5; rxe: EINVAL).
+        _ if op.is_atomic() => Err(EINVAL),
+        _ => {
+            for (dst, s) in list.iter_mut().zip(sges) {
+                *dst = sge_of(s);
+            }
+            Ok(Prepared::List(wr, sges.len()))
+        }
+    }
+}
+
+/// An `ibv_sge` as the engine's SGE.
+#[inline]
+fn sge_of(s: &ibv_sge) -> Sge {
+    Sge {
+        addr: s.addr,
+        len: s.length,
+        lkey: s.lkey,
+    }
 }
 
 /// Work requests of a chain posted with one doorbell
@@ -435,10 +461,26 @@ pub(crate) extern "C" fn op_post_send(
         if !matches!(inner.state, IBV_QPS_RTS | IBV_QPS_ERR) {
             return fail(wr, EINVAL);
         }
-        let (sig_all, max_inline) = (inner.sq_sig_all, inner.cap.max_inline_data);
+        let (sig_all, cap) = (inner.sq_sig_all, inner.cap);
         let Some(h) = inner.qp.as_mut() else {
             return fail(wr, EINVAL);
         };
+        match post_chain(sig_all, &cap, h, wr) {
+            Ok(()) => 0,
+            Err((at, e)) => fail(at, e),
+        }
+    })
+}
+
+/// Posts the chain from `wr` through `h` ([`op_post_send`]), the QP's
+/// `sq_sig_all` and capabilities given; the failed request and its errno.
+fn post_chain(
+    sig_all: bool,
+    cap: &ibv_qp_cap,
+    h: &mut nic::verbs::QueuePair,
+    wr: *mut ibv_send_wr,
+) -> Result<(), (*mut ibv_send_wr, i32)> {
+    {
         const FILLER: SendWr = SendWr {
             wr_id: 0,
             op: SendOp::Send,
@@ -454,6 +496,7 @@ pub(crate) extern "C" fn op_post_send(
         let mut from = [null_mut::<ibv_send_wr>(); CHAIN_BATCH];
         let mut n = 0;
         let mut inline = [0u8; MAX_INLINE as usize];
+        let mut list = [Sge::default(); MAX_SGE];
         // Posts the batch; the failed request's place in the chain if any.
         let flush = |h: &mut nic::verbs::QueuePair,
                      batch: &[SendWr],
@@ -469,17 +512,21 @@ pub(crate) extern "C" fn op_post_send(
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
             let w = unsafe { &*cur };
-            match prepare(sig_all, max_inline, w, &mut inline) {
+            match prepare(sig_all, cap, w, &mut inline, &mut list) {
                 Ok(Prepared::Wr(x)) => {
                     batch[n] = x;
                     from[n] = cur;
                     n += 1;
                     if n == CHAIN_BATCH {
-                        if let Err((at, e)) = flush(h, &batch, &from) {
-                            return fail(at, e);
-                        }
+                        flush(h, &batch, &from)?;
                         n = 0;
                     }
+                }
+                Ok(Prepared::List(x, k)) => {
+                    flush(h, &batch[..n], &from[..n])?;
+                    n = 0;
+                    h.post_send_sges(x, &list[..k])
+                        .map_err(|e| (cur, errno_of(&e)))?;
                 }
                 Ok(Prepared::Inline {
                     wr_id,
@@ -487,28 +534,20 @@ pub(crate) extern "C" fn op_post_send(
                     len,
                     signaled,
                 }) => {
-                    if let Err((at, e)) = flush(h, &batch[..n], &from[..n]) {
-                        return fail(at, e);
-                    }
+                    flush(h, &batch[..n], &from[..n])?;
                     n = 0;
-                    if let Err(e) = h.post_send_inline(wr_id, op, &inline[..len], signaled) {
-                        return fail(cur, errno_of(&e));
-                    }
+                    h.post_send_inline(wr_id, op, &inline[..len], signaled)
+                        .map_err(|e| (cur, errno_of(&e)))?;
                 }
                 Err(e) => {
-                    if let Err((at, e)) = flush(h, &batch[..n], &from[..n]) {
-                        return fail(at, e);
-                    }
-                    return fail(cur, e);
+                    flush(h, &batch[..n], &from[..n])?;
+                    return Err((cur, e));
                 }
             }
             cur = w.next;
         }
-        match flush(h, &batch[..n], &from[..n]) {
-            Ok(()) => 0,
-            Err((at, e)) => fail(at, e),
-        }
-    })
+        flush(h, &batch[..n], &from[..n])
+    }
 }
 
 /// `ibv_post_recv` (through `ops.post_recv`), as [`op_post_send`].
@@ -533,30 +572,33 @@ pub(crate) extern "C" fn op_post_recv(
         if inner.state == IBV_QPS_RESET {
             return fail(wr, EINVAL);
         }
+        let max_sge = inner.cap.max_recv_sge as usize;
         let Some(h) = inner.qp.as_mut() else {
             return fail(wr, EINVAL);
         };
+        let mut list = [Sge::default(); MAX_SGE];
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
             let w = unsafe { &*cur };
-            let sge = match w.num_sge {
-                0 => Sge::default(),
-                1 if !w.sg_list.is_null() => {
-                    // SAFETY: one entry (num_sge).
-                    let s = unsafe { &*w.sg_list };
-                    Sge {
-                        addr: s.addr,
-                        len: s.length,
-                        lkey: s.lkey,
-                    }
-                }
-                _ => return fail(cur, EINVAL),
+            let n = usize::try_from(w.num_sge).unwrap_or(usize::MAX);
+            if n > max_sge || (n > 0 && w.sg_list.is_null()) {
+                return fail(cur, EINVAL);
+            }
+            // SAFETY: ibv_post_recv(3): `sg_list` holds `num_sge` entries.
+            let sges = if n == 0 {
+                &[][..]
+            } else {
+                unsafe { std::slice::from_raw_parts(w.sg_list, n) }
             };
-            if let Err(e) = h.post_recv(RecvWr {
+            for (dst, s) in list.iter_mut().zip(sges) {
+                *dst = sge_of(s);
+            }
+            let rwr = RecvWr {
                 wr_id: w.wr_id,
-                sge,
-            }) {
+                sge: Sge::default(),
+            };
+            if let Err(e) = h.post_recv_sges(rwr, &list[..n]) {
                 return fail(cur, errno_of(&e));
             }
             cur = w.next;

@@ -3,11 +3,13 @@
 //! queued as responses, an ATOMIC executed once and its result cached; then the
 //! expected PSN moves on and the ACK is coalesced.
 
+use super::RecvWqe;
 use super::{InMsg, ReadJob, ReadResource, RespItem, Responder, Target};
 use crate::transport::config::QpConfig;
 use crate::transport::mr::MemorySpace;
 use crate::transport::output::Outputs;
-use crate::transport::wc::{RecvWr, WcOpcode, WcStatus};
+use crate::transport::sgl;
+use crate::transport::wc::{WcOpcode, WcStatus};
 use crate::wire::bth::Opcode;
 use crate::wire::frame::RoceFrame;
 use crate::wire::psn;
@@ -52,15 +54,23 @@ impl Responder {
     fn execute_send<M: MemorySpace + ?Sized>(
         &mut self,
         f: &RoceFrame<'_>,
-        wqe: RecvWr,
+        wqe: RecvWqe,
         offset: u32,
         cfg: &QpConfig,
         mem: &mut M,
         out: &mut Outputs,
     ) {
         let len = f.payload.len() as u32;
-        if len > 0 {
-            mem.copy_in(wqe.sge.addr + u64::from(offset), f.payload);
+        if wqe.sgl.is_list() {
+            // Scattered over the receive WQE's SGEs (IBA 10.7.2.1).
+            let mut rest = f.payload;
+            for p in sgl::pieces(self.rq_sgls.get(wqe.sgl), offset, len) {
+                let (now_in, later) = rest.split_at(p.len as usize);
+                mem.copy_in(p.addr, now_in);
+                rest = later;
+            }
+        } else if len > 0 {
+            mem.copy_in(wqe.wr.sge.addr + u64::from(offset), f.payload);
         }
         if f.bth.opcode.is_last() || f.bth.opcode.is_only() {
             self.rq.pop_front();
@@ -68,7 +78,7 @@ impl Responder {
             self.msn = psn::add(self.msn, 1);
             let imm = f.immdt.map(|i| i.0);
             let wc = super::recv_wc(
-                wqe.wr_id,
+                wqe.wr.wr_id,
                 WcStatus::Success,
                 WcOpcode::Recv,
                 offset + len,
@@ -105,7 +115,7 @@ impl Responder {
             if imm.is_some() {
                 if let Some(wqe) = self.rq.pop_front() {
                     let wc = super::recv_wc(
-                        wqe.wr_id,
+                        wqe.wr.wr_id,
                         WcStatus::Success,
                         WcOpcode::RecvRdmaWithImm,
                         total,

@@ -14,7 +14,8 @@ use super::config::{QpConfig, QpError, LSN_HEADER_ONLY_CHARGE};
 use super::inline_deque::InlineDeque;
 use super::mr::{Access, MemorySpace, MrTable};
 use super::output::{CompletionQueue, Outputs, Payload, TxPacket};
-use super::wc::{RecvWr, WcOpcode, WcStatus, WorkCompletion};
+use super::sgl::{self, SglRef, SglStore};
+use super::wc::{RecvWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::bth::{BthRepr, Opcode};
 use crate::wire::ccext::{CcExtFlags, CcExtRepr};
 use crate::wire::frame::{RoceFrame, RoceRepr};
@@ -131,9 +132,16 @@ enum Refusal {
 /// The answer of one check of the chain.
 type Check<T> = Result<T, Refusal>;
 
-/// The largest message IBA allows (2^31 bytes); a RETH asking for more is an invalid
-/// request.
-pub(super) const MAX_MESSAGE: u32 = 1 << 31;
+// The largest message IBA allows: a RETH asking for more is an invalid request.
+use sgl::MAX_MESSAGE;
+
+/// A posted receive: the request (with several SGEs, `wr.sge` is the first
+/// with the list's whole length) and where its scatter list is.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RecvWqe {
+    pub wr: RecvWr,
+    pub sgl: SglRef,
+}
 
 /// Shorthand for the fatal refusals.
 const fn fatal(code: NakCode, local: WcStatus) -> Refusal {
@@ -153,7 +161,7 @@ enum PsnCheck {
 #[derive(Debug, Clone, Copy)]
 enum Target {
     /// SEND bytes go at `offset` of receive WQE `wqe` (the RQ's head).
-    Recv { wqe: RecvWr, offset: u32 },
+    Recv { wqe: RecvWqe, offset: u32 },
     /// WRITE bytes go at `va`; `remaining` of `total` are still to come; an immediate
     /// completes the RQ's head.
     Write {
@@ -205,7 +213,9 @@ pub(super) struct Responder {
     /// A PSN sequence NAK went out for the current gap.
     nak_sent: bool,
     /// Posted receive WQEs.
-    pub rq: VecDeque<RecvWr>,
+    pub rq: VecDeque<RecvWqe>,
+    /// The scatter lists of the receive WQEs with several SGEs.
+    pub rq_sgls: SglStore,
     /// (PSN, original value) of recent ATOMICs, for duplicates.
     atomic_cache: VecDeque<(u32, u64)>,
     /// Recent READs (rxe's RDMA/atomic resources), for duplicates.
@@ -223,6 +233,7 @@ impl Responder {
             ack_coalesce: 1,
             cur: None,
             rq: VecDeque::with_capacity(cfg.rq_depth as usize),
+            rq_sgls: SglStore::new(cfg.rq_depth, cfg.max_recv_sge),
             out: RespQueue::with_capacity(2 * rd + 8, RespItem::BLANK),
             out_cap: 2 * rd as u32 + 8,
             atomic_cache: VecDeque::with_capacity(rd),
@@ -233,22 +244,62 @@ impl Responder {
         }
     }
 
-    /// Checks a receive WR (buffer must be LOCAL_WRITE) and queues it.
-    pub fn post_recv(&mut self, wr: RecvWr, cfg: &QpConfig, mrs: &MrTable) -> Result<(), QpError> {
+    /// Checks a receive WR (every buffer must be LOCAL_WRITE) and queues it.
+    /// `sgl`, when given, is the WR's whole scatter list (`wr.sge` ignored;
+    /// at most `max_recv_sge` entries, IBA 10.7.2.1).
+    pub fn post_recv(
+        &mut self,
+        mut wr: RecvWr,
+        sgl: Option<&[Sge]>,
+        cfg: &QpConfig,
+        mrs: &MrTable,
+    ) -> Result<(), QpError> {
         if self.rq.len() >= cfg.rq_depth as usize {
             return Err(QpError::QueueFull);
         }
-        if wr.sge.len > 0 {
+        let list = match sgl {
+            Some([one]) => {
+                wr.sge = *one;
+                &[][..]
+            }
+            Some([]) => {
+                wr.sge = Sge::default();
+                &[][..]
+            }
+            Some(l) => l,
+            None => &[][..],
+        };
+        if list.len() > self.rq_sgls.max_sge() {
+            return Err(QpError::LocalLength);
+        }
+        let check = |s: &Sge| {
+            if s.len == 0 {
+                return Ok(());
+            }
             mrs.check_local_in(
                 cfg.pd,
-                wr.sge.lkey,
-                wr.sge.addr,
-                u64::from(wr.sge.len),
+                s.lkey,
+                s.addr,
+                u64::from(s.len),
                 Access::LOCAL_WRITE,
             )
-            .map_err(QpError::LocalProtection)?;
+            .map(|_| ())
+            .map_err(QpError::LocalProtection)
+        };
+        let mut sgl_ref = SglRef::OWN;
+        if list.is_empty() {
+            check(&wr.sge)?;
+        } else {
+            let total = sgl::total_len(list).ok_or(QpError::LocalLength)?;
+            list.iter().try_for_each(check)?;
+            wr.sge = Sge {
+                addr: list[0].addr,
+                len: total,
+                lkey: list[0].lkey,
+            };
+            sgl_ref = self.rq_sgls.push(list);
         }
-        super::inline_deque::push_compact(&mut self.rq, wr);
+        super::inline_deque::push_compact(&mut self.rq, RecvWqe { wr, sgl: sgl_ref });
         Ok(())
     }
 
@@ -256,7 +307,7 @@ impl Responder {
     pub fn flush(&mut self, qpn: u32, cq: &mut CompletionQueue) {
         while let Some(r) = self.rq.pop_front() {
             cq.push_back(recv_wc(
-                r.wr_id,
+                r.wr.wr_id,
                 WcStatus::WrFlushErr,
                 WcOpcode::Recv,
                 0,
@@ -431,21 +482,32 @@ impl Responder {
                 Some(InMsg::Send { offset }) => offset,
                 _ => 0,
             };
-            if u64::from(offset) + u64::from(len) > u64::from(wqe.sge.len) {
+            if u64::from(offset) + u64::from(len) > u64::from(wqe.wr.sge.len) {
                 return Err(fatal(NakCode::InvalidRequest, WcStatus::LocLenErr));
             }
-            let va = wqe.sge.addr + u64::from(offset);
-            if len > 0
-                && mrs
-                    .check_local_in(
-                        cfg.pd,
-                        wqe.sge.lkey,
-                        va,
-                        u64::from(len),
-                        Access::LOCAL_WRITE,
-                    )
-                    .is_err()
-            {
+            // Every part the bytes land in must still be writable (its region
+            // may have been deregistered since the post).
+            let writable = |p: Sge| {
+                mrs.check_local_in(
+                    cfg.pd,
+                    p.lkey,
+                    p.addr,
+                    u64::from(p.len),
+                    Access::LOCAL_WRITE,
+                )
+                .is_ok()
+            };
+            let ok = if wqe.sgl.is_list() {
+                sgl::pieces(self.rq_sgls.get(wqe.sgl), offset, len).all(writable)
+            } else {
+                len == 0
+                    || writable(Sge {
+                        addr: wqe.wr.sge.addr + u64::from(offset),
+                        len,
+                        lkey: wqe.wr.sge.lkey,
+                    })
+            };
+            if !ok {
                 return Err(fatal(NakCode::RemoteOperationalError, WcStatus::LocQpOpErr));
             }
             return Ok(Target::Recv { wqe, offset });
@@ -525,7 +587,14 @@ impl Responder {
             Refusal::Fatal { code, local } => {
                 if f.bth.opcode.is_send() || matches!(self.cur, Some(InMsg::Send { .. })) {
                     if let Some(wqe) = self.rq.pop_front() {
-                        out.push_wc(recv_wc(wqe.wr_id, local, WcOpcode::Recv, 0, None, cfg.qpn));
+                        out.push_wc(recv_wc(
+                            wqe.wr.wr_id,
+                            local,
+                            WcOpcode::Recv,
+                            0,
+                            None,
+                            cfg.qpn,
+                        ));
                     }
                 }
                 let item = self.ack_item(p, AethSyndrome::Nak(code));
