@@ -83,6 +83,37 @@ impl<const N: usize> Burst<N> {
         Some(unsafe { self.slots[self.len].assume_init_read() })
     }
 
+    /// Moves mbufs from the front into `to`, in order, while it has room;
+    /// the rest move up to the front (a FIFO: what a queue of frames waiting
+    /// for the receive path needs). How many moved.
+    #[inline]
+    pub fn move_front_into<const M: usize>(&mut self, to: &mut Burst<M>) -> usize {
+        let k = self.len.min(M - to.len);
+        if k == 0 {
+            return 0;
+        }
+        // SAFETY: slots 0..k of `self` are initialised and move out (they
+        // leave `self`'s initialised prefix below); slots to.len..to.len+k
+        // of `to` are free (k <= M - to.len); the remaining k..len move down
+        // to 0..len-k within `self` (`copy` allows the overlap). Each mbuf
+        // ends up owned exactly once.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.slots.as_ptr(),
+                to.slots.as_mut_ptr().add(to.len),
+                k,
+            );
+            std::ptr::copy(
+                self.slots.as_ptr().add(k),
+                self.slots.as_mut_ptr(),
+                self.len - k,
+            );
+        }
+        to.len += k;
+        self.len -= k;
+        k
+    }
+
     /// The held mbufs.
     #[inline]
     pub fn as_slice(&self) -> &[Mbuf] {

@@ -61,6 +61,38 @@ fn pool_packs_mbufs_and_they_behave_as_usual() {
     assert_eq!(pool.in_use(), start);
 }
 
+/// `Burst::move_front_into` is a FIFO: the oldest mbufs move, in order,
+/// as many as the target has room for; the rest move up; none is lost or
+/// freed twice (the pool's count comes back).
+#[test]
+fn a_burst_moves_its_front_into_another_in_order() {
+    let pool = pool("t_movefront", 1024);
+    let start = pool.in_use();
+    {
+        let mut q: Burst<64> = Burst::new();
+        for i in 0..40u8 {
+            let mut m = pool.alloc().unwrap();
+            m.extend_from_slice(&[i]).unwrap();
+            q.push(m).unwrap();
+        }
+        let mut b: Burst = Burst::new();
+        let mut first = pool.alloc().unwrap();
+        first.extend_from_slice(&[200]).unwrap();
+        b.push(first).unwrap();
+        assert_eq!(q.move_front_into(&mut b), 31, "the room left in b");
+        let tags = |s: &[dpdk::Mbuf]| s.iter().map(|m| m.data()[0]).collect::<Vec<_>>();
+        let want: Vec<u8> = std::iter::once(200).chain(0..31).collect();
+        assert_eq!(tags(b.as_slice()), want);
+        assert_eq!(tags(q.as_slice()), (31..40).collect::<Vec<_>>());
+        assert_eq!(q.move_front_into(&mut b), 0, "b is full");
+        b.clear();
+        assert_eq!(q.move_front_into(&mut b), 9);
+        assert!(q.is_empty());
+        assert_eq!(tags(b.as_slice()), (31..40).collect::<Vec<_>>());
+    }
+    assert_eq!(pool.in_use(), start);
+}
+
 #[test]
 fn ring_pair_moves_100k_packets_intact_and_in_order() {
     let eal = Eal::for_tests();

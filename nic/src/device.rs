@@ -249,6 +249,7 @@ impl Device {
                     from_shard,
                     shard_parkers,
                     pools,
+                    mac,
                     int_dscp: cfg.int_dscp,
                     park_when_idle: cfg.idle_yield,
                     clock,

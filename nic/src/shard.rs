@@ -186,6 +186,9 @@ pub(crate) struct Dispatcher {
     txb: Burst,
     /// The shard the TX side takes from first next time (round robin).
     next_shard: usize,
+    /// The port's MAC: frames the shards send to it go back to the shard
+    /// that owns the destination QP, not to the wire (loopback).
+    mac: [u8; 6],
     int_dscp: u8,
     park_when_idle: bool,
     clock: TscClock,
@@ -217,6 +220,8 @@ pub(crate) struct DispatcherParts {
     pub shard_parkers: Vec<Arc<Parker>>,
     /// Each shard's TX pools (frames in the rings come from them).
     pub pools: Vec<[Arc<Mempool>; 2]>,
+    /// The port's MAC (frames to it loop back to their shard).
+    pub mac: [u8; 6],
     /// DSCP that announces an INT container.
     pub int_dscp: u8,
     /// Park when idle (`DeviceConfig::idle_yield`).
@@ -240,6 +245,7 @@ impl Dispatcher {
             rxb: Burst::new(),
             txb: Burst::new(),
             next_shard: 0,
+            mac: p.mac,
             int_dscp: p.int_dscp,
             park_when_idle: p.park_when_idle,
             clock: p.clock,
@@ -318,6 +324,13 @@ impl Dispatcher {
         if n == 0 {
             return 0;
         }
+        self.stage_rxb();
+        n
+    }
+
+    /// The frames in the RX burst -> the rings of the shards that own their
+    /// QPs.
+    fn stage_rxb(&mut self) {
         let shards = self.staged.len();
         for m in self.rxb.drain() {
             let k = owner(m.data(), self.int_dscp, shards);
@@ -336,7 +349,32 @@ impl Dispatcher {
                 self.counters.rx_drop_shard_full += staged.clear() as u64;
             }
         }
-        n
+    }
+
+    /// Frames the shards sent to the port's own MAC go back to the shard
+    /// that owns their destination QP, as received frames (the engine's
+    /// `loop_back` for a device with a dispatcher).
+    fn loop_back(&mut self) {
+        let own = self.mac;
+        let to_self = |m: &dpdk::Mbuf| m.data().get(..6) == Some(&own[..]);
+        if !self.txb.as_slice().iter().any(to_self) {
+            return;
+        }
+        let mut wire = Burst::new();
+        for m in self.txb.drain() {
+            if to_self(&m) {
+                self.counters.tx_loopback += 1;
+                // The RX burst is empty between turns: room for a burst.
+                if let Err(m) = self.rxb.push(m) {
+                    self.counters.rx_drop_loopback_full += 1;
+                    drop(m);
+                }
+            } else {
+                let _ = wire.push(m);
+            }
+        }
+        self.txb = wire;
+        self.stage_rxb();
     }
 
     /// The shards' frames -> port TX, taking from each shard in turn; what
@@ -359,6 +397,7 @@ impl Dispatcher {
             self.from_shard[k].dequeue(&mut self.txb);
         }
         self.next_shard = (self.next_shard + 1) % shards;
+        self.loop_back();
         if !self.txb.is_empty() {
             sent += self.tx.send(&mut self.txb);
         }

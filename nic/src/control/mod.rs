@@ -198,8 +198,12 @@ impl ControlPlane {
 
     /// The MAC of `ip`, from the cache or, when unknown, by ARP: the first
     /// request of a new resolution is written into `out`. Counts hits,
-    /// misses and a full cache as a failure.
+    /// misses and a full cache as a failure. The port's own address is its
+    /// own MAC, asked of nobody: frames to it loop back inside the NIC.
     pub fn resolve(&mut self, ip: [u8; 4], now: u64, out: &mut [u8]) -> Resolution {
+        if ip == self.ip.0 {
+            return Resolution::Known(self.mac.0);
+        }
         match self.cache.start(ip, now) {
             Lookup::Hit(mac) => {
                 self.counters.arp_cache_hits += 1;

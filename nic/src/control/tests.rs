@@ -264,3 +264,15 @@ fn a_cut_ipv4_frame_is_truncated_and_a_whole_or_padded_one_is_not() {
     assert!(!is_truncated_ipv4(&v6[..40]));
     assert!(!is_truncated_ipv4(&f[..10]));
 }
+
+#[test]
+fn our_own_address_resolves_to_our_mac_without_a_request() {
+    let mut cp = plane();
+    let mut out = [0u8; 128];
+    assert!(matches!(
+        cp.resolve(OUR_IP, 0, &mut out),
+        Resolution::Known(mac) if mac == OUR_MAC
+    ));
+    assert_eq!(cp.counters().tx_arp_requests, 0);
+    assert!(cp.cache().is_empty(), "nothing cached or pending");
+}

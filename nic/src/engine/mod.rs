@@ -62,6 +62,10 @@ use crate::port_shaper::{PortShaper, SharedLine};
 pub use poll::run_group;
 pub(crate) use port::PacketIo;
 
+/// Frames for the port's own MAC that may wait for the receive path: a few
+/// TX bursts (the receive path takes a burst of them each turn).
+const LOOPBACK_DEPTH: usize = 256;
+
 /// Time at line rate the port's shaper lets go back to back: longer than a
 /// poll turn, so that a turn's TX burst is not cut at a fast line rate.
 const SHAPER_BURST_NS: u64 = 20_000;
@@ -198,6 +202,9 @@ pub struct Engine {
     scratch: Vec<u8>,
     rxb: Burst,
     txb: Burst,
+    /// Frames sent to the port's own MAC, waiting for the receive path
+    /// (tx.rs `loop_back`, rx.rs `receive`).
+    lo: Burst<LOOPBACK_DEPTH>,
     psn_seed: u64,
     turn: u64,
     last_publish_ns: u64,
@@ -336,6 +343,7 @@ impl Engine {
             scratch: vec![0u8; MAX_FRAME],
             rxb: Burst::new(),
             txb: Burst::new(),
+            lo: Burst::new(),
             turn: 0,
             last_publish_ns: 0,
             qp_sums: poll::QpSums::default(),

@@ -102,6 +102,7 @@ impl Engine {
     fn wake_by(&self, now: u64) -> Option<u64> {
         if !self.park_when_idle
             || !self.txb.is_empty()
+            || !self.lo.is_empty()
             || self.sched.control_len() > 0
             || !self.shared.no_doorbells()
             || !self.cmd.is_empty()

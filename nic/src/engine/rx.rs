@@ -75,7 +75,10 @@ impl Engine {
     /// Receives a burst and hands every frame, verified, to its QP (frames
     /// that are not RoCEv2 or fail a check are counted and dropped).
     pub(super) fn receive(&mut self, now: u64) {
-        if self.io.recv(&mut self.rxb, &mut self.counters) == 0 {
+        // Looped-back frames first (tx.rs `loop_back`); a shard with its own
+        // queue steers those of other shards' QPs as it steers the port's.
+        let looped = self.lo.move_front_into(&mut self.rxb);
+        if self.io.recv(&mut self.rxb, &mut self.counters) == 0 && looped == 0 {
             return;
         }
         let mut burst = std::mem::take(&mut self.rxb);

@@ -16,7 +16,7 @@ use rdma::wire::transport_hdrs::AethSyndrome;
 use rdma::wire::{HeaderTemplate, Opcode};
 
 use super::qp_work::timer_key;
-use super::{Engine, CAPTURE_SNAP};
+use super::{Engine, PacketIo, CAPTURE_SNAP};
 use crate::counters::Counters;
 use crate::io::{build_frame, build_frame_tpl, ExtPart, Payload, TxPools};
 use crate::port_shaper::PortShaper;
@@ -37,6 +37,7 @@ impl Engine {
     pub(super) fn transmit(&mut self, now: u64) {
         // What the port did not take last time goes first.
         if !self.txb.is_empty() {
+            self.loop_back();
             self.io.send(&mut self.txb);
             if !self.txb.is_empty() {
                 return;
@@ -59,8 +60,38 @@ impl Engine {
             }
         }
         if !self.txb.is_empty() {
+            self.loop_back();
             self.io.send(&mut self.txb);
         }
+    }
+
+    /// Moves the frames of the TX burst addressed to the port's own MAC to
+    /// the loopback queue, which the receive path takes first (rx.rs): two
+    /// QPs of one port talk inside the NIC, with the same ICRC, CC and
+    /// counters as over the wire, and nothing reaches the wire (as a
+    /// hardware RoCE NIC and Linux rxe loop such traffic back). A shard
+    /// behind a dispatcher leaves it to the dispatcher, which knows which
+    /// shard owns the destination QP (crate::shard). A full queue drops
+    /// (counted), as a NIC's full RX queue does.
+    #[inline]
+    fn loop_back(&mut self) {
+        let own = self.mac;
+        let to_self = |m: &dpdk::Mbuf| m.data().get(..6) == Some(&own[..]);
+        if matches!(self.io, PacketIo::Shard { .. }) || !self.txb.as_slice().iter().any(to_self) {
+            return;
+        }
+        let mut wire = Burst::new();
+        for m in self.txb.drain() {
+            if !to_self(&m) {
+                // `wire` has the room of the burst it came from.
+                let _ = wire.push(m);
+            } else if self.lo.push(m).is_ok() {
+                self.counters.tx_loopback += 1;
+            } else {
+                self.counters.rx_drop_loopback_full += 1;
+            }
+        }
+        self.txb = wire;
     }
 
     /// One control packet of QP `i` (`QpCore::send_control`): a CNP it

@@ -92,6 +92,11 @@ impl QueuePair {
     /// by the kernel: crate::host).
     fn with_mac(&self, remote: &RemoteQp) -> Result<RemoteQp, VerbsError> {
         let mut remote = *remote;
+        if remote.mac.is_none() && remote.ip == self.ip {
+            // A QP of this port: its frames loop back inside the NIC
+            // (engine `loop_back`); no neighbour to ask, in host mode either.
+            remote.mac = Some(self.mac);
+        }
         if let (None, Some(k)) = (remote.mac, &self.kernel_iface) {
             remote.mac = Some(k.resolve(remote.ip, crate::host::RESOLVE_TIMEOUT)?);
         }

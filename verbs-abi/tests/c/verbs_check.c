@@ -5,10 +5,11 @@
  * looped-back port (net_ring0: the NIC talks to itself, so two QPs of one
  * process connect to each other through the wire path, ARP included).
  *
- * Checks (issue 22, item 5): NULL and foreign pointers, UD/XRC QPs, SRQ,
+ * Checks (issue 22, item 5; issue 40): NULL and foreign pointers, UD/XRC QPs, SRQ,
  * attribute masks of ibv_modify_qp, posting before RTR, a wrong lkey
  * (IBV_WC_LOC_PROT_ERR) and a wrong rkey (IBV_WC_REM_ACCESS_ERR), data of
- * WRITE / READ / SEND with immediate / both atomics, completion events, and
+ * WRITE / READ / SEND with immediate / both atomics, scatter/gather lists
+ * (WRITE and SEND gathered, receives and READs scattered), completion events, and
  * N create/destroy cycles of every object with the process's RSS flat.
  * Exits 0 only if every check passed; prints one line per check.
  */
@@ -64,6 +65,16 @@ static struct ibv_qp *rc_qp(struct ibv_cq *cq)
 	struct ibv_qp_init_attr ia = {
 		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 		.cap = { .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	return ibv_create_qp(pd, &ia);
+}
+
+/* An RC QP whose work requests take up to `sge` SGEs each way. */
+static struct ibv_qp *rc_qp_sge(struct ibv_cq *cq, uint32_t sge)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = sge, .max_recv_sge = sge },
 	};
 	return ibv_create_qp(pd, &ia);
 }
@@ -205,9 +216,24 @@ int main(int argc, char **argv)
 	errno = 0;
 	CHECK(ibv_create_qp(pd, &ia) == NULL && errno == EOPNOTSUPP, "XRC QP: NULL/EOPNOTSUPP");
 	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_sge = 8;
+	ia.cap.max_send_sge = 33;
 	errno = 0;
-	CHECK(ibv_create_qp(pd, &ia) == NULL && errno == EINVAL, "8 SGEs: NULL/EINVAL");
+	CHECK(ibv_create_qp(pd, &ia) == NULL && errno == EINVAL, "33 send SGEs (rxe's limit is 32): NULL/EINVAL");
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 33;
+	errno = 0;
+	CHECK(ibv_create_qp(pd, &ia) == NULL && errno == EINVAL, "33 receive SGEs: NULL/EINVAL");
+	{
+		struct ibv_device_attr da;
+		CHECK(ibv_query_device(ctx, &da) == 0 && da.max_sge == 32 && da.max_sge_rd == 32,
+		      "query_device: max_sge 32, max_sge_rd 32");
+		ia.cap.max_send_sge = 32;
+		ia.cap.max_recv_sge = 32;
+		struct ibv_qp *q32 = ibv_create_qp(pd, &ia);
+		CHECK(q32 && ia.cap.max_send_sge == 32 && ia.cap.max_recv_sge == 32, "32 SGEs each way: granted");
+		if (q32)
+			ibv_destroy_qp(q32);
+	}
 	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
 	errno = 0;
 	CHECK(ibv_create_srq(pd, &sa) == NULL && errno == EOPNOTSUPP, "SRQ: NULL/EOPNOTSUPP");
@@ -286,6 +312,94 @@ int main(int argc, char **argv)
 		int ok2 = ibv_post_send(p.a, &w, &b) == 0 && wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
 			  wc.opcode == IBV_WC_COMP_SWAP && *old == 42 && *target == 7;
 		CHECK(ok1 && ok2, "ATOMIC fetch-add and compare-swap");
+	}
+	{
+		/* Scatter/gather: a pair whose requests take up to 16 SGEs. */
+		struct ibv_cq *gcq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+		struct ibv_qp *ga = gcq ? rc_qp_sge(gcq, 16) : NULL, *gb = gcq ? rc_qp_sge(gcq, 16) : NULL;
+		int ok = ga && gb && !to_init(ga) && !to_init(gb) && !to_rtr(ga, gb->qp_num, 31) &&
+			 !to_rtr(gb, ga->qp_num, 30) && !to_rts(ga, 30) && !to_rts(gb, 31);
+		CHECK(ok, "a pair of QPs with 16 SGEs per request");
+		struct ibv_sge sg[17];
+		struct ibv_send_wr w, *b = NULL;
+		/* 64 KiB WRITE gathered from 16 pieces of 4000 bytes, 96 bytes apart,
+		 * backwards through buf[0]. */
+		for (int i = 0; i < 65536; i++)
+			buf[0][i] = (char)(i * 7 + 3);
+		memset(buf[1], 0, sizeof(buf[1]));
+		for (int i = 0; i < 16; i++)
+			sg[i] = (struct ibv_sge){ .addr = (uintptr_t)buf[0] + (15 - i) * 4096, .length = 4000, .lkey = m0->lkey };
+		w = (struct ibv_send_wr){ .wr_id = 900, .sg_list = sg, .num_sge = 16, .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED };
+		w.wr.rdma.remote_addr = (uintptr_t)buf[1];
+		w.wr.rdma.rkey = m1->rkey;
+		int wok = ok && ibv_post_send(ga, &w, &b) == 0 && wait_wc(gcq, &wc) == 1 && wc.wr_id == 900 &&
+			  wc.status == IBV_WC_SUCCESS && wc.byte_len == 64000;
+		for (int i = 0; wok && i < 16; i++)
+			wok = !memcmp(buf[1] + i * 4000, buf[0] + (15 - i) * 4096, 4000);
+		CHECK(wok, "WRITE gathered from 16 SGEs: 64000 bytes placed in order");
+		/* SEND of 3 pieces into a receive of 4 SGEs (the last one unused). */
+		memset(buf[1], 0, sizeof(buf[1]));
+		struct ibv_sge rs[4];
+		for (int i = 0; i < 4; i++)
+			rs[i] = (struct ibv_sge){ .addr = (uintptr_t)buf[1] + i * 8192, .length = 1000, .lkey = m1->lkey };
+		struct ibv_recv_wr r = { .wr_id = 901, .sg_list = rs, .num_sge = 4 }, *rb = NULL;
+		sg[0] = (struct ibv_sge){ .addr = (uintptr_t)buf[0] + 100, .length = 1500, .lkey = m0->lkey };
+		sg[1] = (struct ibv_sge){ .addr = (uintptr_t)buf[0] + 30000, .length = 0, .lkey = m0->lkey };
+		sg[2] = (struct ibv_sge){ .addr = (uintptr_t)buf[0] + 9000, .length = 1200, .lkey = m0->lkey };
+		w = (struct ibv_send_wr){ .wr_id = 902, .sg_list = sg, .num_sge = 3, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED };
+		int got_recv = 0, got_send = 0;
+		if (ok && ibv_post_recv(gb, &r, &rb) == 0 && ibv_post_send(ga, &w, &b) == 0) {
+			for (int i = 0; i < 2 && wait_wc(gcq, &wc) == 1; i++) {
+				got_recv |= wc.wr_id == 901 && wc.status == IBV_WC_SUCCESS && wc.byte_len == 2700;
+				got_send |= wc.wr_id == 902 && wc.status == IBV_WC_SUCCESS;
+			}
+		}
+		char want[2700];
+		memcpy(want, buf[0] + 100, 1500);
+		memcpy(want + 1500, buf[0] + 9000, 1200);
+		int sok = got_recv && got_send && !memcmp(buf[1], want, 1000) && !memcmp(buf[1] + 8192, want + 1000, 1000) &&
+			  !memcmp(buf[1] + 16384, want + 2000, 700) && buf[1][16384 + 700] == 0 && buf[1][1000] == 0;
+		CHECK(sok, "SEND gathered from 3 SGEs (one empty) scattered over a 4-SGE receive: byte_len 2700, data");
+		/* READ scattered into 5 SGEs. */
+		for (int i = 0; i < 5; i++)
+			sg[i] = (struct ibv_sge){ .addr = (uintptr_t)buf[0] + 40000 + i * 3000, .length = 2000 + i, .lkey = m0->lkey };
+		memset(buf[0] + 40000, 0, 20000);
+		w = (struct ibv_send_wr){ .wr_id = 903, .sg_list = sg, .num_sge = 5, .opcode = IBV_WR_RDMA_READ,
+					  .send_flags = IBV_SEND_SIGNALED };
+		w.wr.rdma.remote_addr = (uintptr_t)buf[1] + 30000;
+		w.wr.rdma.rkey = m1->rkey;
+		for (int i = 0; i < 10010; i++)
+			buf[1][30000 + i] = (char)(i * 13 + 1);
+		int rok = ok && ibv_post_send(ga, &w, &b) == 0 && wait_wc(gcq, &wc) == 1 && wc.wr_id == 903 &&
+			  wc.status == IBV_WC_SUCCESS && wc.byte_len == 10010;
+		for (int i = 0, at = 0; rok && i < 5; at += 2000 + i, i++)
+			rok = !memcmp(buf[0] + 40000 + i * 3000, buf[1] + 30000 + at, 2000 + i) &&
+			      buf[0][40000 + i * 3000 + 2000 + i] == 0;
+		CHECK(rok, "READ scattered into 5 SGEs: byte_len 10010, data, nothing past each SGE");
+		/* Refusals: more SGEs than the QP takes, an ATOMIC with two. */
+		for (int i = 0; i < 17; i++)
+			sg[i] = (struct ibv_sge){ .addr = (uintptr_t)buf[0], .length = 8, .lkey = m0->lkey };
+		w = (struct ibv_send_wr){ .wr_id = 904, .sg_list = sg, .num_sge = 17, .opcode = IBV_WR_SEND };
+		b = NULL;
+		CHECK(ibv_post_send(ga, &w, &b) == EINVAL && b == &w, "post_send with 17 SGEs on a 16-SGE QP: EINVAL, bad_wr");
+		r.num_sge = 17;
+		r.sg_list = sg;
+		rb = NULL;
+		CHECK(ibv_post_recv(gb, &r, &rb) == EINVAL && rb == &r, "post_recv with 17 SGEs: EINVAL, bad_wr");
+		w = (struct ibv_send_wr){ .wr_id = 905, .sg_list = sg, .num_sge = 2, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD };
+		w.wr.atomic.remote_addr = (uintptr_t)buf[1];
+		w.wr.atomic.rkey = m1->rkey;
+		b = NULL;
+		CHECK(ibv_post_send(ga, &w, &b) == EINVAL && b == &w, "ATOMIC with 2 SGEs: EINVAL");
+		CHECK(ibv_poll_cq(gcq, 1, &wc) == 0, "refused requests complete nothing");
+		if (ga)
+			ibv_destroy_qp(ga);
+		if (gb)
+			ibv_destroy_qp(gb);
+		if (gcq)
+			ibv_destroy_cq(gcq);
 	}
 	{
 		/* A chain of 40 WRITEs (the library posts up to 16 per doorbell),

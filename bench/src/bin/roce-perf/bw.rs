@@ -313,7 +313,28 @@ fn send(test: &Test, s: &mut Session, size: u32) -> Res<BwRow> {
 }
 
 /// Posts the requests in `wrs` on QP `q` with one doorbell, and empties it.
+/// With `--sge N`, each goes alone with its buffer cut into N SGEs.
 fn post(s: &mut Session, q: usize, wrs: &mut Vec<SendWr>) -> Res<()> {
+    if s.sges > 1 {
+        let n = u32::from(s.sges);
+        let mut sgl = [Sge::default(); 32];
+        for wr in wrs.drain(..) {
+            let (len, mut at) = (wr.sge.len, 0);
+            for (k, sge) in sgl[..n as usize].iter_mut().enumerate() {
+                let part = len / n + u32::from((k as u32) < len % n);
+                *sge = Sge {
+                    addr: wr.sge.addr + u64::from(at),
+                    len: part,
+                    lkey: wr.sge.lkey,
+                };
+                at += part;
+            }
+            s.qps[q]
+                .post_send_sges(wr, &sgl[..n as usize])
+                .map_err(|e| format!("post_send_sges: {e}"))?;
+        }
+        return Ok(());
+    }
     s.qps[q]
         .post_send_list(wrs)
         .map_err(|(n, e)| format!("post_send_list: {e} after {n} of {}", wrs.len()))?;

@@ -89,6 +89,13 @@ pub struct Opts {
     /// in a row. 1: one post per message.
     #[arg(short = 'l', long = "post_list", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub post_list: u16,
+    /// Scatter/gather: each bandwidth request's local buffer is cut into N
+    /// SGEs of (nearly) equal length, gathered by SEND and WRITE, scattered
+    /// into by READ (`QueuePair::post_send_sges`, one doorbell each; 1..=32,
+    /// rxe's limit). The same bytes move; what changes is the engine's
+    /// gather and scatter work.
+    #[arg(long = "sge", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=32))]
+    pub sge: u8,
     /// QP timeout, as perftest's -u: 4.096 us x 2^N before a retransmit
     /// (0..31; default 14, 67 ms). A peer that may stall for longer (a
     /// loaded emulated guest) needs more before 7 retries run out.

@@ -140,6 +140,8 @@ pub struct Session {
     pub remotes: Vec<Remote>,
     pub link: Link,
     pub server: bool,
+    /// SGEs per bandwidth request (`--sge`).
+    pub sges: u8,
 }
 
 /// Opens the NIC on `--dev` and waits for its link.
@@ -365,6 +367,7 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         remotes,
         link,
         server,
+        sges: o.sge,
     })
 }
 
@@ -443,6 +446,7 @@ fn create_qps(
         mtu,
         cc: o.cc,
         timeout_ns: 4_096u64 << o.qp_timeout,
+        max_send_sge: o.sge,
         ..QpOptions::default()
     };
     let nq = usize::from(o.qps.max(1));
