@@ -68,13 +68,17 @@ pub(crate) extern "C" fn rsnic_ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     ch: *mut ibv_comp_channel,
-    _vector: c_int,
+    vector: c_int,
 ) -> *mut ibv_cq {
     guard(null_mut(), || {
         let Some(ctx) = ctx(c) else {
             return null_with(EINVAL);
         };
-        if !(1..=MAX_CQE).contains(&cqe) {
+        // ibv_create_cq(3): `cqe` is at least 1 and at most the device's
+        // `max_cqe`, `comp_vector` below the context's `num_comp_vectors`;
+        // otherwise NULL with EINVAL, as the kernel answers (rxe_cq_chk_attr
+        // for `cqe`, ib_uverbs_create_cq for the vector).
+        if !(1..=MAX_CQE).contains(&cqe) || !(0..NUM_COMP_VECTORS).contains(&vector) {
             return null_with(EINVAL);
         }
         if !ch.is_null() && !is_live(ch.cast(), Kind::Channel) {

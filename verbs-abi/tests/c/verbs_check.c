@@ -197,6 +197,20 @@ int main(int argc, char **argv)
 	CHECK(cq != NULL, "create_cq");
 	errno = 0;
 	CHECK(ibv_create_cq(ctx, 0, NULL, NULL, 0) == NULL && errno == EINVAL, "create_cq of 0 entries: EINVAL");
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(ctx, &da) == 0 && da.vendor_id == 0xFFFFFF && da.vendor_part_id == 0,
+	      "vendor_id 0xFFFFFF, vendor_part_id 0, as Linux rxe (%#x, %u)", da.vendor_id, da.vendor_part_id);
+	errno = 0;
+	CHECK(ibv_create_cq(ctx, da.max_cqe + 1, NULL, NULL, 0) == NULL && errno == EINVAL,
+	      "create_cq of max_cqe + 1 (%d) entries: EINVAL", da.max_cqe + 1);
+	struct ibv_cq *big = ibv_create_cq(ctx, da.max_cqe, NULL, NULL, 0);
+	CHECK(big != NULL && ibv_destroy_cq(big) == 0, "create_cq of max_cqe entries");
+	errno = 0;
+	CHECK(ctx->num_comp_vectors == 1 && ibv_create_cq(ctx, 16, NULL, NULL, ctx->num_comp_vectors) == NULL &&
+		      errno == EINVAL,
+	      "create_cq on comp_vector num_comp_vectors (%d): EINVAL", ctx->num_comp_vectors);
+	errno = 0;
+	CHECK(ibv_create_cq(ctx, 16, NULL, NULL, -1) == NULL && errno == EINVAL, "create_cq on comp_vector -1: EINVAL");
 	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
 				       .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 } };
 	errno = 0;
@@ -232,6 +246,29 @@ int main(int argc, char **argv)
 	struct ibv_qp_init_attr qia;
 	CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qia) == 0 && qa.qp_state == IBV_QPS_INIT && qia.cap.max_send_wr == 64,
 	      "query_qp: INIT, caps");
+	{
+		/* ibv_modify_qp(3): EINVAL for a value the device cannot take,
+		 * not a silent clamp. */
+		struct ibv_qp_attr r = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = qp->qp_num,
+					 .rq_psn = 1, .max_dest_rd_atomic = da.max_qp_rd_atom + 1, .min_rnr_timer = 12,
+					 .ah_attr = { .is_global = 1, .port_num = 1, .grh = { .dgid = gid, .hop_limit = 1 } } };
+		int rm = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		CHECK(ibv_modify_qp(qp, &r, rm) == EINVAL && qp->state == IBV_QPS_INIT,
+		      "RTR with max_dest_rd_atomic max_qp_rd_atom + 1 (%d): EINVAL, still INIT", da.max_qp_rd_atom + 1);
+		r.max_dest_rd_atomic = da.max_qp_rd_atom;
+		CHECK(ibv_modify_qp(qp, &r, rm) == 0, "RTR with max_dest_rd_atomic max_qp_rd_atom (%d)", da.max_qp_rd_atom);
+		struct ibv_qp_attr t = { .qp_state = IBV_QPS_RTS, .sq_psn = 1, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
+					 .max_rd_atomic = da.max_qp_init_rd_atom + 1 };
+		int tm = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			 IBV_QP_MAX_QP_RD_ATOMIC;
+		CHECK(ibv_modify_qp(qp, &t, tm) == EINVAL && qp->state == IBV_QPS_RTR,
+		      "RTS with max_rd_atomic max_qp_init_rd_atom + 1 (%d): EINVAL, still RTR", da.max_qp_init_rd_atom + 1);
+		t.max_rd_atomic = da.max_qp_init_rd_atom;
+		CHECK(ibv_modify_qp(qp, &t, tm) == 0 && ibv_query_qp(qp, &qa, IBV_QP_MAX_QP_RD_ATOMIC, &qia) == 0 &&
+			      qa.max_rd_atomic == da.max_qp_init_rd_atom && qa.max_dest_rd_atomic == da.max_qp_rd_atom,
+		      "RTS with max_rd_atomic max_qp_init_rd_atom; query_qp gives both back");
+	}
 	CHECK(ibv_destroy_qp(qp) == 0, "destroy_qp");
 	CHECK(ibv_destroy_qp(qp) == EINVAL, "destroy_qp twice: EINVAL");
 
