@@ -237,6 +237,16 @@ impl CompletionQueue {
         self.notify.as_ref().inspect(|n| n.arm()).is_some()
     }
 
+    /// As [`Self::req_notify`] for the next solicited completion only
+    /// (`ibv_req_notify_cq(cq, 1)`: a receive whose message carried the
+    /// BTH SE bit, or a completion in error).
+    pub fn req_notify_solicited(&self) -> bool {
+        self.notify
+            .as_ref()
+            .inspect(|n| n.arm_solicited())
+            .is_some()
+    }
+
     /// Takes one completion, sleeping in the kernel (not spinning) until
     /// one arrives or `timeout` passes: poll, arm, poll again, sleep on the
     /// completion channel (`ibv_get_cq_event`). Without a channel

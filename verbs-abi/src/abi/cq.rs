@@ -246,8 +246,10 @@ pub(crate) extern "C" fn op_poll_cq(q: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -
 }
 
 /// `ibv_req_notify_cq` (through `ops.req_notify_cq`): arms the CQ's
-/// channel for the next completion (solicited-only is taken as any).
-pub(crate) extern "C" fn op_req_notify_cq(q: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+/// channel for the next completion, or with `solicited_only` non-zero for
+/// the next solicited one (a receive of a message whose last packet had
+/// the BTH SE bit, or an error; `ibv_req_notify_cq(3)`, IBA 11.4.2.2).
+pub(crate) extern "C" fn op_req_notify_cq(q: *mut ibv_cq, solicited_only: c_int) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: reached only through a CQ of ours.
         let cq = unsafe { &*q.cast::<Cq>() };
@@ -255,7 +257,11 @@ pub(crate) extern "C" fn op_req_notify_cq(q: *mut ibv_cq, _solicited_only: c_int
         // SAFETY: under the CQ's lock.
         match (unsafe { &*cq.cq.get() }).as_ref() {
             Some(h) => {
-                h.req_notify();
+                if solicited_only != 0 {
+                    h.req_notify_solicited();
+                } else {
+                    h.req_notify();
+                }
                 0
             }
             None => EINVAL,

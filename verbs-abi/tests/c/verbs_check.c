@@ -59,13 +59,18 @@ struct pair {
 	struct ibv_qp *a, *b;
 };
 
-static struct ibv_qp *rc_qp(struct ibv_cq *cq)
+static struct ibv_qp *rc_qp2(struct ibv_cq *scq, struct ibv_cq *rcq)
 {
 	struct ibv_qp_init_attr ia = {
-		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.send_cq = scq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
 		.cap = { .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1 },
 	};
 	return ibv_create_qp(pd, &ia);
+}
+
+static struct ibv_qp *rc_qp(struct ibv_cq *cq)
+{
+	return rc_qp2(cq, cq);
 }
 
 static int to_init(struct ibv_qp *qp)
@@ -393,6 +398,84 @@ int main(int argc, char **argv)
 		if (ecq)
 			ibv_destroy_cq(ecq);
 		CHECK(ch && ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel");
+	}
+
+	/* Solicited-only notification (ibv_req_notify_cq(3), IBA 11.4.2.2): the
+	 * receiver's CQ, armed with solicited_only=1, gets its event for a
+	 * message sent with IBV_SEND_SOLICITED (BTH SE) or a completion in
+	 * error, not for a plain SEND, nor for the sender's completions. */
+	{
+		struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+		struct ibv_cq *rcq = ch ? ibv_create_cq(ctx, 64, (void *)0x5e, ch, 0) : NULL;
+		struct ibv_cq *scq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+		struct ibv_qp *qs = rc_qp(scq), *qr = rcq && scq ? rc_qp2(scq, rcq) : NULL;
+		int ok = qs && qr && !to_init(qs) && !to_init(qr) && !to_rtr(qs, qr->qp_num, 30) &&
+			 !to_rtr(qr, qs->qp_num, 40) && !to_rts(qs, 40) && !to_rts(qr, 30);
+		CHECK(ok, "solicited: a pair whose receiver completes into a CQ with a channel");
+		struct pollfd pf = { .fd = ch ? ch->fd : -1, .events = POLLIN };
+		struct ibv_cq *ev_cq = NULL;
+		void *ev_ctx = NULL;
+		/* recv: post one receive of `len` bytes; send: one SEND of 19 bytes. */
+#define RECV(id, len)                                                                                         \
+	do {                                                                                                  \
+		struct ibv_sge rs = { .addr = (uintptr_t)buf[1] + 8192, .length = (len), .lkey = m1->lkey };   \
+		struct ibv_recv_wr r = { .wr_id = (id), .sg_list = &rs, .num_sge = 1 }, *rb;                  \
+		ok = ok && ibv_post_recv(qr, &r, &rb) == 0;                                                   \
+	} while (0)
+#define SEND(id, flags)                                                                                       \
+	do {                                                                                                  \
+		struct ibv_sge ss = { .addr = (uintptr_t)buf[0], .length = 19, .lkey = m0->lkey };             \
+		struct ibv_send_wr s = { .wr_id = (id), .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND, \
+					 .send_flags = IBV_SEND_SIGNALED | (flags) }, *sb;                     \
+		ok = ok && ibv_post_send(qs, &s, &sb) == 0 && wait_wc(scq, &wc) == 1 && wc.wr_id == (id);     \
+	} while (0)
+		/* The sender's completion comes after the receiver's ACK, so the
+		 * receive completion is in rcq when the 300 ms wait starts. */
+		RECV(1, 64);
+		ok = ok && ibv_req_notify_cq(rcq, 1) == 0;
+		SEND(11, 0);
+		int quiet = ok && poll(&pf, 1, 300) == 0;
+		ok = ok && ibv_poll_cq(rcq, 1, &wc) == 1 && wc.wr_id == 1 && wc.status == IBV_WC_SUCCESS;
+		CHECK(ok && quiet, "solicited_only: a SEND without SOLICITED completes without an event");
+		RECV(2, 64);
+		SEND(12, IBV_SEND_SOLICITED);
+		ok = ok && poll(&pf, 1, 5000) == 1 && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == rcq &&
+		     ev_ctx == (void *)0x5e;
+		if (ev_cq)
+			ibv_ack_cq_events(ev_cq, 1);
+		ok = ok && ibv_poll_cq(rcq, 2, &wc) == 1 && wc.wr_id == 2 && wc.status == IBV_WC_SUCCESS;
+		CHECK(ok, "solicited_only: a SEND with SOLICITED (BTH SE) wakes the channel");
+		/* A receive too short for the message: IBV_WC_LOC_LEN_ERR, solicited
+		 * whatever the SE bit (the QPs end in ERR; the last check here). */
+		RECV(3, 4);
+		ok = ok && ibv_req_notify_cq(rcq, 1) == 0;
+		{
+			struct ibv_sge ss = { .addr = (uintptr_t)buf[0], .length = 19, .lkey = m0->lkey };
+			struct ibv_send_wr s = { .wr_id = 13, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+						 .send_flags = IBV_SEND_SIGNALED }, *sb;
+			ok = ok && ibv_post_send(qs, &s, &sb) == 0;
+		}
+		ev_cq = NULL;
+		ok = ok && poll(&pf, 1, 5000) == 1 && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == rcq;
+		if (ev_cq)
+			ibv_ack_cq_events(ev_cq, 1);
+		ok = ok && ibv_poll_cq(rcq, 1, &wc) == 1 && wc.wr_id == 3 && wc.status != IBV_WC_SUCCESS;
+		CHECK(ok, "solicited_only: an unsolicited receive in error (%s) wakes the channel",
+		      ibv_wc_status_str(wc.status));
+#undef RECV
+#undef SEND
+		while (ibv_poll_cq(scq, 1, &wc) == 1)
+			;
+		if (qs)
+			ibv_destroy_qp(qs);
+		if (qr)
+			ibv_destroy_qp(qr);
+		if (rcq)
+			ibv_destroy_cq(rcq);
+		if (scq)
+			ibv_destroy_cq(scq);
+		if (ch)
+			ibv_destroy_comp_channel(ch);
 	}
 
 	/* Create/destroy cycles of every object: memory stays flat. */

@@ -8,7 +8,7 @@ use crate::transport::config::QpConfig;
 use crate::transport::mr::MemorySpace;
 use crate::transport::output::Outputs;
 use crate::transport::wc::{RecvWr, WcOpcode, WcStatus};
-use crate::wire::bth::Opcode;
+use crate::wire::bth::{BthFlags, Opcode};
 use crate::wire::frame::RoceFrame;
 use crate::wire::psn;
 
@@ -74,6 +74,7 @@ impl Responder {
                 offset + len,
                 imm,
                 cfg.qpn,
+                f.bth.flags.contains(BthFlags::SE),
             );
             out.push_wc(wc);
         } else {
@@ -111,6 +112,7 @@ impl Responder {
                         total,
                         imm,
                         cfg.qpn,
+                        f.bth.flags.contains(BthFlags::SE),
                     );
                     out.push_wc(wc);
                 }

@@ -262,6 +262,7 @@ impl Responder {
                 0,
                 None,
                 qpn,
+                false,
             ));
         }
     }
@@ -525,7 +526,15 @@ impl Responder {
             Refusal::Fatal { code, local } => {
                 if f.bth.opcode.is_send() || matches!(self.cur, Some(InMsg::Send { .. })) {
                     if let Some(wqe) = self.rq.pop_front() {
-                        out.push_wc(recv_wc(wqe.wr_id, local, WcOpcode::Recv, 0, None, cfg.qpn));
+                        out.push_wc(recv_wc(
+                            wqe.wr_id,
+                            local,
+                            WcOpcode::Recv,
+                            0,
+                            None,
+                            cfg.qpn,
+                            false,
+                        ));
                     }
                 }
                 let item = self.ack_item(p, AethSyndrome::Nak(code));
@@ -703,6 +712,7 @@ fn recv_wc(
     byte_len: u32,
     imm: Option<u32>,
     qpn: u32,
+    solicited: bool,
 ) -> WorkCompletion {
     WorkCompletion {
         wr_id,
@@ -711,6 +721,7 @@ fn recv_wc(
         byte_len,
         imm,
         qp_num: qpn,
+        solicited,
     }
 }
 
