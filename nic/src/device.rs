@@ -164,7 +164,10 @@ impl Device {
         let mut shard_parts = |k: usize, io: PacketIo, port: Option<Port>, max_frame| {
             let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
             let parker = Arc::new(crate::park::Parker::new());
-            let shared = Arc::new(EngineShared::new(MAX_QPS, shard_base(k), parker.clone()));
+            let shared = Arc::new(
+                EngineShared::new(MAX_QPS, shard_base(k), parker.clone())
+                    .map_err(VerbsError::AsyncEventFd)?,
+            );
             let e = Engine::build(
                 eal,
                 &cfg,
@@ -238,7 +241,9 @@ impl Device {
                 from_shard.push(out_c);
                 engines.push(e);
             }
-            let dshared = Arc::new(EngineShared::new(1, QPN_BASE, dparker));
+            let dshared = Arc::new(
+                EngineShared::new(1, QPN_BASE, dparker).map_err(VerbsError::AsyncEventFd)?,
+            );
             dispatcher = Some((
                 Dispatcher::new(DispatcherParts {
                     port: port.take().ok_or(VerbsError::PortWithoutQueue)?,
@@ -313,7 +318,10 @@ impl Device {
             None => port.mac()?,
         };
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
-        let shared = Arc::new(EngineShared::new(MAX_QPS, QPN_BASE, parker.clone()));
+        let shared = Arc::new(
+            EngineShared::new(MAX_QPS, QPN_BASE, parker.clone())
+                .map_err(VerbsError::AsyncEventFd)?,
+        );
         let (producer, writer) = match &cfg.pcap {
             Some(path) => {
                 let (p, w) = start_capture(path, port.name())?;

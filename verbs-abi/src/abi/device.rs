@@ -4,7 +4,7 @@ use super::*;
 use crate::backend::Backend;
 use libc::{EINVAL, ENODEV, ENOMEM};
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
 
@@ -140,17 +140,15 @@ pub(crate) extern "C" fn rsnic_ibv_open_device(d: *mut ibv_device) -> *mut ibv_c
                 return null_with(ENODEV);
             }
         };
-        // SAFETY: eventfd takes no pointers; a non-negative result is ours.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            return null_with(
-                std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(ENOMEM),
-            );
-        }
-        // SAFETY: a fresh descriptor nobody else owns.
-        let async_fd = unsafe { OwnedFd::from_raw_fd(efd) };
+        // `async_fd`: an epoll set over the engines' async event
+        // descriptors, readable while an event is queued (nic::verbs::
+        // AsyncEvents), so the program can poll it; one per context, so
+        // that O_NONBLOCK on it is this context's (ibv_get_async_event(3)).
+        let async_fd = match async_event_fd(backend) {
+            Ok(fd) => fd,
+            Err(e) => return null_with(e),
+        };
+        let efd = async_fd.as_raw_fd();
         let mut ctx = Box::new(Context {
             vctx: verbs_context::default(),
             backend,
@@ -190,6 +188,35 @@ pub(crate) extern "C" fn rsnic_ibv_close_device(c: *mut ibv_context) -> c_int {
         drop(unsafe { Box::from_raw(c.cast::<u8>().sub(off).cast::<Context>()) });
         0
     })
+}
+
+/// A new epoll descriptor watching the device's async event descriptors
+/// (level-triggered); the errno if one cannot be made.
+fn async_event_fd(backend: &Backend) -> Result<OwnedFd, i32> {
+    let errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(ENOMEM)
+    };
+    // SAFETY: epoll_create1 takes no pointers.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+    for efd in backend.dev.events().fds() {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 0,
+        };
+        // SAFETY: both descriptors are live (the engines' live as long as
+        // the device, which outlives every context); `ev` is valid.
+        if unsafe { libc::epoll_ctl(fd, libc::EPOLL_CTL_ADD, efd, &mut ev) } != 0 {
+            return Err(errno());
+        }
+    }
+    Ok(epoll)
 }
 
 /// Our context of `c`, if it is one.

@@ -13,6 +13,7 @@
  * Exits 0 only if every check passed; prints one line per check.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <stdint.h>
@@ -476,6 +477,54 @@ int main(int argc, char **argv)
 			ibv_destroy_cq(scq);
 		if (ch)
 			ibv_destroy_comp_channel(ch);
+	}
+
+	/* The async event descriptor (ibv_get_async_event(3)): readable once an
+	 * event is queued; with O_NONBLOCK, -1/EAGAIN when none is. A CQ of 2
+	 * entries given 8 completions raises IBV_EVENT_CQ_ERR. */
+	{
+		int fl = fcntl(ctx->async_fd, F_GETFL);
+		struct pollfd apf = { .fd = ctx->async_fd, .events = POLLIN };
+		struct ibv_async_event ae;
+		int ok = fl >= 0 && fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0;
+		/* Whatever the checks above left (events of QPs destroyed since are
+		 * not reported: their ibv_qp is gone). */
+		for (int i = 0; ok && i < 100 && ibv_get_async_event(ctx, &ae) == 0; i++)
+			ibv_ack_async_event(&ae);
+		errno = 0;
+		CHECK(ok && poll(&apf, 1, 0) == 0 && ibv_get_async_event(ctx, &ae) == -1 && errno == EAGAIN,
+		      "async_fd: not readable, and get_async_event -1/EAGAIN (O_NONBLOCK), with no event queued");
+		struct ibv_cq *small = ibv_create_cq(ctx, 2, NULL, NULL, 0), *other = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+		struct ibv_qp *q1 = small ? rc_qp(small) : NULL, *q2 = other ? rc_qp(other) : NULL;
+		ok = ok && q1 && q2 && !to_init(q1) && !to_init(q2) && !to_rtr(q1, q2->qp_num, 50) &&
+		     !to_rtr(q2, q1->qp_num, 60) && !to_rts(q1, 60) && !to_rts(q2, 50);
+		for (int i = 0; ok && i < 8; i++)
+			ok = post(q1, IBV_WR_RDMA_WRITE, m0, 0, 8, (uintptr_t)buf[1], m1->rkey, m0->lkey) == 0;
+		int readable = ok && poll(&apf, 1, 5000) == 1;
+		ok = readable && ibv_get_async_event(ctx, &ae) == 0 && ae.event_type == IBV_EVENT_CQ_ERR &&
+		     ae.element.cq == small;
+		if (ok)
+			ibv_ack_async_event(&ae);
+		CHECK(ok, "async_fd: readable once an event is queued (readable %d); get_async_event: CQ_ERR of the full CQ",
+		      readable);
+		errno = 0;
+		CHECK(poll(&apf, 1, 0) == 0 && ibv_get_async_event(ctx, &ae) == -1 && errno == EAGAIN,
+		      "async_fd: not readable again once the event was taken");
+		for (int i = 0; i < 8 && wait_wc(small, &wc) == 1; i++)
+			;
+		if (q1)
+			ibv_destroy_qp(q1);
+		if (q2)
+			ibv_destroy_qp(q2);
+		if (small)
+			ibv_destroy_cq(small);
+		if (other)
+			ibv_destroy_cq(other);
+		/* Draining may have overrun the CQ again: leave no event behind. */
+		while (ibv_get_async_event(ctx, &ae) == 0)
+			ibv_ack_async_event(&ae);
+		if (fl >= 0)
+			fcntl(ctx->async_fd, F_SETFL, fl);
 	}
 
 	/* Create/destroy cycles of every object: memory stays flat. */
