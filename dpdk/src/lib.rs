@@ -35,6 +35,7 @@ mod mempool;
 mod port;
 mod ring;
 mod stash;
+pub mod tap_signal;
 pub mod xdp_link;
 
 pub use burst::{Burst, Drain, BURST_SIZE};

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use dpdk::tap_signal::TapSignalRoute;
 use dpdk::{Eal, Port};
 
 use crate::contract::{CommandTx, DeviceConfig, EngineShared, CAPTURE_SNAP, MAX_QPS, QPN_BASE};
@@ -63,15 +64,22 @@ pub struct Device {
 
 impl Device {
     /// Starts a device on `port` (configured here with one RX and one TX
-    /// queue) and its engine thread, pinned to `cfg.core`.
+    /// queue) and its engine thread, pinned to `cfg.core`. Every thread
+    /// that polls a port takes the TAP PMD's RX signal of the ports opened
+    /// so far ([`TapSignalRoute`]), so that it never interrupts the
+    /// program's threads (a `poll` on a completion channel would return
+    /// EINTR once per frame).
     pub fn open(eal: &'static Eal, port: Port, cfg: DeviceConfig) -> Result<Device, VerbsError> {
         let core = cfg.core;
         let (engine, mut dev) = Self::prepare(eal, port, &cfg, Arc::default())?;
-        let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || engine.run())
-            .map_err(|source| VerbsError::Thread {
-                what: "engine",
-                source,
-            })?;
+        let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || {
+            let _route = TapSignalRoute::here();
+            engine.run()
+        })
+        .map_err(|source| VerbsError::Thread {
+            what: "engine",
+            source,
+        })?;
         dev.threads.push(thread);
         Ok(dev)
     }
@@ -96,6 +104,7 @@ impl Device {
             devices.push(d);
         }
         match dpdk::lcore::spawn_pinned(eal, "rsnic-group", core, move || {
+            let _route = TapSignalRoute::here();
             crate::engine::run_group(engines)
         }) {
             Ok(_detached) => Ok(devices),
@@ -267,6 +276,7 @@ impl Device {
         // From here on, `dev`'s drop stops whatever was started.
         if let Some((dispatcher, _)) = dispatcher {
             let started = dpdk::lcore::spawn_pinned(eal, "rsnic-dispatch", cfg.core, move || {
+                let _route = TapSignalRoute::here();
                 dispatcher.run()
             });
             match started {
@@ -281,7 +291,10 @@ impl Device {
             }
         }
         for ((e, core), k) in engines.into_iter().zip(shard_cores).zip(0..) {
-            match dpdk::lcore::spawn_pinned(eal, "rsnic-shard", *core, move || e.run()) {
+            match dpdk::lcore::spawn_pinned(eal, "rsnic-shard", *core, move || {
+                let _route = TapSignalRoute::here();
+                e.run()
+            }) {
                 Ok(t) => dev.threads.push(t),
                 Err(source) => {
                     for h in &dev.engines[k..] {
