@@ -196,6 +196,15 @@ if [ $rc -eq 0 ] && [ -z "$miss" ]; then
 else
   record "ibv_devinfo -v" FAIL "rc $rc, missing:$miss"
 fi
+# A quiet guest: the EAL and the TAP PMD print nothing into the program's
+# output unless RSNIC_LOG asks (they used to: "Could not add multiq qdisc"...).
+on_a ibv_devinfo >/dev/null 2>"$f.stderr"
+rc=$?
+if [ $rc -eq 0 ] && [ ! -s "$f.stderr" ]; then
+  record "nothing on stderr (ibv_devinfo)" ok "RSNIC_LOG unset: 0 bytes"
+else
+  record "nothing on stderr (ibv_devinfo)" FAIL "rc $rc: $(head -2 "$f.stderr" | tr '\n' ' ')"
+fi
 
 # -- 1b. a second program on the same port is refused with a message, and the
 #        first one goes on (ibv_rc_pingpong's server waits; ibv_devinfo tries rt-a)

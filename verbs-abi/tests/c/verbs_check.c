@@ -12,6 +12,7 @@
  * N create/destroy cycles of every object with the process's RSS flat.
  * Exits 0 only if every check passed; prints one line per check.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -159,6 +160,36 @@ int main(int argc, char **argv)
 	if (!ctx)
 		return 1;
 	ibv_free_device_list(list);
+	{
+		/* The library's threads in the program: the engine and DPDK's
+		 * interrupt thread, no idle EAL worker lcores (issue 40, item 8). */
+		char path[300], comm[64], names[512] = "";
+		int threads = 0, workers = 0;
+		DIR *d = opendir("/proc/self/task");
+		for (struct dirent *e; d && (e = readdir(d));) {
+			if (e->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+			FILE *f = fopen(path, "r");
+			if (!f)
+				continue;
+			if (fgets(comm, sizeof(comm), f)) {
+				comm[strcspn(comm, "\n")] = 0;
+				workers += !strncmp(comm, "rte-worker", 10);
+				if (strlen(names) + strlen(comm) + 2 < sizeof(names)) {
+					strcat(names, " ");
+					strcat(names, comm);
+				}
+			}
+			fclose(f);
+			threads++;
+		}
+		if (d)
+			closedir(d);
+		CHECK(threads == 3 && workers == 0, "3 threads after ibv_open_device: the program's, the engine, the EAL's "
+						    "interrupt thread (%d:%s)",
+		      threads, names);
+	}
 	CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0 && gid.raw[10] == 0xff && gid.raw[11] == 0xff,
 	      "GID 0 is IPv4-mapped");
 	struct ibv_gid_entry ge;
