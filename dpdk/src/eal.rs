@@ -59,6 +59,59 @@ pub fn tool_args<S: AsRef<str>>(program: &str, user: &[S], pci: bool) -> Vec<Str
     args
 }
 
+/// Where DPDK's own log messages go ([`set_log_sink`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogSink<'a> {
+    /// Nowhere: a program that runs DPDK inside its own process (the
+    /// ibverbs library) prints nothing it did not ask for.
+    Discard,
+    /// The process's standard error (DPDK's default also copies every
+    /// message to syslog; this does not).
+    Stderr,
+    /// Appended to this file.
+    File(&'a std::path::Path),
+}
+
+/// Sends DPDK's log (every component's `rte_log`, the EAL's and the PMDs')
+/// to `sink` (`rte_openlog_stream`). Called before [`Eal::init`] it also
+/// takes the EAL's own start-up messages: the stream set here wins over the
+/// console-and-syslog stream the EAL would install. Which messages are
+/// written is the EAL's `--log-level`.
+pub fn set_log_sink(sink: LogSink<'_>) -> Result<()> {
+    let f: *mut libc::FILE = match sink {
+        // SAFETY: both strings are NUL-terminated literals.
+        LogSink::Discard => unsafe { libc::fopen(c"/dev/null".as_ptr(), c"w".as_ptr()) },
+        LogSink::Stderr => {
+            // A descriptor of our own: the program may close or reopen 2.
+            // SAFETY: dup takes no pointer.
+            let fd = unsafe { libc::dup(libc::STDERR_FILENO) };
+            if fd < 0 {
+                std::ptr::null_mut()
+            } else {
+                // SAFETY: `fd` is ours; the literal is NUL-terminated.
+                unsafe { libc::fdopen(fd, c"w".as_ptr()) }
+            }
+        }
+        LogSink::File(path) => {
+            let c = CString::new(path.as_os_str().as_encoded_bytes())
+                .map_err(|_| Error::InvalidArgument(path.display().to_string(), "NUL byte"))?;
+            // SAFETY: both strings are NUL-terminated.
+            unsafe { libc::fopen(c.as_ptr(), c"a".as_ptr()) }
+        }
+    };
+    if f.is_null() {
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        return Err(Error::from_errno(
+            "opening the log stream",
+            errno.unwrap_or(libc::EIO),
+        ));
+    }
+    // SAFETY: `f` is an open stream that stays open for the process's life
+    // (DPDK keeps it; rte_vlog flushes after each message).
+    unsafe { dpdk_sys::rte_openlog_stream(f.cast()) };
+    Ok(())
+}
+
 impl Eal {
     /// Initialises the EAL with `args` (`args[0]` is the program name, as in
     /// `argv`). Idempotent for identical arguments.

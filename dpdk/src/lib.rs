@@ -35,16 +35,17 @@ mod mempool;
 mod port;
 mod ring;
 mod stash;
+pub mod tap_signal;
 pub mod xdp_link;
 
 pub use burst::{Burst, Drain, BURST_SIZE};
 pub use clock::TscClock;
-pub use eal::{tool_args, Eal};
+pub use eal::{set_log_sink, tool_args, Eal, LogSink};
 pub use error::{Error, Result};
 pub use extbuf::ExtBuf;
 pub use mbuf::Mbuf;
 pub use mempool::Mempool;
-pub use port::{Link, LinkWatch, Port, PortConfig, PortStats, RxQueue, TxQueue};
+pub use port::{needs_pci, Link, LinkWatch, Port, PortConfig, PortStats, RxQueue, TxQueue};
 pub use ring::{Ring, RingConsumer, RingProducer};
 pub use stash::{MbufStash, PREFETCH_AHEAD, STASH_REFILL};
 

@@ -259,8 +259,7 @@ impl Port {
         if let Some(id) = port_by_name(&cname) {
             return Ok(Self::wrap(id, name, Backing::Probed));
         }
-        let is_vdev = name.starts_with("net_") || name.starts_with("eth_");
-        if is_vdev {
+        if is_vdev_name(name) {
             let cargs = CString::new(args)
                 .map_err(|_| Error::InvalidArgument(devargs.into(), "NUL byte"))?;
             // SAFETY: valid C strings.
@@ -785,5 +784,42 @@ impl std::fmt::Debug for RxQueue {
 impl std::fmt::Debug for TxQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "TxQueue({}:{})", self.port.name, self.queue)
+    }
+}
+
+/// Whether a port's driver name is a virtual device's (`net_tap0`,
+/// `net_ring0`, `eth_...`), created with `rte_vdev_init`.
+fn is_vdev_name(name: &str) -> bool {
+    name.starts_with("net_") || name.starts_with("eth_")
+}
+
+/// Whether the port `devargs` names needs the EAL's PCI bus: a PCI address
+/// (`0000:00:03.0[,args]`), not a virtual device (`net_tap0,iface=t0`,
+/// `net_ring0`) nor a `net_af_xdp` port (`af_xdp:eth0`). A process that
+/// needs none passes `--no-pci`, so that the EAL neither scans nor
+/// probes (and complains about) the host's PCI devices.
+pub fn needs_pci(devargs: &str) -> bool {
+    let name = devargs.split(',').next().unwrap_or_default().trim();
+    !(crate::af_xdp::is_af_xdp(devargs) || is_vdev_name(name) || name.is_empty())
+}
+
+#[cfg(test)]
+mod needs_pci_tests {
+    use super::needs_pci;
+
+    #[test]
+    fn only_pci_addresses_need_the_pci_bus() {
+        for d in ["0000:00:03.0", "0000:3b:00.1,rxq_cqe_comp_en=0"] {
+            assert!(needs_pci(d), "{d}");
+        }
+        for d in [
+            "net_tap0,iface=rt-a",
+            "net_ring0",
+            "eth_foo",
+            "af_xdp:eth0",
+            "net_af_xdp0,iface=v1",
+        ] {
+            assert!(!needs_pci(d), "{d}");
+        }
     }
 }

@@ -27,6 +27,7 @@ use crate::counters::SharedCounters;
 use crate::doorbell::Doorbells;
 use crate::notify::CqNotify;
 use crate::park::Parker;
+use crate::sys::EventFd;
 
 /// QP numbers start here (0 and 1 are special in the IBA).
 pub const QPN_BASE: u32 = 0x11;
@@ -515,22 +516,29 @@ pub struct EngineShared {
     doorbells: Doorbells,
     /// Async events, from the engine's slow path to the program.
     pub(crate) events: (Sender<AsyncEvent>, crossbeam_channel::Receiver<AsyncEvent>),
+    /// Readable while `events` holds an event (`ibv_context.async_fd`,
+    /// which a program polls): the engine signals it after each send, the
+    /// program's side keeps it in step when it takes one
+    /// (`verbs::AsyncEvents`).
+    pub(crate) events_fd: EventFd,
     /// Where the engine's thread sleeps when idle; a doorbell, a command or
     /// the stop wakes it.
     pub(crate) parker: Arc<Parker>,
 }
 
 impl EngineShared {
-    /// The shared state of an engine whose thread parks on `parker`.
-    pub(crate) fn new(max_qps: usize, qpn_base: u32, parker: Arc<Parker>) -> Self {
-        EngineShared {
+    /// The shared state of an engine whose thread parks on `parker`; fails
+    /// only if no eventfd can be made (the process is out of descriptors).
+    pub(crate) fn new(max_qps: usize, qpn_base: u32, parker: Arc<Parker>) -> std::io::Result<Self> {
+        Ok(EngineShared {
             stop: AtomicBool::new(false),
             done: AtomicBool::new(false),
             counters: SharedCounters::default(),
             doorbells: Doorbells::new(max_qps, qpn_base),
             events: crossbeam_channel::bounded(ASYNC_EVENT_QUEUE),
+            events_fd: EventFd::new()?,
             parker,
-        }
+        })
     }
 
     /// Asks the engine to stop (and wakes it if it sleeps).
@@ -587,7 +595,7 @@ mod tests {
     /// taken; a lost doorbell leaves one in the ring with nobody to take it.
     #[test]
     fn doorbells_are_never_lost() {
-        let shared = Arc::new(EngineShared::new(4, QPN_BASE, Arc::default()));
+        let shared = Arc::new(EngineShared::new(4, QPN_BASE, Arc::default()).unwrap());
         let taken = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (mut post, mut ring) = rtrb::RingBuffer::<u64>::new(64);

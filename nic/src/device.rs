@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use dpdk::tap_signal::TapSignalRoute;
 use dpdk::{Eal, Port};
 
 use crate::contract::{CommandTx, DeviceConfig, EngineShared, CAPTURE_SNAP, MAX_QPS, QPN_BASE};
@@ -63,15 +64,22 @@ pub struct Device {
 
 impl Device {
     /// Starts a device on `port` (configured here with one RX and one TX
-    /// queue) and its engine thread, pinned to `cfg.core`.
+    /// queue) and its engine thread, pinned to `cfg.core`. Every thread
+    /// that polls a port takes the TAP PMD's RX signal of the ports opened
+    /// so far ([`TapSignalRoute`]), so that it never interrupts the
+    /// program's threads (a `poll` on a completion channel would return
+    /// EINTR once per frame).
     pub fn open(eal: &'static Eal, port: Port, cfg: DeviceConfig) -> Result<Device, VerbsError> {
         let core = cfg.core;
         let (engine, mut dev) = Self::prepare(eal, port, &cfg, Arc::default())?;
-        let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || engine.run())
-            .map_err(|source| VerbsError::Thread {
-                what: "engine",
-                source,
-            })?;
+        let thread = dpdk::lcore::spawn_pinned(eal, "rsnic-engine", core, move || {
+            let _route = TapSignalRoute::here();
+            engine.run()
+        })
+        .map_err(|source| VerbsError::Thread {
+            what: "engine",
+            source,
+        })?;
         dev.threads.push(thread);
         Ok(dev)
     }
@@ -96,6 +104,7 @@ impl Device {
             devices.push(d);
         }
         match dpdk::lcore::spawn_pinned(eal, "rsnic-group", core, move || {
+            let _route = TapSignalRoute::here();
             crate::engine::run_group(engines)
         }) {
             Ok(_detached) => Ok(devices),
@@ -164,7 +173,10 @@ impl Device {
         let mut shard_parts = |k: usize, io: PacketIo, port: Option<Port>, max_frame| {
             let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
             let parker = Arc::new(crate::park::Parker::new());
-            let shared = Arc::new(EngineShared::new(MAX_QPS, shard_base(k), parker.clone()));
+            let shared = Arc::new(
+                EngineShared::new(MAX_QPS, shard_base(k), parker.clone())
+                    .map_err(VerbsError::AsyncEventFd)?,
+            );
             let e = Engine::build(
                 eal,
                 &cfg,
@@ -238,7 +250,9 @@ impl Device {
                 from_shard.push(out_c);
                 engines.push(e);
             }
-            let dshared = Arc::new(EngineShared::new(1, QPN_BASE, dparker));
+            let dshared = Arc::new(
+                EngineShared::new(1, QPN_BASE, dparker).map_err(VerbsError::AsyncEventFd)?,
+            );
             dispatcher = Some((
                 Dispatcher::new(DispatcherParts {
                     port: port.take().ok_or(VerbsError::PortWithoutQueue)?,
@@ -263,6 +277,7 @@ impl Device {
         // From here on, `dev`'s drop stops whatever was started.
         if let Some((dispatcher, _)) = dispatcher {
             let started = dpdk::lcore::spawn_pinned(eal, "rsnic-dispatch", cfg.core, move || {
+                let _route = TapSignalRoute::here();
                 dispatcher.run()
             });
             match started {
@@ -277,7 +292,10 @@ impl Device {
             }
         }
         for ((e, core), k) in engines.into_iter().zip(shard_cores).zip(0..) {
-            match dpdk::lcore::spawn_pinned(eal, "rsnic-shard", *core, move || e.run()) {
+            match dpdk::lcore::spawn_pinned(eal, "rsnic-shard", *core, move || {
+                let _route = TapSignalRoute::here();
+                e.run()
+            }) {
                 Ok(t) => dev.threads.push(t),
                 Err(source) => {
                     for h in &dev.engines[k..] {
@@ -314,7 +332,10 @@ impl Device {
             None => port.mac()?,
         };
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
-        let shared = Arc::new(EngineShared::new(MAX_QPS, QPN_BASE, parker.clone()));
+        let shared = Arc::new(
+            EngineShared::new(MAX_QPS, QPN_BASE, parker.clone())
+                .map_err(VerbsError::AsyncEventFd)?,
+        );
         let (producer, writer) = match &cfg.pcap {
             Some(path) => {
                 let (p, w) = start_capture(path, port.name())?;

@@ -70,6 +70,9 @@ pub enum VerbsError {
     /// The completion channel's eventfd failed.
     #[error("completion channel: {0}")]
     Channel(#[source] std::io::Error),
+    /// The eventfd of the async event queue could not be made.
+    #[error("async event queue: {0}")]
+    AsyncEventFd(#[source] std::io::Error),
     /// The two ends of a QP chose different congestion controls.
     #[error("congestion control mismatch: local {local}, remote {remote}")]
     CcMismatch {

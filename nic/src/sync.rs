@@ -1,6 +1,6 @@
 //! The atomics through which the program's handles and the engine meet
 //! outside the rings: the doorbell flags and queue ([`crate::doorbell`]) and
-//! the completion channel's armed flag ([`crate::notify`]) and the parked
+//! the completion channel's armed state ([`crate::notify`]) and the parked
 //! flag ([`crate::park`]). They come from
 //! `std`, or from `loom` when the loom model (`nic/loom`, its own crate so
 //! that loom stays out of the workspace; `scripts/loom.sh`) compiles these
@@ -8,9 +8,9 @@
 //! the C++ memory model lets a load return.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicBool, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 
 /// The queue of QP indices whose doorbell rang: lock-free and bounded.
 #[cfg(not(loom))]

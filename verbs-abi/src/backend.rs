@@ -79,10 +79,7 @@ impl Backend {
             (None, None) => return Err("RSNIC_IP is not set".into()),
         };
         cfg.ip = Some(ip);
-        let pci = cfg.dev.contains(':') && !cfg.dev.contains(',');
-        let mut args = dpdk::tool_args("rsnic-verbs", &[] as &[&str], pci);
-        args.extend(cfg.eal.iter().cloned());
-        let eal: &'static Eal = Eal::init(&args).map_err(|e| format!("EAL: {e}"))?;
+        let eal: &'static Eal = Eal::init(&eal_args(&cfg)?).map_err(|e| format!("EAL: {e}"))?;
         // As roce-perf: a TAP re-attached to a persistent multi-queue
         // interface can come up without carrier; open it again then.
         for attempt in 1..=3 {
@@ -105,10 +102,7 @@ impl Backend {
             drop(link);
             dev.close();
             if attempt < 3 {
-                eprintln!(
-                    "rsnic: the link of {} is down after start; opening it again",
-                    cfg.dev
-                );
+                tracing::warn!(dev = %cfg.dev, "the link is down after start; opening it again");
             }
         }
         Err(format!("the link of {} did not come up", cfg.dev))
@@ -123,6 +117,82 @@ impl Backend {
     pub fn speed_mbps(&self) -> u32 {
         self.link.link().map_or(0, |l| l.speed_mbps)
     }
+}
+
+/// The EAL's arguments in a program's process (`RSNIC_LOG` and
+/// `RSNIC_EAL` applied), after sending DPDK's log where `RSNIC_LOG` says
+/// (nowhere by default; crate::config) and, with a level, rsnic's own
+/// `tracing` events there too:
+/// - `--no-pci` unless the port is a PCI device (`dpdk::needs_pci`): a
+///   virtual port needs no bus scan, which probes and complains about the
+///   host's PCI devices ("Requested device ... cannot be used");
+/// - one lcore, `-l CPU` (the engine's `RSNIC_CORE`, else the first CPU the
+///   program may run on), unless `RSNIC_EAL` names its own: without it the
+///   EAL starts an idle worker thread per further CPU (`rte-worker-N`)
+///   inside the program; the engine runs on a thread of its own
+///   registered as an lcore (`dpdk::lcore`), so it needs none of them;
+/// - `--no-telemetry` and `--no-shconf` (dpdk::tool_args' defaults).
+fn eal_args(cfg: &Config) -> Result<Vec<String>, String> {
+    let log = &cfg.log;
+    let sink = match (log.level, &log.file) {
+        (None, _) => dpdk::LogSink::Discard,
+        (Some(_), None) => dpdk::LogSink::Stderr,
+        (Some(_), Some(f)) => dpdk::LogSink::File(f),
+    };
+    dpdk::set_log_sink(sink).map_err(|e| format!("RSNIC_LOG: {e}"))?;
+    if let Some(level) = log.level {
+        install_tracing(level, log.file.as_deref())?;
+    }
+    let mut args = dpdk::tool_args("rsnic-verbs", &[] as &[&str], dpdk::needs_pci(&cfg.dev));
+    if let Some(level) = log.level {
+        // After tool_args' `--log-level=error`: the last global level
+        // wins; `*:` also lowers every log type's own level (most start
+        // at info), without which `debug` would add nothing.
+        args.push(format!("--log-level={}", level.dpdk_name()));
+        args.push(format!("--log-level=*:{}", level.dpdk_name()));
+    }
+    let own_lcores = cfg
+        .eal
+        .iter()
+        .any(|a| a.starts_with("-l") || a.starts_with("-c") || a.starts_with("--lcores"));
+    let core = cfg
+        .core
+        .or_else(|| dpdk::lcore::available_cores().first().copied());
+    if let (false, Some(core)) = (own_lcores, core) {
+        args.extend(["-l".to_owned(), core.to_string()]);
+    }
+    args.extend(cfg.eal.iter().cloned());
+    Ok(args)
+}
+
+/// Records rsnic's `tracing` events from `level` up on standard error or
+/// in `file` (`RSNIC_LOG`). A program that installed its own global
+/// subscriber keeps it.
+fn install_tracing(
+    level: crate::config::LogLevel,
+    file: Option<&std::path::Path>,
+) -> Result<(), String> {
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(level.tracing())
+        .with_target(true);
+    let done = match file {
+        None => builder.with_writer(std::io::stderr).try_init(),
+        Some(path) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("RSNIC_LOG: {}: {e}", path.display()))?;
+            builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(f))
+                .try_init()
+        }
+    };
+    if done.is_err() {
+        tracing::debug!("the program has its own tracing subscriber; rsnic's events go there");
+    }
+    Ok(())
 }
 
 /// Takes the port's lock: one program per port (in one network namespace).

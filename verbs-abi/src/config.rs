@@ -10,8 +10,20 @@
 //! | `RSNIC_CC` | congestion control of every QP: none, dcqcn, hpcc, ... (default none) |
 //! | `RSNIC_EAL` | extra EAL arguments, split at white space |
 //! | `RSNIC_BUSY_POLL` | `1`: the engine never yields its core (default: it yields when idle, for hosts that share cores) |
+//! | `RSNIC_LOG` | `LEVEL` or `LEVEL:FILE`: what the library and DPDK inside it log, and where (default: `off`) |
+//!
+//! The library runs inside someone else's program, so it prints nothing
+//! the user did not ask for: by default DPDK's log (the EAL's and the
+//! PMDs' messages, e.g. net_tap's "Could not add multiq qdisc") goes
+//! nowhere and rsnic's own `tracing` events are not recorded; only a
+//! failure to open the device is explained on standard error (the call
+//! fails with ENODEV). `RSNIC_LOG=LEVEL` (`error`, `warning`, `notice`,
+//! `info` or `debug`, DPDK's level names; `off`) writes both, from that
+//! level up, to standard error, `RSNIC_LOG=LEVEL:FILE` appends them to
+//! FILE instead, e.g. `RSNIC_LOG=debug:/tmp/rsnic.log`.
 
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 
 use cc::CcKind;
 
@@ -34,6 +46,80 @@ pub struct Config {
     pub eal: Vec<String>,
     /// Never yield the engine's core.
     pub busy_poll: bool,
+    /// What to log, and where (`RSNIC_LOG`).
+    pub log: LogConfig,
+}
+
+/// `RSNIC_LOG`: the level from which the library and DPDK log (None: they
+/// log nothing), and the file they append to (None: standard error).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogConfig {
+    /// The lowest severity written.
+    pub level: Option<LogLevel>,
+    /// Where, if not standard error.
+    pub file: Option<PathBuf>,
+}
+
+/// A log level, by DPDK's names (`rte_log.h`); each maps to `tracing`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// `RTE_LOG_ERR`, `tracing::Level::ERROR`.
+    Error,
+    /// `RTE_LOG_WARNING`, `WARN`.
+    Warning,
+    /// `RTE_LOG_NOTICE`, `INFO` (tracing has no notice).
+    Notice,
+    /// `RTE_LOG_INFO`, `INFO`.
+    Info,
+    /// `RTE_LOG_DEBUG`, `DEBUG`.
+    Debug,
+}
+
+impl LogLevel {
+    /// The name the EAL's `--log-level` takes.
+    pub fn dpdk_name(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warning => "warning",
+            LogLevel::Notice => "notice",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+        }
+    }
+
+    /// The `tracing` level of rsnic's own events.
+    pub fn tracing(self) -> tracing::Level {
+        match self {
+            LogLevel::Error => tracing::Level::ERROR,
+            LogLevel::Warning => tracing::Level::WARN,
+            LogLevel::Notice | LogLevel::Info => tracing::Level::INFO,
+            LogLevel::Debug => tracing::Level::DEBUG,
+        }
+    }
+}
+
+impl LogConfig {
+    /// `off`, `LEVEL` or `LEVEL:FILE`.
+    fn parse(s: &str) -> Result<LogConfig, String> {
+        let (level, file) = match s.split_once(':') {
+            Some((l, f)) if !f.is_empty() => (l, Some(PathBuf::from(f))),
+            Some(_) => return Err("a file name after ':'".into()),
+            None => (s, None),
+        };
+        let level = match level.trim().to_ascii_lowercase().as_str() {
+            "off" | "" => None,
+            "error" | "err" => Some(LogLevel::Error),
+            "warning" | "warn" => Some(LogLevel::Warning),
+            "notice" => Some(LogLevel::Notice),
+            "info" => Some(LogLevel::Info),
+            "debug" => Some(LogLevel::Debug),
+            _ => return Err("off, error, warning, notice, info or debug [:FILE]".into()),
+        };
+        if level.is_none() && file.is_some() {
+            return Err("a level before the file (off logs nothing)".into());
+        }
+        Ok(LogConfig { level, file })
+    }
 }
 
 /// Why the environment does not describe a device.
@@ -109,6 +195,10 @@ impl Config {
             .map(|s| s.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default();
         let busy_poll = get("RSNIC_BUSY_POLL").is_some_and(|v| v == "1");
+        let log = match get("RSNIC_LOG") {
+            None => LogConfig::default(),
+            Some(l) => LogConfig::parse(&l).map_err(|why| bad("RSNIC_LOG", &l, why))?,
+        };
         Ok(Config {
             dev,
             ip,
@@ -117,6 +207,7 @@ impl Config {
             cc,
             eal,
             busy_poll,
+            log,
         })
     }
 
@@ -184,6 +275,37 @@ mod tests {
         assert_eq!(c.port_mac(), Some([2, 0x52, 0x53, 0, 0, 1]));
         assert!(c.eal.is_empty() && !c.busy_poll && c.core.is_none());
         assert_eq!(c.host_iface(), None);
+        assert_eq!(c.log, LogConfig::default(), "quiet unless asked");
+    }
+
+    #[test]
+    fn log_levels_and_places() {
+        let with = |v: &str| {
+            Config::from_lookup(env(&[
+                ("RSNIC_DEV", "net_ring0"),
+                ("RSNIC_IP", "10.0.0.3"),
+                ("RSNIC_LOG", v),
+            ]))
+        };
+        assert_eq!(with("off").unwrap().log, LogConfig::default());
+        let c = with("debug").unwrap();
+        assert_eq!((c.log.level, c.log.file), (Some(LogLevel::Debug), None));
+        let c = with("Warning:/tmp/rsnic.log").unwrap();
+        assert_eq!(c.log.level, Some(LogLevel::Warning));
+        assert_eq!(c.log.file.as_deref(), Some("/tmp/rsnic.log".as_ref()));
+        assert_eq!(LogLevel::Notice.dpdk_name(), "notice");
+        for v in ["loud", "debug:", "off:/tmp/x"] {
+            assert!(
+                matches!(
+                    with(v),
+                    Err(ConfigError::Bad {
+                        var: "RSNIC_LOG",
+                        ..
+                    })
+                ),
+                "{v}"
+            );
+        }
     }
 
     #[test]

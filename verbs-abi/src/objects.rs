@@ -125,7 +125,8 @@ pub struct Context {
     pub vctx: verbs_context,
     /// The running device.
     pub backend: &'static Backend,
-    /// `ibv_context.async_fd`.
+    /// `ibv_context.async_fd`: an epoll descriptor over the device's async
+    /// event descriptors, readable while an event is queued.
     pub async_fd: OwnedFd,
 }
 

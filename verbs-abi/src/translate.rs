@@ -498,6 +498,7 @@ mod tests {
             byte_len: 0,
             imm: None,
             qp_num: 0x11,
+            solicited: false,
         };
         fill_wc(&wc, &mut out);
         assert_eq!(

@@ -120,7 +120,7 @@ fn a_completion_is_polled_or_wakes_the_program() {
             let (notify, ring) = (notify.clone(), ring.clone());
             loom::thread::spawn(move || {
                 ring.push(7);
-                notify.completed();
+                notify.completed(false);
             })
         };
         let polled = ring.pop().or_else(|| {

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use rdma::transport::WorkCompletion;
+use rdma::transport::{WcStatus, WorkCompletion};
 
 use crate::notify::CqNotify;
 use crate::park::Parker;
@@ -64,9 +64,10 @@ impl CqRing {
     #[inline]
     pub(super) fn push(&mut self, wc: WorkCompletion) -> Result<(), WorkCompletion> {
         let ring = self.ring.as_mut().ok_or(wc)?;
+        let solicited = solicits(&wc);
         ring.push(wc).map_err(|rtrb::PushError::Full(wc)| wc)?;
         if let Some(n) = &self.notify {
-            n.completed();
+            n.completed(solicited);
         }
         if let Some(w) = &self.waiter {
             // A waiter that asked for N completions (CompletionQueue::
@@ -76,5 +77,42 @@ impl CqRing {
             w.wake_when(|| ring.buffer().capacity() - ring.slots());
         }
         Ok(())
+    }
+}
+
+/// Whether `wc` ends the wait of a CQ armed for solicited completions only.
+/// `ibv_req_notify_cq(3)`: "A CQE is solicited if it is a receive
+/// completion for a message with the Solicited Event header bit set, or if
+/// the status is not successful. All other successful receive completions,
+/// or any successful send completion is unsolicited." (IBA 11.4.2.2; rxe
+/// passes the received packet's SE bit to `rxe_cq_post`.)
+#[inline]
+pub(crate) fn solicits(wc: &WorkCompletion) -> bool {
+    wc.solicited || wc.status != WcStatus::Success
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdma::transport::WcOpcode;
+
+    #[test]
+    fn what_solicits() {
+        let recv = WorkCompletion {
+            opcode: WcOpcode::Recv,
+            ..WorkCompletion::BLANK
+        };
+        assert!(!solicits(&recv), "a receive without SE");
+        assert!(solicits(&WorkCompletion {
+            solicited: true,
+            ..recv
+        }));
+        assert!(!solicits(&WorkCompletion::BLANK), "a successful send");
+        for status in [WcStatus::RemAccessErr, WcStatus::WrFlushErr] {
+            assert!(solicits(&WorkCompletion {
+                status,
+                ..WorkCompletion::BLANK
+            }));
+        }
     }
 }

@@ -123,6 +123,7 @@ impl Engine {
                         byte_len: 0,
                         imm: None,
                         qp_num: qp.config().qpn,
+                        solicited: false,
                     };
                     if let Some(ring) = self.cqs.get_mut(cq as usize) {
                         if ring.push(wc).is_err() {

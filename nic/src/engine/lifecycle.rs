@@ -90,10 +90,17 @@ impl Engine {
                 self.life.link_up = Some(up);
             }
         }
+        let mut sent = false;
         for ev in self.life.events.drain(..) {
             if self.shared.events.0.try_send(ev).is_err() {
                 self.counters.async_event_drops += 1;
+            } else {
+                sent = true;
             }
+        }
+        if sent {
+            // After the sends: a program woken by the descriptor finds them.
+            self.shared.events_fd.signal();
         }
     }
 

@@ -36,6 +36,20 @@ impl EventFd {
         };
     }
 
+    /// Resets the counter without waiting (a no-op when it is zero).
+    pub(crate) fn reset(&self) {
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking
+        // descriptor (EAGAIN when the counter is zero).
+        let _ = unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                (&mut count as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+
     /// Sleeps until the counter is non-zero or `timeout` passed (None:
     /// forever), then resets it; whether it was signalled. An interrupted
     /// sleep counts as not signalled.

@@ -4,11 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
 use rdma::transport::WorkCompletion;
 
 use super::{AsyncEvent, VerbsError, SPIN_BEFORE_PARK};
-use crate::contract::{Command, CommandTx};
+use crate::contract::{Command, CommandTx, EngineShared};
 use crate::notify::CqNotify;
 use crate::park::Parker;
 
@@ -237,6 +236,16 @@ impl CompletionQueue {
         self.notify.as_ref().inspect(|n| n.arm()).is_some()
     }
 
+    /// As [`Self::req_notify`] for the next solicited completion only
+    /// (`ibv_req_notify_cq(cq, 1)`: a receive whose message carried the
+    /// BTH SE bit, or a completion in error).
+    pub fn req_notify_solicited(&self) -> bool {
+        self.notify
+            .as_ref()
+            .inspect(|n| n.arm_solicited())
+            .is_some()
+    }
+
     /// Takes one completion, sleeping in the kernel (not spinning) until
     /// one arrives or `timeout` passes: poll, arm, poll again, sleep on the
     /// completion channel (`ibv_get_cq_event`). Without a channel
@@ -276,32 +285,66 @@ impl CompletionQueue {
 
 /// A device's async event queue ([`super::Device::events`]), one per engine
 /// (shard) of the device, read as one.
+///
+/// Each engine's queue has an eventfd ([`Self::fds`]) that is readable
+/// while the queue holds an event, so that a program can `poll` for events
+/// (`ibv_context.async_fd`, `ibv_get_async_event(3)`): the engine signals
+/// it after it sends; a taker resets it, takes, and signals it again if
+/// events are left. Whatever the interleaving, a send after the reset is
+/// followed by the engine's signal, and one before it is found by the
+/// taker's look at what is left.
 pub struct AsyncEvents {
-    pub(super) rx: Vec<Receiver<AsyncEvent>>,
+    pub(super) engines: Vec<Arc<EngineShared>>,
 }
 
 impl AsyncEvents {
     /// The next event, if one is queued.
     pub fn try_next(&self) -> Option<AsyncEvent> {
-        self.rx.iter().find_map(|r| r.try_recv().ok())
+        self.engines.iter().find_map(|e| {
+            e.events_fd.reset();
+            let ev = e.events.1.try_recv().ok();
+            Self::resync(e);
+            ev
+        })
     }
 
-    /// Waits up to `timeout` for the next event (`ibv_get_async_event`).
+    /// Waits up to `timeout` for the next event.
     pub fn next_timeout(&self, timeout: Duration) -> Option<AsyncEvent> {
         let mut sel = crossbeam_channel::Select::new();
-        for r in &self.rx {
-            sel.recv(r);
+        for e in &self.engines {
+            sel.recv(&e.events.1);
         }
         let end = Instant::now() + timeout;
         loop {
             let left = end.saturating_duration_since(Instant::now());
             let op = sel.select_timeout(left).ok()?;
             let i = op.index();
-            if let Ok(ev) = op.recv(&self.rx[i]) {
+            let e = &self.engines[i];
+            if let Ok(ev) = op.recv(&e.events.1) {
+                e.events_fd.reset();
+                Self::resync(e);
                 return Some(ev);
             }
             // That engine is gone; wait on the others.
             sel.remove(i);
+        }
+    }
+
+    /// The descriptors that are readable while an event is queued, one per
+    /// engine (level-triggered: for `poll` or an `epoll` set). Valid while
+    /// the device lives.
+    pub fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.engines
+            .iter()
+            .map(|e| e.events_fd.as_raw_fd())
+            .collect()
+    }
+
+    /// After a reset: readable again if events are left.
+    fn resync(e: &EngineShared) {
+        if !e.events.1.is_empty() {
+            e.events_fd.signal();
         }
     }
 }

@@ -345,11 +345,7 @@ impl Device {
     /// ERR on its own, a full CQ, the port's link going down or up.
     pub fn events(&self) -> AsyncEvents {
         AsyncEvents {
-            rx: self
-                .engines
-                .iter()
-                .map(|h| h.shared.events.1.clone())
-                .collect(),
+            engines: self.engines.iter().map(|h| h.shared.clone()).collect(),
         }
     }
 

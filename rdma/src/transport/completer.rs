@@ -105,6 +105,7 @@ impl Completer {
                 byte_len,
                 imm: None,
                 qp_num: cfg.qpn,
+                solicited: false,
             });
         }
         self.una = w.end_psn();

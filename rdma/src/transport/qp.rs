@@ -314,6 +314,7 @@ impl Qp {
             byte_len: 0,
             imm: None,
             qp_num: self.cfg.qpn,
+            solicited: false,
         });
     }
 

@@ -274,6 +274,7 @@ impl Requester {
                 byte_len: 0,
                 imm: None,
                 qp_num: qpn,
+                solicited: false,
             });
         }
         self.rnr_until = 0;

@@ -68,6 +68,11 @@ pub struct WorkCompletion {
     pub imm: Option<u32>,
     /// Local QP number.
     pub qp_num: u32,
+    /// A receive completion of a message whose last packet carried the
+    /// BTH SE bit (Solicited Event, IBA 9.2.2): what a CQ armed for
+    /// solicited completions only waits for (`ibv_req_notify_cq(3)`, IBA
+    /// 11.4.2.2). False for every other completion.
+    pub solicited: bool,
 }
 
 impl WorkCompletion {
@@ -80,6 +85,7 @@ impl WorkCompletion {
         byte_len: 0,
         imm: None,
         qp_num: 0,
+        solicited: false,
     };
 }
 

@@ -68,13 +68,17 @@ pub(crate) extern "C" fn rsnic_ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     ch: *mut ibv_comp_channel,
-    _vector: c_int,
+    vector: c_int,
 ) -> *mut ibv_cq {
     guard(null_mut(), || {
         let Some(ctx) = ctx(c) else {
             return null_with(EINVAL);
         };
-        if !(1..=MAX_CQE).contains(&cqe) {
+        // ibv_create_cq(3): `cqe` is at least 1 and at most the device's
+        // `max_cqe`, `comp_vector` below the context's `num_comp_vectors`;
+        // otherwise NULL with EINVAL, as the kernel answers (rxe_cq_chk_attr
+        // for `cqe`, ib_uverbs_create_cq for the vector).
+        if !(1..=MAX_CQE).contains(&cqe) || !(0..NUM_COMP_VECTORS).contains(&vector) {
             return null_with(EINVAL);
         }
         if !ch.is_null() && !is_live(ch.cast(), Kind::Channel) {
@@ -242,8 +246,10 @@ pub(crate) extern "C" fn op_poll_cq(q: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -
 }
 
 /// `ibv_req_notify_cq` (through `ops.req_notify_cq`): arms the CQ's
-/// channel for the next completion (solicited-only is taken as any).
-pub(crate) extern "C" fn op_req_notify_cq(q: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+/// channel for the next completion, or with `solicited_only` non-zero for
+/// the next solicited one (a receive of a message whose last packet had
+/// the BTH SE bit, or an error; `ibv_req_notify_cq(3)`, IBA 11.4.2.2).
+pub(crate) extern "C" fn op_req_notify_cq(q: *mut ibv_cq, solicited_only: c_int) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: reached only through a CQ of ours.
         let cq = unsafe { &*q.cast::<Cq>() };
@@ -251,7 +257,11 @@ pub(crate) extern "C" fn op_req_notify_cq(q: *mut ibv_cq, _solicited_only: c_int
         // SAFETY: under the CQ's lock.
         match (unsafe { &*cq.cq.get() }).as_ref() {
             Some(h) => {
-                h.req_notify();
+                if solicited_only != 0 {
+                    h.req_notify_solicited();
+                } else {
+                    h.req_notify();
+                }
                 0
             }
             None => EINVAL,

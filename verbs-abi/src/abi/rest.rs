@@ -4,6 +4,7 @@ use super::*;
 use libc::{EINVAL, EOPNOTSUPP};
 use nic::contract::AsyncEvent;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::os::fd::AsRawFd;
 
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_get_async_event(
@@ -18,8 +19,20 @@ pub(crate) extern "C" fn rsnic_ibv_get_async_event(
             return minus_one(EINVAL);
         }
         let events = ctx.backend.dev.events();
+        let fd = ctx.async_fd.as_raw_fd();
+        // ibv_get_async_event(3): blocking by default; a program that made
+        // `async_fd` non-blocking gets -1 with EAGAIN when none is queued.
+        // SAFETY: F_GETFL on our live descriptor.
+        let nonblock = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
         loop {
-            let Some(e) = events.next_timeout(std::time::Duration::from_secs(1)) else {
+            let Some(e) = events.try_next() else {
+                if nonblock {
+                    return minus_one(libc::EAGAIN);
+                }
+                let mut ev = libc::epoll_event { events: 0, u64: 0 };
+                // SAFETY: one event slot, live for the call. An EINTR (a
+                // signal of the program's with a handler) looks again.
+                unsafe { libc::epoll_wait(fd, &mut ev, 1, -1) };
                 continue;
             };
             let l = live();

@@ -13,7 +13,9 @@
  * N create/destroy cycles of every object with the process's RSS flat.
  * Exits 0 only if every check passed; prints one line per check.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <stdint.h>
@@ -60,13 +62,18 @@ struct pair {
 	struct ibv_qp *a, *b;
 };
 
-static struct ibv_qp *rc_qp(struct ibv_cq *cq)
+static struct ibv_qp *rc_qp2(struct ibv_cq *scq, struct ibv_cq *rcq)
 {
 	struct ibv_qp_init_attr ia = {
-		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.send_cq = scq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
 		.cap = { .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1 },
 	};
 	return ibv_create_qp(pd, &ia);
+}
+
+static struct ibv_qp *rc_qp(struct ibv_cq *cq)
+{
+	return rc_qp2(cq, cq);
 }
 
 /* An RC QP whose work requests take up to `sge` SGEs each way. */
@@ -164,6 +171,36 @@ int main(int argc, char **argv)
 	if (!ctx)
 		return 1;
 	ibv_free_device_list(list);
+	{
+		/* The library's threads in the program: the engine and DPDK's
+		 * interrupt thread, no idle EAL worker lcores (issue 40, item 8). */
+		char path[300], comm[64], names[512] = "";
+		int threads = 0, workers = 0;
+		DIR *d = opendir("/proc/self/task");
+		for (struct dirent *e; d && (e = readdir(d));) {
+			if (e->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+			FILE *f = fopen(path, "r");
+			if (!f)
+				continue;
+			if (fgets(comm, sizeof(comm), f)) {
+				comm[strcspn(comm, "\n")] = 0;
+				workers += !strncmp(comm, "rte-worker", 10);
+				if (strlen(names) + strlen(comm) + 2 < sizeof(names)) {
+					strcat(names, " ");
+					strcat(names, comm);
+				}
+			}
+			fclose(f);
+			threads++;
+		}
+		if (d)
+			closedir(d);
+		CHECK(threads == 3 && workers == 0, "3 threads after ibv_open_device: the program's, the engine, the EAL's "
+						    "interrupt thread (%d:%s)",
+		      threads, names);
+	}
 	CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0 && gid.raw[10] == 0xff && gid.raw[11] == 0xff,
 	      "GID 0 is IPv4-mapped");
 	struct ibv_gid_entry ge;
@@ -208,6 +245,20 @@ int main(int argc, char **argv)
 	CHECK(cq != NULL, "create_cq");
 	errno = 0;
 	CHECK(ibv_create_cq(ctx, 0, NULL, NULL, 0) == NULL && errno == EINVAL, "create_cq of 0 entries: EINVAL");
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(ctx, &da) == 0 && da.vendor_id == 0xFFFFFF && da.vendor_part_id == 0,
+	      "vendor_id 0xFFFFFF, vendor_part_id 0, as Linux rxe (%#x, %u)", da.vendor_id, da.vendor_part_id);
+	errno = 0;
+	CHECK(ibv_create_cq(ctx, da.max_cqe + 1, NULL, NULL, 0) == NULL && errno == EINVAL,
+	      "create_cq of max_cqe + 1 (%d) entries: EINVAL", da.max_cqe + 1);
+	struct ibv_cq *big = ibv_create_cq(ctx, da.max_cqe, NULL, NULL, 0);
+	CHECK(big != NULL && ibv_destroy_cq(big) == 0, "create_cq of max_cqe entries");
+	errno = 0;
+	CHECK(ctx->num_comp_vectors == 1 && ibv_create_cq(ctx, 16, NULL, NULL, ctx->num_comp_vectors) == NULL &&
+		      errno == EINVAL,
+	      "create_cq on comp_vector num_comp_vectors (%d): EINVAL", ctx->num_comp_vectors);
+	errno = 0;
+	CHECK(ibv_create_cq(ctx, 16, NULL, NULL, -1) == NULL && errno == EINVAL, "create_cq on comp_vector -1: EINVAL");
 	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
 				       .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 } };
 	errno = 0;
@@ -258,6 +309,29 @@ int main(int argc, char **argv)
 	struct ibv_qp_init_attr qia;
 	CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qia) == 0 && qa.qp_state == IBV_QPS_INIT && qia.cap.max_send_wr == 64,
 	      "query_qp: INIT, caps");
+	{
+		/* ibv_modify_qp(3): EINVAL for a value the device cannot take,
+		 * not a silent clamp. */
+		struct ibv_qp_attr r = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = qp->qp_num,
+					 .rq_psn = 1, .max_dest_rd_atomic = da.max_qp_rd_atom + 1, .min_rnr_timer = 12,
+					 .ah_attr = { .is_global = 1, .port_num = 1, .grh = { .dgid = gid, .hop_limit = 1 } } };
+		int rm = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		CHECK(ibv_modify_qp(qp, &r, rm) == EINVAL && qp->state == IBV_QPS_INIT,
+		      "RTR with max_dest_rd_atomic max_qp_rd_atom + 1 (%d): EINVAL, still INIT", da.max_qp_rd_atom + 1);
+		r.max_dest_rd_atomic = da.max_qp_rd_atom;
+		CHECK(ibv_modify_qp(qp, &r, rm) == 0, "RTR with max_dest_rd_atomic max_qp_rd_atom (%d)", da.max_qp_rd_atom);
+		struct ibv_qp_attr t = { .qp_state = IBV_QPS_RTS, .sq_psn = 1, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
+					 .max_rd_atomic = da.max_qp_init_rd_atom + 1 };
+		int tm = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			 IBV_QP_MAX_QP_RD_ATOMIC;
+		CHECK(ibv_modify_qp(qp, &t, tm) == EINVAL && qp->state == IBV_QPS_RTR,
+		      "RTS with max_rd_atomic max_qp_init_rd_atom + 1 (%d): EINVAL, still RTR", da.max_qp_init_rd_atom + 1);
+		t.max_rd_atomic = da.max_qp_init_rd_atom;
+		CHECK(ibv_modify_qp(qp, &t, tm) == 0 && ibv_query_qp(qp, &qa, IBV_QP_MAX_QP_RD_ATOMIC, &qia) == 0 &&
+			      qa.max_rd_atomic == da.max_qp_init_rd_atom && qa.max_dest_rd_atomic == da.max_qp_rd_atom,
+		      "RTS with max_rd_atomic max_qp_init_rd_atom; query_qp gives both back");
+	}
 	CHECK(ibv_destroy_qp(qp) == 0, "destroy_qp");
 	CHECK(ibv_destroy_qp(qp) == EINVAL, "destroy_qp twice: EINVAL");
 
@@ -470,6 +544,132 @@ int main(int argc, char **argv)
 		if (ecq)
 			ibv_destroy_cq(ecq);
 		CHECK(ch && ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel");
+	}
+
+	/* Solicited-only notification (ibv_req_notify_cq(3), IBA 11.4.2.2): the
+	 * receiver's CQ, armed with solicited_only=1, gets its event for a
+	 * message sent with IBV_SEND_SOLICITED (BTH SE) or a completion in
+	 * error, not for a plain SEND, nor for the sender's completions. */
+	{
+		struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+		struct ibv_cq *rcq = ch ? ibv_create_cq(ctx, 64, (void *)0x5e, ch, 0) : NULL;
+		struct ibv_cq *scq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+		struct ibv_qp *qs = rc_qp(scq), *qr = rcq && scq ? rc_qp2(scq, rcq) : NULL;
+		int ok = qs && qr && !to_init(qs) && !to_init(qr) && !to_rtr(qs, qr->qp_num, 30) &&
+			 !to_rtr(qr, qs->qp_num, 40) && !to_rts(qs, 40) && !to_rts(qr, 30);
+		CHECK(ok, "solicited: a pair whose receiver completes into a CQ with a channel");
+		struct pollfd pf = { .fd = ch ? ch->fd : -1, .events = POLLIN };
+		struct ibv_cq *ev_cq = NULL;
+		void *ev_ctx = NULL;
+		/* recv: post one receive of `len` bytes; send: one SEND of 19 bytes. */
+#define RECV(id, len)                                                                                         \
+	do {                                                                                                  \
+		struct ibv_sge rs = { .addr = (uintptr_t)buf[1] + 8192, .length = (len), .lkey = m1->lkey };   \
+		struct ibv_recv_wr r = { .wr_id = (id), .sg_list = &rs, .num_sge = 1 }, *rb;                  \
+		ok = ok && ibv_post_recv(qr, &r, &rb) == 0;                                                   \
+	} while (0)
+#define SEND(id, flags)                                                                                       \
+	do {                                                                                                  \
+		struct ibv_sge ss = { .addr = (uintptr_t)buf[0], .length = 19, .lkey = m0->lkey };             \
+		struct ibv_send_wr s = { .wr_id = (id), .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND, \
+					 .send_flags = IBV_SEND_SIGNALED | (flags) }, *sb;                     \
+		ok = ok && ibv_post_send(qs, &s, &sb) == 0 && wait_wc(scq, &wc) == 1 && wc.wr_id == (id);     \
+	} while (0)
+		/* The sender's completion comes after the receiver's ACK, so the
+		 * receive completion is in rcq when the 300 ms wait starts. */
+		RECV(1, 64);
+		ok = ok && ibv_req_notify_cq(rcq, 1) == 0;
+		SEND(11, 0);
+		int quiet = ok && poll(&pf, 1, 300) == 0;
+		ok = ok && ibv_poll_cq(rcq, 1, &wc) == 1 && wc.wr_id == 1 && wc.status == IBV_WC_SUCCESS;
+		CHECK(ok && quiet, "solicited_only: a SEND without SOLICITED completes without an event");
+		RECV(2, 64);
+		SEND(12, IBV_SEND_SOLICITED);
+		ok = ok && poll(&pf, 1, 5000) == 1 && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == rcq &&
+		     ev_ctx == (void *)0x5e;
+		if (ev_cq)
+			ibv_ack_cq_events(ev_cq, 1);
+		ok = ok && ibv_poll_cq(rcq, 2, &wc) == 1 && wc.wr_id == 2 && wc.status == IBV_WC_SUCCESS;
+		CHECK(ok, "solicited_only: a SEND with SOLICITED (BTH SE) wakes the channel");
+		/* A receive too short for the message: IBV_WC_LOC_LEN_ERR, solicited
+		 * whatever the SE bit (the QPs end in ERR; the last check here). */
+		RECV(3, 4);
+		ok = ok && ibv_req_notify_cq(rcq, 1) == 0;
+		{
+			struct ibv_sge ss = { .addr = (uintptr_t)buf[0], .length = 19, .lkey = m0->lkey };
+			struct ibv_send_wr s = { .wr_id = 13, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+						 .send_flags = IBV_SEND_SIGNALED }, *sb;
+			ok = ok && ibv_post_send(qs, &s, &sb) == 0;
+		}
+		ev_cq = NULL;
+		ok = ok && poll(&pf, 1, 5000) == 1 && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == rcq;
+		if (ev_cq)
+			ibv_ack_cq_events(ev_cq, 1);
+		ok = ok && ibv_poll_cq(rcq, 1, &wc) == 1 && wc.wr_id == 3 && wc.status != IBV_WC_SUCCESS;
+		CHECK(ok, "solicited_only: an unsolicited receive in error (%s) wakes the channel",
+		      ibv_wc_status_str(wc.status));
+#undef RECV
+#undef SEND
+		while (ibv_poll_cq(scq, 1, &wc) == 1)
+			;
+		if (qs)
+			ibv_destroy_qp(qs);
+		if (qr)
+			ibv_destroy_qp(qr);
+		if (rcq)
+			ibv_destroy_cq(rcq);
+		if (scq)
+			ibv_destroy_cq(scq);
+		if (ch)
+			ibv_destroy_comp_channel(ch);
+	}
+
+	/* The async event descriptor (ibv_get_async_event(3)): readable once an
+	 * event is queued; with O_NONBLOCK, -1/EAGAIN when none is. A CQ of 2
+	 * entries given 8 completions raises IBV_EVENT_CQ_ERR. */
+	{
+		int fl = fcntl(ctx->async_fd, F_GETFL);
+		struct pollfd apf = { .fd = ctx->async_fd, .events = POLLIN };
+		struct ibv_async_event ae;
+		int ok = fl >= 0 && fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0;
+		/* Whatever the checks above left (events of QPs destroyed since are
+		 * not reported: their ibv_qp is gone). */
+		for (int i = 0; ok && i < 100 && ibv_get_async_event(ctx, &ae) == 0; i++)
+			ibv_ack_async_event(&ae);
+		errno = 0;
+		CHECK(ok && poll(&apf, 1, 0) == 0 && ibv_get_async_event(ctx, &ae) == -1 && errno == EAGAIN,
+		      "async_fd: not readable, and get_async_event -1/EAGAIN (O_NONBLOCK), with no event queued");
+		struct ibv_cq *small = ibv_create_cq(ctx, 2, NULL, NULL, 0), *other = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+		struct ibv_qp *q1 = small ? rc_qp(small) : NULL, *q2 = other ? rc_qp(other) : NULL;
+		ok = ok && q1 && q2 && !to_init(q1) && !to_init(q2) && !to_rtr(q1, q2->qp_num, 50) &&
+		     !to_rtr(q2, q1->qp_num, 60) && !to_rts(q1, 60) && !to_rts(q2, 50);
+		for (int i = 0; ok && i < 8; i++)
+			ok = post(q1, IBV_WR_RDMA_WRITE, m0, 0, 8, (uintptr_t)buf[1], m1->rkey, m0->lkey) == 0;
+		int readable = ok && poll(&apf, 1, 5000) == 1;
+		ok = readable && ibv_get_async_event(ctx, &ae) == 0 && ae.event_type == IBV_EVENT_CQ_ERR &&
+		     ae.element.cq == small;
+		if (ok)
+			ibv_ack_async_event(&ae);
+		CHECK(ok, "async_fd: readable once an event is queued (readable %d); get_async_event: CQ_ERR of the full CQ",
+		      readable);
+		errno = 0;
+		CHECK(poll(&apf, 1, 0) == 0 && ibv_get_async_event(ctx, &ae) == -1 && errno == EAGAIN,
+		      "async_fd: not readable again once the event was taken");
+		for (int i = 0; i < 8 && wait_wc(small, &wc) == 1; i++)
+			;
+		if (q1)
+			ibv_destroy_qp(q1);
+		if (q2)
+			ibv_destroy_qp(q2);
+		if (small)
+			ibv_destroy_cq(small);
+		if (other)
+			ibv_destroy_cq(other);
+		/* Draining may have overrun the CQ again: leave no event behind. */
+		while (ibv_get_async_event(ctx, &ae) == 0)
+			ibv_ack_async_event(&ae);
+		if (fl >= 0)
+			fcntl(ctx->async_fd, F_SETFL, fl);
 	}
 
 	/* Create/destroy cycles of every object: memory stays flat. */

@@ -10,7 +10,7 @@ use crate::transport::mr::MemorySpace;
 use crate::transport::output::Outputs;
 use crate::transport::sgl;
 use crate::transport::wc::{WcOpcode, WcStatus};
-use crate::wire::bth::Opcode;
+use crate::wire::bth::{BthFlags, Opcode};
 use crate::wire::frame::RoceFrame;
 use crate::wire::psn;
 
@@ -84,6 +84,7 @@ impl Responder {
                 offset + len,
                 imm,
                 cfg.qpn,
+                f.bth.flags.contains(BthFlags::SE),
             );
             out.push_wc(wc);
         } else {
@@ -121,6 +122,7 @@ impl Responder {
                         total,
                         imm,
                         cfg.qpn,
+                        f.bth.flags.contains(BthFlags::SE),
                     );
                     out.push_wc(wc);
                 }

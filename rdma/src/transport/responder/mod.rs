@@ -313,6 +313,7 @@ impl Responder {
                 0,
                 None,
                 qpn,
+                false,
             ));
         }
     }
@@ -594,6 +595,7 @@ impl Responder {
                             0,
                             None,
                             cfg.qpn,
+                            false,
                         ));
                     }
                 }
@@ -772,6 +774,7 @@ fn recv_wc(
     byte_len: u32,
     imm: Option<u32>,
     qpn: u32,
+    solicited: bool,
 ) -> WorkCompletion {
     WorkCompletion {
         wr_id,
@@ -780,6 +783,7 @@ fn recv_wc(
         byte_len,
         imm,
         qp_num: qpn,
+        solicited,
     }
 }
 
