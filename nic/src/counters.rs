@@ -125,7 +125,7 @@ counters! {
     /// Frames that arrived on another shard's queue and were handed to
     /// their own shard (a device with a queue pair per shard, crate::shard).
     rx_steered,
-    /// Frames for the port's own MAC handed back to its receive path inside
+    /// Frames for the port's own MAC and IP handed back to its receive path inside
     /// the NIC instead of the wire (two QPs of one port: loopback, as a
     /// hardware RoCE NIC and Linux rxe do). Counted in `tx_packets` when
     /// built and in `rx_packets` when received, as any frame.

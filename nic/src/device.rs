@@ -264,6 +264,7 @@ impl Device {
                     shard_parkers,
                     pools,
                     mac,
+                    ip: cfg.ip,
                     int_dscp: cfg.int_dscp,
                     park_when_idle: cfg.idle_yield,
                     clock,

@@ -317,6 +317,17 @@ fn append_ext(
     Ok(())
 }
 
+/// Whether `frame` is an IPv4 frame addressed to `mac` and `ip`, the port's
+/// own: it loops back inside the NIC instead of going to the wire (engine
+/// `loop_back`). Both addresses count: ports of a ring pair share one MAC.
+#[inline]
+pub(crate) fn is_for_self(frame: &[u8], mac: &[u8; 6], ip: &[u8; 4]) -> bool {
+    frame.len() >= 34
+        && frame[..6] == mac[..]
+        && frame[12..14] == [0x08, 0x00]
+        && frame[30..34] == ip[..]
+}
+
 /// A frame copied into mbufs from `pool` (chained when longer than one
 /// mbuf's data room): how the control plane's replies go out.
 pub fn copy_frame(bytes: &[u8], pool: &mut MbufStash) -> Result<Mbuf, TxError> {

@@ -186,9 +186,10 @@ pub(crate) struct Dispatcher {
     txb: Burst,
     /// The shard the TX side takes from first next time (round robin).
     next_shard: usize,
-    /// The port's MAC: frames the shards send to it go back to the shard
-    /// that owns the destination QP, not to the wire (loopback).
+    /// The port's MAC and IP: frames the shards send to them go back to
+    /// the shard that owns the destination QP, not to the wire (loopback).
     mac: [u8; 6],
+    ip: [u8; 4],
     int_dscp: u8,
     park_when_idle: bool,
     clock: TscClock,
@@ -220,8 +221,10 @@ pub(crate) struct DispatcherParts {
     pub shard_parkers: Vec<Arc<Parker>>,
     /// Each shard's TX pools (frames in the rings come from them).
     pub pools: Vec<[Arc<Mempool>; 2]>,
-    /// The port's MAC (frames to it loop back to their shard).
+    /// The port's MAC and IP (frames to them loop back to their shard).
     pub mac: [u8; 6],
+    /// The port's IP.
+    pub ip: [u8; 4],
     /// DSCP that announces an INT container.
     pub int_dscp: u8,
     /// Park when idle (`DeviceConfig::idle_yield`).
@@ -246,6 +249,7 @@ impl Dispatcher {
             txb: Burst::new(),
             next_shard: 0,
             mac: p.mac,
+            ip: p.ip,
             int_dscp: p.int_dscp,
             park_when_idle: p.park_when_idle,
             clock: p.clock,
@@ -351,12 +355,12 @@ impl Dispatcher {
         }
     }
 
-    /// Frames the shards sent to the port's own MAC go back to the shard
+    /// Frames the shards sent to the port's own MAC and IP go back to the shard
     /// that owns their destination QP, as received frames (the engine's
     /// `loop_back` for a device with a dispatcher).
     fn loop_back(&mut self) {
-        let own = self.mac;
-        let to_self = |m: &dpdk::Mbuf| m.data().get(..6) == Some(&own[..]);
+        let (mac, ip) = (self.mac, self.ip);
+        let to_self = |m: &dpdk::Mbuf| crate::io::is_for_self(m.data(), &mac, &ip);
         if !self.txb.as_slice().iter().any(to_self) {
             return;
         }

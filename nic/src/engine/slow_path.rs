@@ -369,6 +369,7 @@ impl Engine {
             pd: s.pd,
             max_send_sge: s.opts.max_send_sge,
             max_recv_sge: s.opts.max_recv_sge,
+            srq: false,
         };
         let transport = |source| EngineError::Transport { qpn, source };
         let mut qp = Qp::new(cfg).map_err(transport)?;

@@ -65,7 +65,7 @@ impl Engine {
         }
     }
 
-    /// Moves the frames of the TX burst addressed to the port's own MAC to
+    /// Moves the frames of the TX burst addressed to the port's own MAC and IP to
     /// the loopback queue, which the receive path takes first (rx.rs): two
     /// QPs of one port talk inside the NIC, with the same ICRC, CC and
     /// counters as over the wire, and nothing reaches the wire (as a
@@ -75,8 +75,8 @@ impl Engine {
     /// (counted), as a NIC's full RX queue does.
     #[inline]
     fn loop_back(&mut self) {
-        let own = self.mac;
-        let to_self = |m: &dpdk::Mbuf| m.data().get(..6) == Some(&own[..]);
+        let (mac, ip) = (self.mac, self.ip);
+        let to_self = |m: &dpdk::Mbuf| crate::io::is_for_self(m.data(), &mac, &ip);
         if matches!(self.io, PacketIo::Shard { .. }) || !self.txb.as_slice().iter().any(to_self) {
             return;
         }

@@ -108,6 +108,9 @@ pub struct QpConfig {
     pub max_send_sge: u8,
     /// Most SGEs a receive work request may carry (`ibv_qp_cap.max_recv_sge`).
     pub max_recv_sge: u8,
+    /// Receives come from a shared receive queue (`ibv_qp_init_attr.srq`;
+    /// super::srq): the QP's own receive queue is unused.
+    pub srq: bool,
 }
 
 impl Default for QpConfig {
@@ -131,6 +134,7 @@ impl Default for QpConfig {
             pd: 0,
             max_send_sge: 1,
             max_recv_sge: 1,
+            srq: false,
         }
     }
 }

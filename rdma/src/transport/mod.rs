@@ -13,6 +13,7 @@ pub mod qp;
 mod requester;
 mod responder;
 pub mod sgl;
+pub mod srq;
 pub mod wc;
 
 pub use mr::{Access, AccessError, MemorySpace, Mr, MrTable, VecMemory};
@@ -20,4 +21,5 @@ pub use qp::{
     nest_hot_lines, EchoedHops, Payload, Qp, QpConfig, QpCounters, QpError, QpEvent, QpState,
     TxPacket,
 };
+pub use srq::Srq;
 pub use wc::{RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};

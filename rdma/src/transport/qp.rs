@@ -18,6 +18,7 @@ pub use super::output::{EchoedHops, Payload, QpCounters, QpEvent, TxPacket};
 use super::requester::Requester;
 use super::responder::{Responder, Verdict};
 use super::sgl::SglStore;
+use super::srq::Srq;
 use super::wc::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::bth::Opcode;
 use crate::wire::ccext::CcExtFlags;
@@ -514,6 +515,19 @@ impl Qp {
         mrs: &MrTable,
         mem: &mut M,
     ) {
+        self.on_rx_srq(f, now_ns, mrs, mem, None);
+    }
+
+    /// [`Self::on_rx`] for a QP created to receive from a shared receive
+    /// queue ([`QpConfig::srq`]): `srq` is it.
+    pub fn on_rx_srq<M: MemorySpace + ?Sized>(
+        &mut self,
+        f: &RoceFrame<'_>,
+        now_ns: u64,
+        mrs: &MrTable,
+        mem: &mut M,
+        srq: Option<&mut Srq>,
+    ) {
         if f.bth.dest_qp != self.cfg.qpn
             || matches!(self.state, QpState::Reset | QpState::Init | QpState::Err)
         {
@@ -550,9 +564,9 @@ impl Qp {
                     .push_echo(QpEvent::ProbeResponse { n_hops: 0 }, f.ccext.as_ref());
             }
             _ if op.is_request() => {
-                let v = self
-                    .resp
-                    .on_request(f, &self.cfg, mrs, mem, &mut self.ext, &mut self.out);
+                let v =
+                    self.resp
+                        .on_request(f, &self.cfg, mrs, mem, &mut self.ext, &mut self.out, srq);
                 self.resp_output = self.resp.has_output();
                 if v == Verdict::Error {
                     self.enter_error(None);

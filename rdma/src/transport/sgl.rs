@@ -37,6 +37,17 @@ impl SglRef {
     pub fn is_list(self) -> bool {
         self.n > 1
     }
+
+    /// A list of `n` held apart from any store (an SRQ's WQE a QP took,
+    /// its list copied: super::srq).
+    pub(super) const fn held(n: u8) -> SglRef {
+        SglRef { slot: u16::MAX, n }
+    }
+
+    /// Whether this is a [`SglRef::held`] list.
+    pub(super) fn is_held(self) -> bool {
+        self.slot == u16::MAX && self.is_list()
+    }
 }
 
 /// The SGE lists of one queue's work requests with more than one SGE: one
@@ -92,7 +103,7 @@ impl SglStore {
     /// The list `r` refers to (empty for [`SglRef::OWN`]).
     #[inline]
     pub fn get(&self, r: SglRef) -> &[Sge] {
-        if !r.is_list() {
+        if !r.is_list() || r.is_held() {
             return &[];
         }
         let at = usize::from(r.slot) * self.max_sge;

@@ -64,7 +64,7 @@ impl Responder {
         if wqe.sgl.is_list() {
             // Scattered over the receive WQE's SGEs (IBA 10.7.2.1).
             let mut rest = f.payload;
-            for p in sgl::pieces(self.rq_sgls.get(wqe.sgl), offset, len) {
+            for p in sgl::pieces(self.recv_sgl(&wqe), offset, len) {
                 let (now_in, later) = rest.split_at(p.len as usize);
                 mem.copy_in(p.addr, now_in);
                 rest = later;
@@ -73,7 +73,8 @@ impl Responder {
             mem.copy_in(wqe.wr.sge.addr + u64::from(offset), f.payload);
         }
         if f.bth.opcode.is_last() || f.bth.opcode.is_only() {
-            self.rq.pop_front();
+            // Held (an SRQ's) or the QP's oldest: check_resource found it.
+            self.take_recv(None);
             self.cur = None;
             self.msn = psn::add(self.msn, 1);
             let imm = f.immdt.map(|i| i.0);
@@ -114,7 +115,7 @@ impl Responder {
             self.msn = psn::add(self.msn, 1);
             let imm = f.immdt.map(|i| i.0);
             if imm.is_some() {
-                if let Some(wqe) = self.rq.pop_front() {
+                if let Some(wqe) = self.take_recv(None) {
                     let wc = super::recv_wc(
                         wqe.wr.wr_id,
                         WcStatus::Success,

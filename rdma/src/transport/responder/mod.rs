@@ -15,6 +15,7 @@ use super::inline_deque::InlineDeque;
 use super::mr::{Access, MemorySpace, MrTable};
 use super::output::{CompletionQueue, Outputs, Payload, TxPacket};
 use super::sgl::{self, SglRef, SglStore};
+use super::srq::Srq;
 use super::wc::{RecvWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::bth::{BthRepr, Opcode};
 use crate::wire::ccext::{CcExtFlags, CcExtRepr};
@@ -117,6 +118,56 @@ impl RespItem {
     };
 }
 
+/// Checks receive WR `wr` (its scatter list `sgl` when given, `wr.sge`
+/// otherwise: every SGE LOCAL_WRITE in protection domain `pd`, at most the
+/// store's `max_sge`, the total at most 2^31) and makes its queue entry, a
+/// list of several SGEs kept in `store`.
+pub(super) fn admit_recv(
+    mut wr: RecvWr,
+    sgl: Option<&[Sge]>,
+    store: &mut SglStore,
+    pd: u32,
+    mrs: &MrTable,
+) -> Result<RecvWqe, QpError> {
+    let list = match sgl {
+        Some([one]) => {
+            wr.sge = *one;
+            &[][..]
+        }
+        Some([]) => {
+            wr.sge = Sge::default();
+            &[][..]
+        }
+        Some(l) => l,
+        None => &[][..],
+    };
+    if list.len() > store.max_sge() {
+        return Err(QpError::LocalLength);
+    }
+    let check = |s: &Sge| {
+        if s.len == 0 {
+            return Ok(());
+        }
+        mrs.check_local_in(pd, s.lkey, s.addr, u64::from(s.len), Access::LOCAL_WRITE)
+            .map(|_| ())
+            .map_err(QpError::LocalProtection)
+    };
+    let mut sgl_ref = SglRef::OWN;
+    if list.is_empty() {
+        check(&wr.sge)?;
+    } else {
+        let total = sgl::total_len(list).ok_or(QpError::LocalLength)?;
+        list.iter().try_for_each(check)?;
+        wr.sge = Sge {
+            addr: list[0].addr,
+            len: total,
+            lkey: list[0].lkey,
+        };
+        sgl_ref = store.push(list);
+    }
+    Ok(RecvWqe { wr, sgl: sgl_ref })
+}
+
 /// Why a request is refused (rxe's `RESPST_ERR_*` states).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refusal {
@@ -216,6 +267,13 @@ pub(super) struct Responder {
     pub rq: VecDeque<RecvWqe>,
     /// The scatter lists of the receive WQEs with several SGEs.
     pub rq_sgls: SglStore,
+    /// Receives come from a shared receive queue (super::srq), not `rq`.
+    uses_srq: bool,
+    /// The SRQ's WQE a message in progress holds (taken at its first
+    /// packet that needs one, released at its completion), and a copy of
+    /// its scatter list (rxe's `srq_wqe`).
+    held: Option<RecvWqe>,
+    held_sgl: Vec<Sge>,
     /// (PSN, original value) of recent ATOMICs, for duplicates.
     atomic_cache: VecDeque<(u32, u64)>,
     /// Recent READs (rxe's RDMA/atomic resources), for duplicates.
@@ -234,6 +292,9 @@ impl Responder {
             cur: None,
             rq: VecDeque::with_capacity(cfg.rq_depth as usize),
             rq_sgls: SglStore::new(cfg.rq_depth, cfg.max_recv_sge),
+            uses_srq: cfg.srq,
+            held: None,
+            held_sgl: Vec::with_capacity(if cfg.srq { sgl::MAX_SGE } else { 0 }),
             out: RespQueue::with_capacity(2 * rd + 8, RespItem::BLANK),
             out_cap: 2 * rd as u32 + 8,
             atomic_cache: VecDeque::with_capacity(rd),
@@ -249,63 +310,68 @@ impl Responder {
     /// at most `max_recv_sge` entries, IBA 10.7.2.1).
     pub fn post_recv(
         &mut self,
-        mut wr: RecvWr,
+        wr: RecvWr,
         sgl: Option<&[Sge]>,
         cfg: &QpConfig,
         mrs: &MrTable,
     ) -> Result<(), QpError> {
+        if self.uses_srq {
+            // Its receives come from the SRQ (ibv_post_recv: EINVAL).
+            return Err(QpError::Config("the QP receives from an SRQ"));
+        }
         if self.rq.len() >= cfg.rq_depth as usize {
             return Err(QpError::QueueFull);
         }
-        let list = match sgl {
-            Some([one]) => {
-                wr.sge = *one;
-                &[][..]
-            }
-            Some([]) => {
-                wr.sge = Sge::default();
-                &[][..]
-            }
-            Some(l) => l,
-            None => &[][..],
-        };
-        if list.len() > self.rq_sgls.max_sge() {
-            return Err(QpError::LocalLength);
-        }
-        let check = |s: &Sge| {
-            if s.len == 0 {
-                return Ok(());
-            }
-            mrs.check_local_in(
-                cfg.pd,
-                s.lkey,
-                s.addr,
-                u64::from(s.len),
-                Access::LOCAL_WRITE,
-            )
-            .map(|_| ())
-            .map_err(QpError::LocalProtection)
-        };
-        let mut sgl_ref = SglRef::OWN;
-        if list.is_empty() {
-            check(&wr.sge)?;
-        } else {
-            let total = sgl::total_len(list).ok_or(QpError::LocalLength)?;
-            list.iter().try_for_each(check)?;
-            wr.sge = Sge {
-                addr: list[0].addr,
-                len: total,
-                lkey: list[0].lkey,
-            };
-            sgl_ref = self.rq_sgls.push(list);
-        }
-        super::inline_deque::push_compact(&mut self.rq, RecvWqe { wr, sgl: sgl_ref });
+        let wqe = admit_recv(wr, sgl, &mut self.rq_sgls, cfg.pd, mrs)?;
+        super::inline_deque::push_compact(&mut self.rq, wqe);
         Ok(())
     }
 
-    /// Completes every receive WQE with WR_FLUSH_ERR: the QP entered ERR.
+    /// The receive WQE of the message at hand, without consuming it: the
+    /// one held, else the QP's oldest; a QP on an SRQ takes the SRQ's oldest
+    /// now and holds it (with a copy of its scatter list) until the message
+    /// completes or fails.
+    fn hold_recv(&mut self, srq: Option<&mut Srq>) -> Option<RecvWqe> {
+        if let Some(w) = self.held {
+            return Some(w);
+        }
+        if !self.uses_srq {
+            return self.rq.front().copied();
+        }
+        let mut w = srq?.take(&mut self.held_sgl)?;
+        if w.sgl.is_list() {
+            w.sgl = SglRef::held(self.held_sgl.len() as u8);
+        }
+        self.held = Some(w);
+        Some(w)
+    }
+
+    /// Consumes the receive WQE of the message at hand (its completion or
+    /// failure): the one held, else the QP's oldest, else (a QP on an SRQ
+    /// that held none yet) the SRQ's oldest.
+    fn take_recv(&mut self, srq: Option<&mut Srq>) -> Option<RecvWqe> {
+        if let Some(w) = self.held.take() {
+            return Some(w);
+        }
+        if !self.uses_srq {
+            return self.rq.pop_front();
+        }
+        srq?.take(&mut self.held_sgl)
+    }
+
+    /// The scatter list of receive WQE `w` (empty: its own SGE).
+    fn recv_sgl(&self, w: &RecvWqe) -> &[Sge] {
+        if w.sgl.is_held() {
+            &self.held_sgl
+        } else {
+            self.rq_sgls.get(w.sgl)
+        }
+    }
+
+    /// Completes every receive WQE with WR_FLUSH_ERR: the QP entered ERR
+    /// (with an SRQ, the one it held; the SRQ's others stay for other QPs).
     pub fn flush(&mut self, qpn: u32, cq: &mut CompletionQueue) {
-        while let Some(r) = self.rq.pop_front() {
+        while let Some(r) = self.held.take().or_else(|| self.rq.pop_front()) {
             cq.push_back(recv_wc(
                 r.wr.wr_id,
                 WcStatus::WrFlushErr,
@@ -384,6 +450,7 @@ impl Responder {
     // ------------------------------------------------------------ the request chain
 
     /// A request packet (SEND, WRITE, READ, ATOMIC) for this QP.
+    #[allow(clippy::too_many_arguments)]
     pub fn on_request<M: MemorySpace + ?Sized>(
         &mut self,
         f: &RoceFrame<'_>,
@@ -392,6 +459,7 @@ impl Responder {
         mem: &mut M,
         ext: &mut CcExtState,
         out: &mut Outputs,
+        mut srq: Option<&mut Srq>,
     ) -> Verdict {
         ext.on_request(f, out);
         match self.check_psn(f.bth.psn) {
@@ -410,14 +478,14 @@ impl Responder {
             .check_op_seq(f.bth.opcode)
             .and_then(|()| self.check_length(f, cfg))
             .inspect(|()| ext.on_in_order_request(f))
-            .and_then(|()| self.check_resource(f, cfg, mrs))
+            .and_then(|()| self.check_resource(f, cfg, mrs, srq.as_deref_mut()))
             .and_then(|t| self.check_rkey(t, cfg, mrs));
         match checked {
             Ok(t) => {
                 self.execute(f, t, cfg, mem, out);
                 Verdict::Continue
             }
-            Err(r) => self.refuse(f, r, cfg, out),
+            Err(r) => self.refuse(f, r, cfg, out, srq),
         }
     }
 
@@ -474,11 +542,17 @@ impl Responder {
     /// write (its region deregistered since the post: a malformed WQE, NAK remote
     /// operational error, class A) or within the WRITE's announced length, room for a
     /// READ or ATOMIC response.
-    fn check_resource(&self, f: &RoceFrame<'_>, cfg: &QpConfig, mrs: &MrTable) -> Check<Target> {
+    fn check_resource(
+        &mut self,
+        f: &RoceFrame<'_>,
+        cfg: &QpConfig,
+        mrs: &MrTable,
+        srq: Option<&mut Srq>,
+    ) -> Check<Target> {
         let op = f.bth.opcode;
         let len = f.payload.len() as u32;
         if op.is_send() {
-            let wqe = *self.rq.front().ok_or(Refusal::NotReady)?;
+            let wqe = self.hold_recv(srq).ok_or(Refusal::NotReady)?;
             let offset = match self.cur {
                 Some(InMsg::Send { offset }) => offset,
                 _ => 0,
@@ -499,7 +573,7 @@ impl Responder {
                 .is_ok()
             };
             let ok = if wqe.sgl.is_list() {
-                sgl::pieces(self.rq_sgls.get(wqe.sgl), offset, len).all(writable)
+                sgl::pieces(self.recv_sgl(&wqe), offset, len).all(writable)
             } else {
                 len == 0
                     || writable(Sge {
@@ -531,7 +605,7 @@ impl Responder {
             if len > remaining || (end && len != remaining) {
                 return Err(INVALID);
             }
-            if f.immdt.is_some() && self.rq.is_empty() {
+            if f.immdt.is_some() && self.hold_recv(srq).is_none() {
                 return Err(Refusal::NotReady);
             }
             return Ok(Target::Write {
@@ -582,12 +656,13 @@ impl Responder {
         r: Refusal,
         cfg: &QpConfig,
         out: &mut Outputs,
+        srq: Option<&mut Srq>,
     ) -> Verdict {
         let p = f.bth.psn;
         match r {
             Refusal::Fatal { code, local } => {
                 if f.bth.opcode.is_send() || matches!(self.cur, Some(InMsg::Send { .. })) {
-                    if let Some(wqe) = self.rq.pop_front() {
+                    if let Some(wqe) = self.take_recv(srq) {
                         out.push_wc(recv_wc(
                             wqe.wr.wr_id,
                             local,
