@@ -159,6 +159,10 @@ pub struct QpOptions {
     /// Largest payload of an inline send (`QueuePair::post_send_inline`;
     /// `ibv_qp_cap.max_inline_data`), copied at post time.
     pub max_inline_data: u32,
+    /// The shared receive queue its receives come from
+    /// (`ibv_qp_init_attr.srq`; `SharedReceiveQueue::id`), in its PD and on
+    /// its engine; None: its own receive queue.
+    pub srq: Option<u32>,
 }
 
 impl Default for QpOptions {
@@ -175,6 +179,7 @@ impl Default for QpOptions {
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
+            srq: None,
         }
     }
 }
@@ -240,6 +245,12 @@ pub enum EngineError {
     /// `dealloc_pd` on a PD that still holds a region or a QP (EBUSY).
     #[error("protection domain {0} still holds a memory region or a QP")]
     PdBusy(u32),
+    /// No such shared receive queue (or one of another PD).
+    #[error("unknown shared receive queue {0}")]
+    NoSuchSrq(u32),
+    /// The SRQ still has QPs receiving from it.
+    #[error("shared receive queue {0} is still used by a QP")]
+    SrqBusy(u32),
     /// The transport refused the QP's configuration or a state change.
     #[error("QP {qpn:#x}: {source}")]
     Transport {
@@ -306,6 +317,42 @@ pub enum Command {
         access: Access,
         /// (lkey, rkey).
         reply: Reply<(u32, u32)>,
+    },
+    /// Create a shared receive queue around a doorbell ring.
+    CreateSrq {
+        /// Its protection domain.
+        pd: u32,
+        /// `max_wr`.
+        depth: u16,
+        /// `max_sge`.
+        max_sge: u8,
+        /// Consumer end of its ring.
+        ring: rtrb::Consumer<DoorbellSlot>,
+        /// Its id.
+        reply: Reply<u32>,
+    },
+    /// Arm an SRQ's limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`; 0 disarms).
+    ArmSrq {
+        /// The SRQ.
+        srq: u32,
+        /// The limit.
+        limit: u32,
+        /// Done.
+        reply: Reply<()>,
+    },
+    /// An SRQ's attributes (`ibv_query_srq`).
+    QuerySrq {
+        /// The SRQ.
+        srq: u32,
+        /// `(max_wr, max_sge, srq_limit)`.
+        reply: Reply<(u16, u8, u32)>,
+    },
+    /// Destroy an SRQ (refused while a QP receives from it).
+    DestroySrq {
+        /// The SRQ.
+        srq: u32,
+        /// Done (None: a handle's drop, nobody waits).
+        reply: Option<Reply<()>>,
     },
     /// Deregister memory.
     DeregMr {
@@ -492,6 +539,12 @@ pub enum AsyncEvent {
         cq: u32,
         /// Whether a completion was lost (not only held back).
         lost: bool,
+    },
+    /// IBV_EVENT_SRQ_LIMIT_REACHED: fewer WQEs than its armed limit remain
+    /// in a shared receive queue (it disarmed; IBA 11.3.3.3).
+    SrqLimitReached {
+        /// The SRQ id.
+        srq: u32,
     },
     /// IBV_EVENT_PORT_ACTIVE: the port's link came up.
     PortActive,

@@ -64,6 +64,10 @@ pub enum VerbsError {
     /// 8-byte SGE (IBA 9.4.5).
     #[error("an inline request must be a SEND or a WRITE; an ATOMIC takes one SGE")]
     NotGatherable,
+    /// A QP created to receive from a shared receive queue has no receive
+    /// queue of its own (`ibv_post_recv`: EINVAL).
+    #[error("the QP receives from a shared receive queue: post to the SRQ")]
+    ReceivesFromSrq,
     /// An SGE outside its region.
     #[error("an SGE lies outside its memory region")]
     OutsideRegion,

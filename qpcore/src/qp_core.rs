@@ -24,7 +24,7 @@
 
 use cc::{AnyCc, CongestionControl};
 use rdma::transport::{
-    EchoedHops, MemorySpace, MrTable, Payload, Qp, QpEvent, Sge, TxPacket, WorkCompletion,
+    EchoedHops, MemorySpace, MrTable, Payload, Qp, QpEvent, Sge, Srq, TxPacket, WorkCompletion,
 };
 use rdma::wire::frame::{IntInsert, RoceRepr};
 use rdma::wire::{BthRepr, Ecn, FrameBuilder, Opcode, RoceFrame};
@@ -198,6 +198,27 @@ impl QpCore {
         if let Some(qp) = self.qp.as_mut() {
             qp.on_rx(f, now, mrs, mem);
         }
+    }
+
+    /// [`Self::receive`] for a QP that receives from shared receive queue
+    /// `srq`; whether the SRQ's armed limit was crossed (the driver raises
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`).
+    pub fn receive_srq<M: MemorySpace + ?Sized>(
+        &mut self,
+        f: &RoceFrame<'_>,
+        now: u64,
+        mrs: &MrTable,
+        mem: &mut M,
+        mut srq: Option<&mut Srq>,
+    ) -> bool {
+        if f.bth.opcode.is_request() {
+            let a = qp_cc::on_rx_data(&mut self.cc, f, now);
+            self.apply(a);
+        }
+        if let Some(qp) = self.qp.as_mut() {
+            qp.on_rx_srq(f, now, mrs, mem, srq.as_deref_mut());
+        }
+        srq.is_some_and(Srq::take_limit_event)
     }
 
     /// Feeds every event the transport raised into the CC and the CC's answers back

@@ -103,9 +103,7 @@ impl World {
             len,
             lkey: self.b_mr.lkey,
         };
-        self.srq
-            .post(RecvWr { wr_id, sge }, None, &self.b_mrs)
-            .unwrap();
+        self.srq.post(RecvWr { wr_id, sge }, None).unwrap();
     }
 
     /// A SEND of `data` from A's QP `k` (staged at A's `off`).
@@ -218,7 +216,7 @@ fn a_scatter_list_in_the_srq_is_copied_with_the_wqe_it_belongs_to() {
         wr_id: 7,
         sge: Sge::default(),
     };
-    w.srq.post(wr, Some(&sgl), &w.b_mrs).unwrap();
+    w.srq.post(wr, Some(&sgl)).unwrap();
     let m = bytes(900, 9);
     w.send(0, 1, 0, &m);
     // Four packets: the WQE is held after the first. Sixteen posts made
@@ -235,7 +233,7 @@ fn a_scatter_list_in_the_srq_is_copied_with_the_wqe_it_belongs_to() {
             wr_id: 8 + k,
             sge: Sge::default(),
         };
-        w.srq.post(wr, Some(&elsewhere), &w.b_mrs).unwrap();
+        w.srq.post(wr, Some(&elsewhere)).unwrap();
     }
     w.run(100_000);
     assert_eq!((w.b_wcs[0].wr_id, w.b_wcs[0].byte_len), (7, 900));
@@ -279,4 +277,25 @@ fn an_empty_srq_rnr_naks_and_the_limit_event_fires_once() {
         sge: Sge::default(),
     };
     assert!(w.b[0].post_recv(wr, &w.b_mrs).is_err());
+}
+
+#[test]
+fn a_wqe_with_a_bad_key_fails_on_the_qp_that_takes_it() {
+    let mut w = World::new();
+    // The SRQ takes it (it has no CQ to report to); the QP that uses it
+    // completes it with LOC_QP_OP_ERR and NAKs the sender, as rxe does.
+    let bad = Sge {
+        addr: B_BASE,
+        len: 64,
+        lkey: w.b_mr.lkey ^ 0x100,
+    };
+    w.srq.post(RecvWr { wr_id: 5, sge: bad }, None).unwrap();
+    w.send(0, 1, 0, &bytes(32, 1));
+    w.run(100_000);
+    assert_eq!(w.b_wcs.len(), 1);
+    assert_eq!(
+        (w.b_wcs[0].wr_id, w.b_wcs[0].status),
+        (5, WcStatus::LocQpOpErr)
+    );
+    assert_eq!(w.a_wcs[0].status, WcStatus::RemOpErr);
 }

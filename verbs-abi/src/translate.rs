@@ -312,7 +312,7 @@ pub fn errno_of(e: &VerbsError) -> i32 {
         VerbsError::Engine(e) => match e {
             EngineError::MrTableFull | EngineError::TooManyQps => ENOMEM,
             EngineError::ArpCacheFull(_) => ENOMEM,
-            EngineError::CqBusy(_) | EngineError::PdBusy(_) => EBUSY,
+            EngineError::CqBusy(_) | EngineError::PdBusy(_) | EngineError::SrqBusy(_) => EBUSY,
             EngineError::ArpFailed(_) | EngineError::NoPeerMac(_) => EHOSTUNREACH,
             _ => EINVAL,
         },

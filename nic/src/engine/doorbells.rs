@@ -32,7 +32,7 @@ fn prefetch_slots(ring: &mut rtrb::Consumer<DoorbellSlot>) {
 /// into `sges`: the request, its SGE count and the slots it takes. Peeks
 /// only (the caller pops them once the request is taken). `None` when the
 /// list is longer than [`MAX_SGE`] or not followed by its request.
-fn gathered(
+pub(super) fn gathered(
     ring: &mut rtrb::Consumer<DoorbellSlot>,
     sges: &mut [Sge; MAX_SGE],
 ) -> Option<(Doorbell, usize, usize)> {
@@ -55,6 +55,9 @@ fn gathered(
 impl Engine {
     /// Takes the work requests of every QP that rang; whether any did.
     pub(super) fn doorbells(&mut self) -> bool {
+        if !self.srqs.is_empty() {
+            self.srq_doorbells();
+        }
         let mut rung = false;
         while let Some(i) = self.shared.take_rung() {
             rung = true;

@@ -195,6 +195,14 @@ impl Engine {
         if s.core.ctrl_queued {
             self.life.ctrl_orphan[i] = true;
         }
+        if let Some(q) = s
+            .opts
+            .srq
+            .and_then(|k| self.srqs.get_mut(k as usize))
+            .and_then(Option::as_mut)
+        {
+            q.users -= 1;
+        }
         self.counters.qps_live = self.counters.qps_live.saturating_sub(1);
         for cq in [s.send_cq, s.recv_cq] {
             if self.cqs.get(cq as usize).is_some_and(|c| c.orphaned) && !self.cq_used(cq) {
@@ -267,6 +275,7 @@ impl Engine {
                         sq_depth: s.opts.sq_depth,
                         rq_depth: s.opts.rq_depth,
                         pd: s.pd,
+                        srq: s.opts.srq.is_some(),
                         ..QpConfig::default()
                     };
                     s.core.qp = Some(Qp::new(cfg).map_err(transport)?);

@@ -34,6 +34,7 @@ mod port;
 mod qp_work;
 mod rx;
 mod slow_path;
+mod srq;
 mod timers;
 mod tx;
 
@@ -185,6 +186,8 @@ pub struct Engine {
     mrs: MrTable,
     mr_mem: Vec<Option<Arc<ExtBuf>>>,
     cqs: Vec<cq::CqRing>,
+    /// Shared receive queues, by id (srq.rs).
+    srqs: Vec<Option<srq::SrqSlot>>,
     /// Async events, the link state, slots of destroyed QPs (lifecycle.rs).
     life: lifecycle::Lifecycle,
     qps: Vec<Option<Box<QpSlot>>>,
@@ -332,6 +335,7 @@ impl Engine {
             mrs: MrTable::with_key_seed(cfg.mr_key_seed),
             mr_mem: Vec::new(),
             cqs: Vec::new(),
+            srqs: Vec::new(),
             life: lifecycle::Lifecycle::new(),
             qps: (0..MAX_QPS).map(|_| None).collect(),
             connected: Vec::with_capacity(MAX_QPS),

@@ -319,7 +319,20 @@ impl Engine {
         }
         // Receiver side of the CC (DCQCN notification point, Rx-HPCC
         // NewINT), then the transport.
-        s.core.receive(f, now, &self.mrs, &mut RawMemory);
+        match s.opts.srq {
+            None => s.core.receive(f, now, &self.mrs, &mut RawMemory),
+            Some(k) => {
+                let srq = self.srqs.get_mut(k as usize).and_then(Option::as_mut);
+                let srq = srq.map(|q| &mut q.srq);
+                let limit = s.core.receive_srq(f, now, &self.mrs, &mut RawMemory, srq);
+                if limit {
+                    self.life.queue(
+                        crate::contract::AsyncEvent::SrqLimitReached { srq: k },
+                        &mut self.counters,
+                    );
+                }
+            }
+        }
         self.after_qp_work(i, now);
     }
 }

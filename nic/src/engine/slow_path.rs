@@ -37,6 +37,27 @@ impl Engine {
                         let _ = reply.send(r);
                     }
                 }
+                Command::CreateSrq {
+                    pd,
+                    depth,
+                    max_sge,
+                    ring,
+                    reply,
+                } => {
+                    let _ = reply.send(self.create_srq(pd, depth, max_sge, ring));
+                }
+                Command::ArmSrq { srq, limit, reply } => {
+                    let _ = reply.send(self.arm_srq(srq, limit));
+                }
+                Command::QuerySrq { srq, reply } => {
+                    let _ = reply.send(self.query_srq(srq));
+                }
+                Command::DestroySrq { srq, reply } => {
+                    let r = self.destroy_srq(srq);
+                    if let Some(reply) = reply {
+                        let _ = reply.send(r);
+                    }
+                }
                 Command::CreateCq {
                     ring,
                     notify,
@@ -274,6 +295,12 @@ impl Engine {
         if !matches!(opts.mtu, 256 | 512 | 1024 | 2048 | 4096) {
             return Err(EngineError::BadMtu(opts.mtu));
         }
+        if let Some(k) = opts.srq {
+            // An SRQ of this engine and of the QP's PD (IBA 10.2.9).
+            if self.srq_slot(k)?.srq.pd() != pd {
+                return Err(EngineError::NoSuchSrq(k));
+            }
+        }
         let i = self
             .qps
             .iter()
@@ -323,6 +350,9 @@ impl Engine {
             synced: super::poll::QpSums::default(),
             synced_mark: super::poll::SyncMark::default(),
         }));
+        if let Some(k) = opts.srq {
+            self.srq_slot(k)?.users += 1;
+        }
         if self.life.take_ctrl_orphan(i) {
             // The control-ring entry a destroyed QP left in this slot is ours.
             self.qps[i]
@@ -369,7 +399,7 @@ impl Engine {
             pd: s.pd,
             max_send_sge: s.opts.max_send_sge,
             max_recv_sge: s.opts.max_recv_sge,
-            srq: false,
+            srq: s.opts.srq.is_some(),
         };
         let transport = |source| EngineError::Transport { qpn, source };
         let mut qp = Qp::new(cfg).map_err(transport)?;

@@ -70,13 +70,18 @@ use crate::notify::CqNotify;
 mod cq;
 mod mr;
 mod qp;
+mod srq;
 mod staging;
 
 pub use cq::{AsyncEvents, CompletionQueue};
 use mr::MrInner;
 pub use mr::{MemoryRegion, SgRef};
 pub use qp::QueuePair;
+pub use srq::{SharedReceiveQueue, SrqAttr};
 use staging::Staging;
+
+/// The engine that holds a device's shared receive queues.
+const SRQ_SHARD: usize = 0;
 
 /// Bytes a data frame carries besides its payload at most: Ethernet, IPv4,
 /// UDP, BTH, RETH, ImmDt, the CC extension header, an INT container of the
@@ -349,6 +354,44 @@ impl Device {
         }
     }
 
+    /// Creates a shared receive queue (`ibv_create_srq`) of `max_wr` WQEs of
+    /// up to `max_sge` SGEs in the default PD; QPs receive from it with
+    /// `QpOptions::srq` (on a sharded device, QPs of the first shard).
+    pub fn create_srq(&self, max_wr: u16, max_sge: u8) -> Result<SharedReceiveQueue, VerbsError> {
+        self.create_srq_in(0, max_wr, max_sge)
+    }
+
+    fn create_srq_in(
+        &self,
+        pd: u32,
+        max_wr: u16,
+        max_sge: u8,
+    ) -> Result<SharedReceiveQueue, VerbsError> {
+        if usize::from(max_sge) > MAX_SGE || max_sge == 0 || max_wr == 0 {
+            return Err(VerbsError::TooManySges {
+                given: max_sge.into(),
+                max: MAX_SGE,
+            });
+        }
+        let (prod, cons) =
+            rtrb::RingBuffer::new(usize::from(max_wr) * doorbell_slots(max_sge.into()));
+        let e = &self.engines[SRQ_SHARD];
+        let id = self.call(SRQ_SHARD, |reply| Command::CreateSrq {
+            pd,
+            depth: max_wr,
+            max_sge,
+            ring: cons,
+            reply,
+        })?;
+        Ok(SharedReceiveQueue {
+            id,
+            ring: prod,
+            shared: e.shared.clone(),
+            cmd: Some(e.cmd.clone()),
+            max_sge,
+        })
+    }
+
     /// Creates an RC queue pair in the default PD, completing into
     /// `send_cq` and `recv_cq`. It stays in INIT until
     /// [`QueuePair::connect`].
@@ -375,6 +418,13 @@ impl Device {
             });
         }
         let shard = send_cq.shard;
+        if opts.srq.is_some() && shard != SRQ_SHARD {
+            // SRQs live on the first engine (Self::create_srq).
+            return Err(VerbsError::CqShards {
+                send: shard,
+                recv: SRQ_SHARD,
+            });
+        }
         let staging = match Staging::region_len(&opts) {
             0 => None,
             n => {
@@ -456,6 +506,11 @@ impl ProtectionDomain<'_> {
         opts: QpOptions,
     ) -> Result<QueuePair, VerbsError> {
         self.dev.create_qp_in(self.id, send_cq, recv_cq, opts)
+    }
+
+    /// Creates a shared receive queue in this PD ([`Device::create_srq`]).
+    pub fn create_srq(&self, max_wr: u16, max_sge: u8) -> Result<SharedReceiveQueue, VerbsError> {
+        self.dev.create_srq_in(self.id, max_wr, max_sge)
     }
 }
 

@@ -241,6 +241,9 @@ impl QueuePair {
         if self.state == QpState::Reset {
             return Err(self.not_ready());
         }
+        if self.opts.srq.is_some() {
+            return Err(VerbsError::ReceivesFromSrq);
+        }
         self.ring(Doorbell::Recv(wr))
     }
 
@@ -280,6 +283,9 @@ impl QueuePair {
     pub fn post_recv_sges(&mut self, wr: RecvWr, sgl: &[Sge]) -> Result<(), VerbsError> {
         if self.state == QpState::Reset {
             return Err(self.not_ready());
+        }
+        if self.opts.srq.is_some() {
+            return Err(VerbsError::ReceivesFromSrq);
         }
         let max = usize::from(self.opts.max_recv_sge.max(1));
         if sgl.len() > max {

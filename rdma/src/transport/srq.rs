@@ -8,7 +8,6 @@
 //! 11.3.3.3, `IBV_EVENT_SRQ_LIMIT_REACHED`).
 
 use super::config::QpError;
-use super::mr::MrTable;
 use super::responder::{admit_recv, RecvWqe};
 use super::sgl::{SglStore, MAX_SGE};
 use super::wc::{RecvWr, Sge};
@@ -46,13 +45,16 @@ impl Srq {
         })
     }
 
-    /// Checks a receive WR (every SGE in this SRQ's PD, LOCAL_WRITE) and
-    /// queues it; `sgl` as [`super::Qp::post_recv_sgl`].
-    pub fn post(&mut self, wr: RecvWr, sgl: Option<&[Sge]>, mrs: &MrTable) -> Result<(), QpError> {
+    /// Checks a receive WR (its SGE count and length) and queues it; `sgl`
+    /// as [`super::Qp::post_recv_sgl`]. Its local keys are checked when a
+    /// QP uses it (the SRQ has no CQ to report a bad one to): a key not
+    /// LOCAL_WRITE in the SRQ's PD then completes the WQE with
+    /// `LOC_QP_OP_ERR` on that QP, as rxe's malformed-WQE path does.
+    pub fn post(&mut self, wr: RecvWr, sgl: Option<&[Sge]>) -> Result<(), QpError> {
         if self.rq.len() >= usize::from(self.depth) {
             return Err(QpError::QueueFull);
         }
-        let wqe = admit_recv(wr, sgl, &mut self.sgls, self.pd, mrs)?;
+        let wqe = admit_recv(wr, sgl, &mut self.sgls, self.pd, None)?;
         super::inline_deque::push_compact(&mut self.rq, wqe);
         Ok(())
     }
@@ -82,15 +84,15 @@ impl Srq {
         self.pd
     }
 
-    /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when fewer
-    /// than `limit` WQEs remain, the event is raised once and the SRQ
-    /// disarms. 0 disarms. A limit above the depth is refused.
+    /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when a QP
+    /// takes a WQE and fewer than `limit` remain, the event is raised once
+    /// and the SRQ disarms (as rxe checks it, on consumption). 0 disarms. A
+    /// limit above the depth is refused.
     pub fn arm(&mut self, limit: u32) -> Result<(), QpError> {
         if limit > u32::from(self.depth) {
             return Err(QpError::Config("SRQ limit above its depth"));
         }
         self.limit = limit;
-        self.check_limit();
         Ok(())
     }
 

@@ -56,6 +56,8 @@ pub(crate) extern "C" fn rsnic_ibv_get_async_event(
                     ),
                     None => continue,
                 },
+                // No ibv_srq of this library names it yet.
+                AsyncEvent::SrqLimitReached { .. } => continue,
                 AsyncEvent::PortActive => (
                     IBV_EVENT_PORT_ACTIVE,
                     ibv_async_event__bindgen_ty_1 { port_num: 1 },

@@ -119,15 +119,15 @@ impl RespItem {
 }
 
 /// Checks receive WR `wr` (its scatter list `sgl` when given, `wr.sge`
-/// otherwise: every SGE LOCAL_WRITE in protection domain `pd`, at most the
-/// store's `max_sge`, the total at most 2^31) and makes its queue entry, a
-/// list of several SGEs kept in `store`.
+/// otherwise: at most the store's `max_sge`, the total at most 2^31, and,
+/// with `mrs`, every SGE LOCAL_WRITE in protection domain `pd`) and makes
+/// its queue entry, a list of several SGEs kept in `store`.
 pub(super) fn admit_recv(
     mut wr: RecvWr,
     sgl: Option<&[Sge]>,
     store: &mut SglStore,
     pd: u32,
-    mrs: &MrTable,
+    mrs: Option<&MrTable>,
 ) -> Result<RecvWqe, QpError> {
     let list = match sgl {
         Some([one]) => {
@@ -144,13 +144,12 @@ pub(super) fn admit_recv(
     if list.len() > store.max_sge() {
         return Err(QpError::LocalLength);
     }
-    let check = |s: &Sge| {
-        if s.len == 0 {
-            return Ok(());
-        }
-        mrs.check_local_in(pd, s.lkey, s.addr, u64::from(s.len), Access::LOCAL_WRITE)
+    let check = |s: &Sge| match mrs {
+        Some(mrs) if s.len > 0 => mrs
+            .check_local_in(pd, s.lkey, s.addr, u64::from(s.len), Access::LOCAL_WRITE)
             .map(|_| ())
-            .map_err(QpError::LocalProtection)
+            .map_err(QpError::LocalProtection),
+        _ => Ok(()),
     };
     let mut sgl_ref = SglRef::OWN;
     if list.is_empty() {
@@ -322,7 +321,7 @@ impl Responder {
         if self.rq.len() >= cfg.rq_depth as usize {
             return Err(QpError::QueueFull);
         }
-        let wqe = admit_recv(wr, sgl, &mut self.rq_sgls, cfg.pd, mrs)?;
+        let wqe = admit_recv(wr, sgl, &mut self.rq_sgls, cfg.pd, Some(mrs))?;
         super::inline_deque::push_compact(&mut self.rq, wqe);
         Ok(())
     }
