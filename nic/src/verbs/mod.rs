@@ -200,6 +200,7 @@ impl Device {
             lkey: 0,
             rkey: 0,
             len,
+            access,
             cmds: Vec::with_capacity(self.engines.len()),
             caller_memory,
         };
