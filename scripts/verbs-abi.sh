@@ -9,10 +9,12 @@
 # prints a matrix and exits non-zero on any failure. Logs: target/verbs-abi/.
 #
 # usage: scripts/verbs-abi.sh [all|quick|abi|eintr|pairs|port|bench]
-#   abi:   the C check program verbs-abi/tests/c/verbs_check.c (gcc against the
+#   abi:   the C check programs verbs-abi/tests/c/verbs_check.c (gcc against the
 #          system's verbs.h, -libverbs, run preloaded on a looped-back net_ring0):
 #          bad input, error completions, events, VERBS_CYCLES create/destroy
-#          cycles of every object with RSS flat (default 100000)
+#          cycles of every object with RSS flat (default 100000); and
+#          verbs_ex_check.c: ibv_create_qp_ex + ibv_wr_*, ibv_create_cq_ex,
+#          ibv_resize_cq, ibv_rereg_mr, every errno of a bad call
 #   eintr: verbs-abi/tests/c/verbs_eintr.c in two namespaces: EINTR_ITERS
 #          (default 50000) SENDs of 4 KiB, both ends asleep in poll() on their
 #          completion channel, which must never return EINTR (issue 40, item 8:
@@ -67,6 +69,18 @@ if [ "$what" = all ] || [ "$what" = abi ]; then
     record "C ABI check (verbs_check.c)" ok "$(grep -c '^ok ' "$LOG/verbs_check.log") checks in $(( $(date +%s) - start )) s"
   else
     record "C ABI check (verbs_check.c)" FAIL "rc $rc: $(grep -E '^FAIL|panic|rsnic:' "$LOG/verbs_check.log" | head -3 | tr '\n' ' ')"
+  fi
+  # The extended verbs (issue 40, items 5 and 6): ibv_create_qp_ex and the
+  # ibv_wr_* API, ibv_create_cq_ex and its iterator, ibv_resize_cq, ibv_rereg_mr.
+  gcc -O2 -Wall -o "$LOG/verbs_ex_check" verbs-abi/tests/c/verbs_ex_check.c -libverbs
+  start=$(date +%s)
+  timeout 300 "$EXEC" --dev net_ring0 --ip 10.0.0.9 -- "$LOG/verbs_ex_check" >"$LOG/verbs_ex_check.log" 2>&1
+  rc=$?
+  grep -E '^(ok|FAIL) ' "$LOG/verbs_ex_check.log" | sed 's/^/  /'
+  if [ $rc -eq 0 ]; then
+    record "C extended verbs (verbs_ex_check.c)" ok "$(grep -c '^ok ' "$LOG/verbs_ex_check.log") checks in $(( $(date +%s) - start )) s"
+  else
+    record "C extended verbs (verbs_ex_check.c)" FAIL "rc $rc: $(grep -E '^FAIL|panic|rsnic:' "$LOG/verbs_ex_check.log" | head -3 | tr '\n' ' ')"
   fi
   [ "$what" = abi ] && finish
 fi
