@@ -286,9 +286,12 @@ if [ "$what" != quick ]; then
   done
 fi
 
-# -- 3. ibv_rc_pingpong: -c checks the data, -e sleeps on completion events
+# -- 3. ibv_rc_pingpong: -c checks the data, -e sleeps on completion events, -N
+#       posts through the ibv_wr_* API
 PP='bytes in [0-9.]+ seconds'
 pair "ibv_rc_pingpong -g 0 -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 10.99.0.2
 pair "ibv_rc_pingpong -g 0 -e" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 10.99.0.2
+# -N: ibv_create_qp_ex with IBV_QP_EX_WITH_SEND and ibv_wr_start/send/set_sge/complete
+pair "ibv_rc_pingpong -g 0 -N -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -N -c -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -N -c -n 500 10.99.0.2
 
 finish
