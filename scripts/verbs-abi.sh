@@ -9,10 +9,12 @@
 # prints a matrix and exits non-zero on any failure. Logs: target/verbs-abi/.
 #
 # usage: scripts/verbs-abi.sh [all|quick|abi|eintr|pairs|port|bench]
-#   abi:   the C check program verbs-abi/tests/c/verbs_check.c (gcc against the
+#   abi:   the C check programs verbs-abi/tests/c/verbs_check.c (gcc against the
 #          system's verbs.h, -libverbs, run preloaded on a looped-back net_ring0):
 #          bad input, error completions, events, VERBS_CYCLES create/destroy
-#          cycles of every object with RSS flat (default 100000)
+#          cycles of every object with RSS flat (default 100000); and
+#          verbs_ex_check.c: ibv_create_qp_ex + ibv_wr_*, ibv_create_cq_ex,
+#          ibv_resize_cq, ibv_rereg_mr, every errno of a bad call
 #   eintr: verbs-abi/tests/c/verbs_eintr.c in two namespaces: EINTR_ITERS
 #          (default 50000) SENDs of 4 KiB, both ends asleep in poll() on their
 #          completion channel, which must never return EINTR (issue 40, item 8:
@@ -67,6 +69,18 @@ if [ "$what" = all ] || [ "$what" = abi ]; then
     record "C ABI check (verbs_check.c)" ok "$(grep -c '^ok ' "$LOG/verbs_check.log") checks in $(( $(date +%s) - start )) s"
   else
     record "C ABI check (verbs_check.c)" FAIL "rc $rc: $(grep -E '^FAIL|panic|rsnic:' "$LOG/verbs_check.log" | head -3 | tr '\n' ' ')"
+  fi
+  # The extended verbs (issue 40, items 5 and 6): ibv_create_qp_ex and the
+  # ibv_wr_* API, ibv_create_cq_ex and its iterator, ibv_resize_cq, ibv_rereg_mr.
+  gcc -O2 -Wall -o "$LOG/verbs_ex_check" verbs-abi/tests/c/verbs_ex_check.c -libverbs
+  start=$(date +%s)
+  timeout 300 "$EXEC" --dev net_ring0 --ip 10.0.0.9 -- "$LOG/verbs_ex_check" >"$LOG/verbs_ex_check.log" 2>&1
+  rc=$?
+  grep -E '^(ok|FAIL) ' "$LOG/verbs_ex_check.log" | sed 's/^/  /'
+  if [ $rc -eq 0 ]; then
+    record "C extended verbs (verbs_ex_check.c)" ok "$(grep -c '^ok ' "$LOG/verbs_ex_check.log") checks in $(( $(date +%s) - start )) s"
+  else
+    record "C extended verbs (verbs_ex_check.c)" FAIL "rc $rc: $(grep -E '^FAIL|panic|rsnic:' "$LOG/verbs_ex_check.log" | head -3 | tr '\n' ' ')"
   fi
   [ "$what" = abi ] && finish
 fi
@@ -272,9 +286,12 @@ if [ "$what" != quick ]; then
   done
 fi
 
-# -- 3. ibv_rc_pingpong: -c checks the data, -e sleeps on completion events
+# -- 3. ibv_rc_pingpong: -c checks the data, -e sleeps on completion events, -N
+#       posts through the ibv_wr_* API
 PP='bytes in [0-9.]+ seconds'
 pair "ibv_rc_pingpong -g 0 -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -c -n 500 10.99.0.2
 pair "ibv_rc_pingpong -g 0 -e" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 10.99.0.2
+# -N: ibv_create_qp_ex with IBV_QP_EX_WITH_SEND and ibv_wr_start/send/set_sge/complete
+pair "ibv_rc_pingpong -g 0 -N -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -N -c -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -N -c -n 500 10.99.0.2
 
 finish

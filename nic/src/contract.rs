@@ -478,6 +478,25 @@ pub enum Command {
         /// The description.
         reply: Reply<String>,
     },
+    /// Give a CQ a ring of another depth (`ibv_resize_cq(3)`): the engine
+    /// moves the completions queued in the old ring (`old`, the program's
+    /// consumer end) into the new one, in order, and completes into it from
+    /// then on. The reply is the consumer the program polls from now on and
+    /// whether the CQ was resized: `new` (true), or `old` back untouched
+    /// (false) when more completions are queued than the new ring holds or
+    /// the CQ does not exist, so that the program never loses its ring.
+    ResizeCq {
+        /// CQ id.
+        cq: u32,
+        /// Producer end of the new ring.
+        ring: rtrb::Producer<WorkCompletion>,
+        /// Consumer end of the new ring.
+        new: rtrb::Consumer<WorkCompletion>,
+        /// Consumer end of the current ring.
+        old: rtrb::Consumer<WorkCompletion>,
+        /// The consumer to poll, and whether it is the new ring's.
+        reply: Reply<(rtrb::Consumer<WorkCompletion>, bool)>,
+    },
 }
 
 /// The program's end of an engine's slow path: a [`Command`] sent wakes

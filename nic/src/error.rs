@@ -133,6 +133,14 @@ pub enum VerbsError {
         #[source]
         source: std::io::Error,
     },
+    /// `resize` to fewer entries than the CQ holds now.
+    #[error("completion queue holds {queued} completions, more than {depth}")]
+    CqTooSmall {
+        /// Completions queued.
+        queued: usize,
+        /// The depth asked for.
+        depth: usize,
+    },
 }
 
 impl From<crate::host::HostError> for VerbsError {

@@ -178,6 +178,9 @@ pub struct Channel {
 pub struct Cq {
     /// What the program sees.
     pub ibv: ibv_cq,
+    /// The rest of an `ibv_cq_ex` after its `ibv_cq` part, and the
+    /// iterator's state (`ibv_create_cq_ex(3)`; crate::abi::ex).
+    pub ex: crate::abi::CqExTail,
     /// Serialises pollers.
     pub lock: Spin,
     /// The engine's CQ (None once destroyed).
@@ -213,6 +216,9 @@ pub struct QpInner {
 pub struct Qp {
     /// What the program sees.
     pub ibv: ibv_qp,
+    /// The rest of an `ibv_qp_ex` after its `qp_base`, and the `ibv_wr_*`
+    /// batch (`ibv_wr_post(3)`; crate::abi::ex).
+    pub ex: crate::abi::QpExTail,
     /// Serialises posters and modify/destroy.
     pub lock: Spin,
     /// The handle and the state, under `lock`.

@@ -52,6 +52,29 @@ impl CqRing {
         self.orphaned = false;
     }
 
+    /// Moves the completions queued in the current ring (`old`, the
+    /// program's consumer end) into `ring`, in order, and completes into
+    /// `ring` from now on ([`crate::contract::Command::ResizeCq`]). Refused,
+    /// with `old` given back and nothing changed, for a destroyed CQ or when
+    /// more completions are queued than `ring` holds (rxe_cq_chk_attr:
+    /// EINVAL for a size below the number of entries in the CQ).
+    pub(super) fn resize(
+        &mut self,
+        mut ring: rtrb::Producer<WorkCompletion>,
+        new: rtrb::Consumer<WorkCompletion>,
+        mut old: rtrb::Consumer<WorkCompletion>,
+    ) -> (rtrb::Consumer<WorkCompletion>, bool) {
+        if self.ring.is_none() || old.slots() > ring.slots() {
+            return (old, false);
+        }
+        while let Ok(wc) = old.pop() {
+            // Cannot fail: the new ring has room for all of them (checked).
+            let _ = ring.push(wc);
+        }
+        self.ring = Some(ring);
+        (new, true)
+    }
+
     /// Free entries (0 for a destroyed CQ).
     #[inline]
     pub(super) fn slots(&self) -> usize {

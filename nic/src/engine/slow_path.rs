@@ -103,6 +103,19 @@ impl Engine {
                 Command::DescribeQp { qpn, reply } => {
                     let _ = reply.send(self.describe_qp(qpn, now));
                 }
+                Command::ResizeCq {
+                    cq,
+                    ring,
+                    new,
+                    old,
+                    reply,
+                } => {
+                    let r = match self.cqs.get_mut(cq as usize) {
+                        Some(c) => c.resize(ring, new, old),
+                        None => (old, false),
+                    };
+                    let _ = reply.send(Ok(r));
+                }
                 cmd @ (Command::ModifyQp { .. }
                 | Command::DestroyQp { .. }
                 | Command::DestroyCq { .. }

@@ -68,6 +68,51 @@ impl CompletionQueue {
         self.id
     }
 
+    /// Completions queued now (the engine may add more at any time).
+    pub fn queued(&self) -> usize {
+        self.ring.slots()
+    }
+
+    /// Entries the CQ holds (its depth).
+    pub fn depth(&self) -> usize {
+        self.ring.buffer().capacity()
+    }
+
+    /// Gives the CQ `depth` entries (`ibv_resize_cq(3)`), keeping the
+    /// completions queued, in order. Refused with
+    /// [`VerbsError::CqTooSmall`] when more completions are queued than
+    /// `depth` (rxe: EINVAL); the CQ is then unchanged.
+    pub fn resize(&mut self, depth: usize) -> Result<(), VerbsError> {
+        let depth = depth.max(1);
+        let queued = self.queued();
+        if queued > depth {
+            return Err(VerbsError::CqTooSmall { queued, depth });
+        }
+        let cmd = self.cmd.clone().ok_or(VerbsError::EngineGone)?;
+        let (ring, new) = rtrb::RingBuffer::new(depth);
+        // The program's end goes to the engine with the request and comes
+        // back in the reply (`&mut self`: no poll runs in between).
+        let (_, placeholder) = rtrb::RingBuffer::new(1);
+        let old = std::mem::replace(&mut self.ring, placeholder);
+        let id = self.id;
+        let (ring, resized) = super::request(&cmd, |reply| Command::ResizeCq {
+            cq: id,
+            ring,
+            new,
+            old,
+            reply,
+        })?;
+        self.ring = ring;
+        if resized {
+            Ok(())
+        } else {
+            Err(VerbsError::CqTooSmall {
+                queued: self.queued(),
+                depth,
+            })
+        }
+    }
+
     /// Takes up to `out.len()` completions; returns how many.
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;

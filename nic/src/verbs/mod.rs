@@ -205,6 +205,7 @@ impl Device {
             lkey: 0,
             rkey: 0,
             len,
+            access,
             cmds: Vec::with_capacity(self.engines.len()),
             caller_memory,
         };

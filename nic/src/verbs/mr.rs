@@ -24,6 +24,8 @@ pub(super) struct MrInner {
     pub(super) lkey: u32,
     pub(super) rkey: u32,
     pub(super) len: usize,
+    /// The access it was registered with.
+    pub(super) access: rdma::transport::Access,
     /// The engines it is registered with (emptied once deregistered).
     pub(super) cmds: Vec<CommandTx>,
     /// The caller's memory ([`super::Device::reg_user_mr`]): deregistering waits
@@ -88,6 +90,11 @@ impl MemoryRegion {
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.inner.len
+    }
+    /// The access flags it was registered with (`ibv_rereg_mr` keeps them
+    /// unless it changes them).
+    pub fn access(&self) -> rdma::transport::Access {
+        self.inner.access
     }
     /// Whether the region is empty.
     pub fn is_empty(&self) -> bool {

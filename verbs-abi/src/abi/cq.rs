@@ -1,7 +1,7 @@
 //! Completion channels and CQs: create, destroy, the `poll_cq`/`req_notify_cq` ops and the events (`ibv_get_cq_event`).
 
 use super::*;
-use libc::{EAGAIN, EBUSY, EINVAL, ENOMEM, EOPNOTSUPP};
+use libc::{EAGAIN, EBUSY, EINVAL, ENOMEM};
 use std::ffi::{c_int, c_uint, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::null_mut;
@@ -106,6 +106,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_cq(
                 cqe,
                 ..Default::default()
             },
+            ex: Default::default(),
             lock: Spin::default(),
             cq: std::cell::UnsafeCell::new(Some(cq)),
             channel: ch.cast(),
@@ -182,11 +183,6 @@ pub(crate) extern "C" fn rsnic_ibv_destroy_cq(q: *mut ibv_cq) -> c_int {
         drop(unsafe { Box::from_raw(q.cast::<Cq>()) });
         0
     })
-}
-
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_resize_cq(_q: *mut ibv_cq, _cqe: c_int) -> c_int {
-    EOPNOTSUPP
 }
 
 /// `ibv_poll_cq` (through `ops.poll_cq`): at most `n` completions into

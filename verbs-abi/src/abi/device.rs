@@ -159,6 +159,8 @@ pub(crate) extern "C" fn rsnic_ibv_open_device(d: *mut ibv_device) -> *mut ibv_c
         v.sz = std::mem::size_of::<verbs_context>();
         v.query_port = Some(ctx_query_port);
         v.query_device_ex = Some(ctx_query_device_ex);
+        v.create_qp_ex = Some(ctx_create_qp_ex);
+        v.create_cq_ex = Some(ctx_create_cq_ex);
         v.context.device = d;
         v.context.cmd_fd = -1;
         v.context.async_fd = efd;

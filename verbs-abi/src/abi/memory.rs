@@ -1,7 +1,7 @@
 //! Protection domains and memory regions (`ibv_alloc_pd`, `ibv_reg_mr*`, `ibv_dereg_mr`).
 
 use super::*;
-use libc::{EBUSY, EINVAL, EOPNOTSUPP};
+use libc::{EBUSY, EINVAL};
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
 
@@ -134,16 +134,4 @@ pub(crate) extern "C" fn rsnic_ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
             _ => 0,
         }
     })
-}
-
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_rereg_mr(
-    _m: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _a: *mut c_void,
-    _l: usize,
-    _acc: c_int,
-) -> c_int {
-    EOPNOTSUPP
 }

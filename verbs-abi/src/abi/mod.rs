@@ -9,7 +9,9 @@
 //!
 //! Files: `device` (the device list, contexts, queries), `memory` (PDs,
 //! regions), `cq` (channels, CQs, polling), `qp` (QPs, posting),
-//! `rest` (async events, unimplemented calls, helpers).
+//! `rest` (async events, unimplemented calls, helpers), `ex` (the
+//! extended QP and CQ: `ibv_wr_*`, `ibv_start_poll`; `ibv_resize_cq`,
+//! `ibv_rereg_mr`).
 
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -70,10 +72,13 @@ pub(crate) fn minus_one(e: i32) -> c_int {
 
 mod cq;
 mod device;
+mod ex;
 mod memory;
 mod qp;
 mod rest;
 
 pub(crate) use cq::*;
 pub(crate) use device::*;
+pub(crate) use ex::{ctx_create_cq_ex, ctx_create_qp_ex};
+pub use ex::{CqExTail, QpExTail};
 pub(crate) use qp::*;

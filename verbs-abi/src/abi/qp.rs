@@ -103,6 +103,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
                 qp_type: IBV_QPT_RC,
                 ..Default::default()
             },
+            ex: Default::default(),
             lock: Spin::default(),
             inner: std::cell::UnsafeCell::new(QpInner {
                 qp: Some(qp),
@@ -610,11 +611,4 @@ pub(crate) extern "C" fn op_post_recv(
         }
         0
     })
-}
-
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_qp_to_qp_ex(_q: *mut ibv_qp) -> *mut ibv_qp_ex {
-    // Only QPs created with ibv_create_qp_ex and send_ops_flags have one;
-    // this library creates none (ibv_wr_* is not implemented yet).
-    null_with(EOPNOTSUPP)
 }

@@ -1,0 +1,1059 @@
+//! The extended QP and CQ (issue 40, item 5) and `ibv_rereg_mr` (item 6):
+//!
+//! - `verbs_context.create_qp_ex` (`ibv_create_qp_ex(3)`, verbs.h's inline
+//!   function calls it for any `comp_mask` but `IBV_QP_INIT_ATTR_PD` alone)
+//!   and `ibv_qp_to_qp_ex`; the `ibv_qp_ex` function pointers that verbs.h's
+//!   inline `ibv_wr_*` call (`ibv_wr_post(3)`): a batch built between
+//!   `ibv_wr_start` and `ibv_wr_complete` is posted to the QP's doorbell
+//!   ring with the same `nic::verbs::QueuePair` calls as `ibv_post_send`,
+//!   all of it or nothing;
+//! - `verbs_context.create_cq_ex` (`ibv_create_cq_ex(3)`) and the
+//!   `ibv_cq_ex` iterator (`ibv_start_poll`, `ibv_next_poll`,
+//!   `ibv_end_poll`, `ibv_wc_read_*`);
+//! - `ibv_resize_cq(3)` and `ibv_rereg_mr(3)`.
+//!
+//! An `ibv_qp_ex` begins with its `ibv_qp` (`qp_base`) and an `ibv_cq_ex`
+//! with the fields of an `ibv_cq` (`ibv_cq_ex_to_cq` is a cast), so the
+//! extended object is the same address as the plain one: [`Qp`] and [`Cq`]
+//! carry the rest of the extended struct ([`QpExTail`], [`CqExTail`])
+//! right after their `ibverbs` struct, zero (no function pointers) for an
+//! object of `ibv_create_qp` / `ibv_create_cq`. The compile-time checks
+//! below hold the layouts to verbs.h's.
+//!
+//! Which combinations are accepted follows Linux rxe's provider
+//! (rdma-core providers/rxe/rxe.c): `comp_mask` beyond PD, CREATE_FLAGS and
+//! SEND_OPS_FLAGS, any `create_flags`, or a `send_ops_flags` bit the QP
+//! type does not take is EOPNOTSUPP (`check_qp_init_attr`); a `wc_flags`
+//! bit beyond BYTE_LEN, IMM, QP_NUM, SRC_QP, SLID, SL, DLID_PATH_BITS
+//! (completion timestamps) is EOPNOTSUPP (`rxe_create_cq_ex`). An RC QP
+//! here takes WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM, READ and both
+//! atomics; rxe also takes LOCAL_INV, BIND_MW, SEND_WITH_INV (memory
+//! windows, not implemented here), FLUSH and ATOMIC_WRITE (IBA 1.5).
+
+use super::*;
+use crate::objects::SpinGuard;
+use libc::{EINVAL, ENOENT, ENOSPC, EOPNOTSUPP};
+use nic::contract::doorbell_slots;
+use nic::verbs::VerbsError;
+use rdma::transport::sgl::MAX_SGE;
+use rdma::transport::{SendOp, SendWr, Sge, WorkCompletion};
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_uint, c_void};
+use std::mem::{offset_of, size_of};
+use std::ptr::null_mut;
+
+// ------------------------------------------------------------- layouts
+
+/// 64-bit words of an `ibv_qp_ex` after its `qp_base`.
+const QP_TAIL_WORDS: usize = (size_of::<ibv_qp_ex>() - size_of::<ibv_qp>()) / 8;
+/// 64-bit words of an `ibv_cq_ex` after the fields it shares with `ibv_cq`.
+const CQ_TAIL_WORDS: usize = (size_of::<ibv_cq_ex>() - size_of::<ibv_cq>()) / 8;
+
+const _: () = {
+    // `ibv_qp_ex` = `ibv_qp` + what QpExTail holds, at Qp's `ex`.
+    assert!(offset_of!(ibv_qp_ex, comp_mask) == size_of::<ibv_qp>());
+    assert!((size_of::<ibv_qp_ex>() - size_of::<ibv_qp>()).is_multiple_of(8));
+    assert!(offset_of!(Qp, ex) == offset_of!(ibv_qp_ex, comp_mask));
+    // `ibv_cq_ex` starts with `ibv_cq`'s fields (ibv_cq_ex_to_cq is a cast).
+    assert!(offset_of!(ibv_cq_ex, cqe) == offset_of!(ibv_cq, cqe));
+    assert!(
+        offset_of!(ibv_cq_ex, async_events_completed) == offset_of!(ibv_cq, async_events_completed)
+    );
+    assert!(offset_of!(ibv_cq_ex, comp_mask) == size_of::<ibv_cq>());
+    assert!((size_of::<ibv_cq_ex>() - size_of::<ibv_cq>()).is_multiple_of(8));
+    assert!(offset_of!(Cq, ex) == offset_of!(ibv_cq_ex, comp_mask));
+};
+
+/// The rest of an `ibv_qp_ex` after `qp_base` (its words, written through
+/// an `ibv_qp_ex` pointer to the [`Qp`]), and the `ibv_wr_*` batch of a QP
+/// created with `ibv_create_qp_ex` (None for one of `ibv_create_qp`).
+#[repr(C)]
+pub struct QpExTail {
+    words: UnsafeCell<[u64; QP_TAIL_WORDS]>,
+    batch: UnsafeCell<Option<Box<WrBatch>>>,
+}
+
+impl Default for QpExTail {
+    fn default() -> Self {
+        QpExTail {
+            words: UnsafeCell::new([0; QP_TAIL_WORDS]),
+            batch: UnsafeCell::new(None),
+        }
+    }
+}
+
+/// The rest of an `ibv_cq_ex` after its `ibv_cq` fields, and the
+/// iterator's state (the current completion, the CQ's lock from
+/// `start_poll` to `end_poll`).
+#[repr(C)]
+pub struct CqExTail {
+    words: UnsafeCell<[u64; CQ_TAIL_WORDS]>,
+    cur: UnsafeCell<WorkCompletion>,
+    guard: UnsafeCell<Option<SpinGuard<'static>>>,
+}
+
+impl Default for CqExTail {
+    fn default() -> Self {
+        CqExTail {
+            words: UnsafeCell::new([0; CQ_TAIL_WORDS]),
+            cur: UnsafeCell::new(WorkCompletion::BLANK),
+            guard: UnsafeCell::new(None),
+        }
+    }
+}
+
+// ------------------------------------------------------ the QP builders
+
+/// `send_ops_flags` an RC QP takes here.
+pub const RC_SEND_OPS: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
+    | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | IBV_QP_EX_WITH_SEND
+    | IBV_QP_EX_WITH_SEND_WITH_IMM
+    | IBV_QP_EX_WITH_RDMA_READ
+    | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) as u64;
+/// `send_ops_flags` a UC QP will take (rxe's set minus memory windows).
+pub const UC_SEND_OPS: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
+    | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | IBV_QP_EX_WITH_SEND
+    | IBV_QP_EX_WITH_SEND_WITH_IMM) as u64;
+/// `send_ops_flags` a UD QP will take (rxe's).
+pub const UD_SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM) as u64;
+
+/// The `send_ops_flags` a QP of type `t` may ask for; None: the type has
+/// no `ibv_wr_*` here.
+pub fn send_ops_of(t: ibv_qp_type) -> Option<u64> {
+    match t {
+        IBV_QPT_RC => Some(RC_SEND_OPS),
+        IBV_QPT_UC => Some(UC_SEND_OPS),
+        IBV_QPT_UD => Some(UD_SEND_OPS),
+        _ => None,
+    }
+}
+
+/// A work request built since `ibv_wr_start`.
+#[derive(Clone, Copy)]
+struct Staged {
+    wr: SendWr,
+    /// Its SGEs: `sges[first..first + n]` of the batch (n = 0: none).
+    first: u32,
+    n: u32,
+    /// Inline data: `inline[at..at + len]` of the batch.
+    inline: Option<(u32, u32)>,
+}
+
+/// The `ibv_wr_*` state of an extended QP: the QP's lock while a batch is
+/// open, the batch and the first error (`ibv_wr_post(3)`: "If a failure is
+/// detected during operation ... ibv_wr_complete() will return failure and
+/// the entire posting will be aborted"). Its vectors keep their capacity
+/// from batch to batch: after the first batches, building allocates
+/// nothing.
+pub(crate) struct WrBatch {
+    guard: Option<SpinGuard<'static>>,
+    err: i32,
+    sig_all: bool,
+    cap: ibv_qp_cap,
+    qp_type: ibv_qp_type,
+    wrs: Vec<Staged>,
+    sges: Vec<Sge>,
+    inline: Vec<u8>,
+}
+
+impl WrBatch {
+    fn clear(&mut self) {
+        self.err = 0;
+        self.wrs.clear();
+        self.sges.clear();
+        self.inline.clear();
+    }
+
+    /// Records the batch's first error.
+    fn fail(&mut self, e: i32) {
+        if self.err == 0 {
+            self.err = e;
+        }
+    }
+}
+
+/// The [`Qp`] of an `ibv_qp_ex` of ours.
+///
+/// # Safety
+/// `q` must be the `ibv_qp_ex` of a live QP created by `create_qp_ex`.
+unsafe fn qp_of<'a>(q: *mut ibv_qp_ex) -> &'a Qp {
+    // SAFETY: the caller's contract; `qp_base` is the Qp's first field.
+    unsafe { &*q.cast::<Qp>() }
+}
+
+/// The open batch of `q` (None outside `ibv_wr_start` .. `complete`).
+///
+/// # Safety
+/// As [`qp_of`]; the caller holds the QP's lock (it is in the batch) or
+/// is the thread that opened the batch.
+unsafe fn open_batch<'a>(q: *mut ibv_qp_ex) -> Option<&'a mut WrBatch> {
+    // SAFETY: the caller's contract.
+    let qp = unsafe { qp_of(q) };
+    // SAFETY: the batch is only touched by the thread inside the QP's
+    // critical section (ibv_wr_post(3), CONCURRENCY).
+    let b = unsafe { &mut *qp.ex.batch.get() }.as_deref_mut()?;
+    b.guard.is_some().then_some(b)
+}
+
+/// Starts a work request of `op` with the QP's `wr_id` and `wr_flags`.
+fn begin(q: *mut ibv_qp_ex, op: SendOp) {
+    guard((), || {
+        // SAFETY: reached only through the ops of a QP of ours.
+        let Some(b) = (unsafe { open_batch(q) }) else {
+            return;
+        };
+        if b.err != 0 {
+            return;
+        }
+        // rxe: a full send queue is ENOSPC (check_qp_queue_full).
+        if b.wrs.len() >= b.cap.max_send_wr as usize {
+            return b.fail(ENOSPC);
+        }
+        // SAFETY: the program's fields of its ibv_qp_ex, set before the
+        // builder is called (ibv_wr_post(3)).
+        let (wr_id, flags) = unsafe { ((*q).wr_id, (*q).wr_flags) };
+        b.wrs.push(Staged {
+            wr: SendWr {
+                wr_id,
+                op,
+                sge: Sge::default(),
+                signaled: b.sig_all || flags & IBV_SEND_SIGNALED != 0,
+                solicited: flags & IBV_SEND_SOLICITED != 0,
+            },
+            first: 0,
+            n: 0,
+            inline: None,
+        });
+    })
+}
+
+extern "C" fn wr_send(q: *mut ibv_qp_ex) {
+    begin(q, SendOp::Send)
+}
+extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: u32) {
+    begin(q, SendOp::SendImm(u32::from_be(imm)))
+}
+extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, remote_va: u64) {
+    begin(q, SendOp::Write { remote_va, rkey })
+}
+extern "C" fn wr_rdma_write_imm(q: *mut ibv_qp_ex, rkey: u32, remote_va: u64, imm: u32) {
+    begin(
+        q,
+        SendOp::WriteImm {
+            remote_va,
+            rkey,
+            imm: u32::from_be(imm),
+        },
+    )
+}
+extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, remote_va: u64) {
+    begin(q, SendOp::Read { remote_va, rkey })
+}
+extern "C" fn wr_atomic_cmp_swp(q: *mut ibv_qp_ex, rkey: u32, va: u64, compare: u64, swap: u64) {
+    begin(
+        q,
+        SendOp::CompareSwap {
+            remote_va: va,
+            rkey,
+            compare,
+            swap,
+        },
+    )
+}
+extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, va: u64, add: u64) {
+    begin(
+        q,
+        SendOp::FetchAdd {
+            remote_va: va,
+            rkey,
+            add,
+        },
+    )
+}
+
+/// Sets the SGE list of the last work request (`ibv_wr_set_sge_list`).
+fn set_sges(q: *mut ibv_qp_ex, list: &[ibv_sge]) {
+    // SAFETY: reached only through the ops of a QP of ours.
+    let Some(b) = (unsafe { open_batch(q) }) else {
+        return;
+    };
+    if b.err != 0 {
+        return;
+    }
+    let max = b.cap.max_send_sge as usize;
+    let Some(last) = b.wrs.last().copied() else {
+        // A setter with no work request to set.
+        return b.fail(EINVAL);
+    };
+    // rxe: more SGEs than the QP takes is ENOSPC (wr_set_sge_list).
+    if list.len() > max {
+        return b.fail(ENOSPC);
+    }
+    // An ATOMIC takes one 8-byte SGE (IBA 9.4.5); rxe's post_send: EINVAL.
+    if last.wr.op.is_atomic() && list.len() > 1 {
+        return b.fail(EINVAL);
+    }
+    let first = b.sges.len() as u32;
+    b.sges.extend(list.iter().map(|s| Sge {
+        addr: s.addr,
+        len: s.length,
+        lkey: s.lkey,
+    }));
+    let w = b.wrs.last_mut().expect("checked above");
+    w.first = first;
+    w.n = list.len() as u32;
+    w.inline = None;
+}
+
+extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    guard((), || {
+        // rxe: a zero length leaves the request without data.
+        let one = [ibv_sge { addr, length, lkey }];
+        set_sges(q, if length == 0 { &[] } else { &one });
+    })
+}
+
+extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+    guard((), || {
+        if n > 0 && list.is_null() {
+            // SAFETY: reached only through the ops of a QP of ours.
+            if let Some(b) = unsafe { open_batch(q) } {
+                b.fail(EINVAL);
+            }
+            return;
+        }
+        // ibv_wr_post(3): the list holds `num_sge` entries. More than
+        // MAX_SGE is refused by set_sges (over the QP's max_send_sge).
+        let list = if n == 0 {
+            &[][..]
+        } else {
+            // SAFETY: as above, read during the call only.
+            unsafe { std::slice::from_raw_parts(list, n.min(MAX_SGE + 1)) }
+        };
+        set_sges(q, list);
+    })
+}
+
+/// Copies `bufs` as the inline data of the last work request
+/// (`ibv_wr_set_inline_data_list`: "Valid only for SEND and RDMA_WRITE").
+fn set_inline(q: *mut ibv_qp_ex, bufs: &[ibv_data_buf]) {
+    // SAFETY: reached only through the ops of a QP of ours.
+    let Some(b) = (unsafe { open_batch(q) }) else {
+        return;
+    };
+    if b.err != 0 {
+        return;
+    }
+    let Some(last) = b.wrs.last().copied() else {
+        return b.fail(EINVAL);
+    };
+    if !matches!(
+        last.wr.op,
+        SendOp::Send | SendOp::SendImm(_) | SendOp::Write { .. } | SendOp::WriteImm { .. }
+    ) {
+        return b.fail(EINVAL);
+    }
+    let total: usize = bufs.iter().map(|d| d.length).sum();
+    // rxe: more than max_inline_data is ENOSPC (wr_set_inline_data).
+    if total > b.cap.max_inline_data as usize {
+        return b.fail(ENOSPC);
+    }
+    let at = b.inline.len();
+    for d in bufs {
+        if d.length == 0 {
+            continue;
+        }
+        if d.addr.is_null() {
+            b.inline.truncate(at);
+            return b.fail(EINVAL);
+        }
+        // SAFETY: ibv_wr_post(3): the program's buffer of `length` bytes,
+        // copied during the call ("allows the caller to immediately re-use
+        // the buffer").
+        b.inline.extend_from_slice(unsafe {
+            std::slice::from_raw_parts(d.addr.cast::<u8>(), d.length)
+        });
+    }
+    let w = b.wrs.last_mut().expect("checked above");
+    w.inline = Some((at as u32, total as u32));
+    w.n = 0;
+}
+
+extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    guard((), || set_inline(q, &[ibv_data_buf { addr, length }]))
+}
+
+extern "C" fn wr_set_inline_data_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_data_buf) {
+    guard((), || {
+        if n > 0 && list.is_null() {
+            // SAFETY: reached only through the ops of a QP of ours.
+            if let Some(b) = unsafe { open_batch(q) } {
+                b.fail(EINVAL);
+            }
+            return;
+        }
+        let list = if n == 0 {
+            &[][..]
+        } else {
+            // SAFETY: ibv_wr_post(3): `num_buf` entries, read during the call.
+            unsafe { std::slice::from_raw_parts(list, n) }
+        };
+        set_inline(q, list)
+    })
+}
+
+/// `ibv_wr_set_ud_addr`: the destination of the last work request of a UD
+/// QP. An RC or UC QP has no per-request address: the batch fails with
+/// EINVAL. A UD QP cannot be created yet (its engine support lands
+/// separately); when it can, this needs only the AH's lookup (the `ibv_ah`
+/// of `rsnic_ibv_create_ah` -> its destination) and the destination's
+/// field in the staged request: until then it records EOPNOTSUPP.
+extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, _ah: *mut ibv_ah, _qpn: u32, _qkey: u32) {
+    guard((), || {
+        // SAFETY: reached only through the ops of a QP of ours.
+        let Some(b) = (unsafe { open_batch(q) }) else {
+            return;
+        };
+        if b.wrs.is_empty() {
+            return b.fail(EINVAL);
+        }
+        match b.qp_type {
+            IBV_QPT_UD => b.fail(EOPNOTSUPP),
+            _ => b.fail(EINVAL),
+        }
+    })
+}
+
+/// `ibv_wr_start`: takes the QP's lock (the one `ibv_post_send` takes)
+/// until `ibv_wr_complete` or `ibv_wr_abort` (ibv_wr_post(3),
+/// CONCURRENCY), and opens an empty batch.
+extern "C" fn wr_start(q: *mut ibv_qp_ex) {
+    guard((), || {
+        // SAFETY: reached only through the ops of a QP of ours, which lives
+        // until ibv_destroy_qp (not while a batch is open).
+        let qp: &'static Qp = unsafe { qp_of(q) };
+        let g = qp.lock.lock();
+        // SAFETY: under the QP's lock.
+        let inner = unsafe { &*qp.inner.get() };
+        // SAFETY: under the QP's lock, which we now hold.
+        let Some(b) = (unsafe { &mut *qp.ex.batch.get() }).as_deref_mut() else {
+            return;
+        };
+        b.clear();
+        b.sig_all = inner.sq_sig_all;
+        b.cap = inner.cap;
+        b.guard = Some(g);
+    })
+}
+
+/// `ibv_wr_abort`: discards the batch and releases the QP.
+extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
+    guard((), || {
+        // SAFETY: reached only through the ops of a QP of ours.
+        if let Some(b) = unsafe { open_batch(q) } {
+            b.clear();
+            b.guard = None;
+        }
+    })
+}
+
+/// `ibv_wr_complete`: posts the batch to the doorbell ring, all of it or,
+/// on the batch's first error, none of it (its errno returned); releases
+/// the QP either way. Outside a batch (never started, or after
+/// `ibv_wr_abort` or `ibv_wr_complete`) it is EINVAL. A QP not in RTS (or
+/// ERR) is EINVAL, as for `ibv_post_send`; a batch that does not fit in
+/// the free doorbell slots is ENOSPC (rxe's answer for a full queue).
+extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: reached only through the ops of a QP of ours.
+        let qp = unsafe { qp_of(q) };
+        // SAFETY: as above.
+        let Some(b) = (unsafe { open_batch(q) }) else {
+            return EINVAL;
+        };
+        let r = if b.err != 0 {
+            b.err
+        } else {
+            // SAFETY: under the QP's lock (held by the batch).
+            let inner = unsafe { &mut *qp.inner.get() };
+            if !matches!(inner.state, IBV_QPS_RTS | IBV_QPS_ERR) {
+                EINVAL
+            } else {
+                match inner.qp.as_mut() {
+                    Some(h) => post_batch(h, b),
+                    None => EINVAL,
+                }
+            }
+        };
+        b.clear();
+        b.guard = None;
+        r
+    })
+}
+
+/// Posts a checked batch: the doorbell slots it needs are checked free
+/// first, so that the posts below cannot fail half way.
+fn post_batch(h: &mut nic::verbs::QueuePair, b: &WrBatch) -> c_int {
+    let slots: usize = b.wrs.iter().map(|w| doorbell_slots(w.n as usize)).sum();
+    if slots > h.free_slots() {
+        return ENOSPC;
+    }
+    const BATCH: usize = 16;
+    let mut run = [SendWr {
+        wr_id: 0,
+        op: SendOp::Send,
+        sge: Sge {
+            addr: 0,
+            len: 0,
+            lkey: 0,
+        },
+        signaled: false,
+        solicited: false,
+    }; BATCH];
+    let mut n = 0;
+    let flush = |h: &mut nic::verbs::QueuePair, run: &[SendWr]| -> Result<(), i32> {
+        if run.is_empty() {
+            return Ok(());
+        }
+        h.post_send_list(run).map_err(|(_, e)| errno_of(&e))
+    };
+    let mut go = || -> Result<(), i32> {
+        for w in &b.wrs {
+            let (first, k) = (w.first as usize, w.n as usize);
+            if let Some((at, len)) = w.inline {
+                flush(h, &run[..n])?;
+                n = 0;
+                let data = &b.inline[at as usize..(at + len) as usize];
+                h.post_send_inline(w.wr.wr_id, w.wr.op, data, w.wr.signaled)
+                    .map_err(|e| errno_of(&e))?;
+            } else if k <= 1 {
+                let mut wr = w.wr;
+                if k == 1 {
+                    wr.sge = b.sges[first];
+                }
+                run[n] = wr;
+                n += 1;
+                if n == BATCH {
+                    flush(h, &run)?;
+                    n = 0;
+                }
+            } else {
+                flush(h, &run[..n])?;
+                n = 0;
+                h.post_send_sges(w.wr, &b.sges[first..first + k])
+                    .map_err(|e| errno_of(&e))?;
+            }
+        }
+        flush(h, &run[..n])
+    };
+    match go() {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// `verbs_context.create_qp_ex` (`ibv_create_qp_ex(3)`): the checks of
+/// rxe's `check_qp_init_attr` (EOPNOTSUPP), the QP made by
+/// `ibv_create_qp`'s path, then its `ibv_qp_ex`: `wr_start`,
+/// `wr_complete`, `wr_abort` and the setters always, a builder only for
+/// each operation in `send_ops_flags` (the others stay NULL, as rxe
+/// leaves them).
+pub(crate) extern "C" fn ctx_create_qp_ex(
+    c: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard(null_mut(), || {
+        if ctx(c).is_none() || attr.is_null() {
+            return null_with(EINVAL);
+        }
+        // SAFETY: the caller's attributes (checked non-NULL); `cap` is
+        // written back, as ibv_create_qp_ex(3) says.
+        let a = unsafe { &mut *attr };
+        let known =
+            IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        if a.comp_mask & !known != 0
+            || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+        {
+            return null_with(EOPNOTSUPP);
+        }
+        let ops = a.send_ops_flags;
+        if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+            match send_ops_of(a.qp_type) {
+                Some(ok) if ops & !ok == 0 => {}
+                _ => return null_with(EOPNOTSUPP),
+            }
+        }
+        // A QP needs its PD (the kernel's create_qp: EINVAL without one).
+        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.pd.is_null() {
+            return null_with(EINVAL);
+        }
+        // SAFETY: the PD is checked by create_qp.
+        if !is_live(a.pd.cast(), Kind::Pd) || unsafe { (*a.pd).context } != c {
+            return null_with(EINVAL);
+        }
+        let mut plain = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        let q = rsnic_ibv_create_qp(a.pd, &mut plain);
+        if q.is_null() {
+            return q;
+        }
+        a.cap = plain.cap;
+        let x = q.cast::<ibv_qp_ex>();
+        // SAFETY: a QP of ours just made, not yet shared: its ex tail is the
+        // rest of this ibv_qp_ex (layout checks above).
+        unsafe {
+            let qp = &*q.cast::<Qp>();
+            *qp.ex.batch.get() = Some(Box::new(WrBatch {
+                guard: None,
+                err: 0,
+                sig_all: false,
+                cap: plain.cap,
+                qp_type: plain.qp_type,
+                wrs: Vec::with_capacity((plain.cap.max_send_wr as usize).min(256)),
+                sges: Vec::with_capacity(256),
+                inline: Vec::with_capacity(plain.cap.max_inline_data as usize * 4),
+            }));
+            let has = |f: u32| ops & u64::from(f) != 0;
+            (*x).comp_mask = 0;
+            (*x).wr_id = 0;
+            (*x).wr_flags = 0;
+            if has(IBV_QP_EX_WITH_SEND) {
+                (*x).wr_send = Some(wr_send);
+            }
+            if has(IBV_QP_EX_WITH_SEND_WITH_IMM) {
+                (*x).wr_send_imm = Some(wr_send_imm);
+            }
+            if has(IBV_QP_EX_WITH_RDMA_WRITE) {
+                (*x).wr_rdma_write = Some(wr_rdma_write);
+            }
+            if has(IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM) {
+                (*x).wr_rdma_write_imm = Some(wr_rdma_write_imm);
+            }
+            if has(IBV_QP_EX_WITH_RDMA_READ) {
+                (*x).wr_rdma_read = Some(wr_rdma_read);
+            }
+            if has(IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP) {
+                (*x).wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+            }
+            if has(IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) {
+                (*x).wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+            }
+            (*x).wr_set_sge = Some(wr_set_sge);
+            (*x).wr_set_sge_list = Some(wr_set_sge_list);
+            (*x).wr_set_inline_data = Some(wr_set_inline_data);
+            (*x).wr_set_inline_data_list = Some(wr_set_inline_data_list);
+            (*x).wr_set_ud_addr = Some(wr_set_ud_addr);
+            (*x).wr_start = Some(wr_start);
+            (*x).wr_complete = Some(wr_complete);
+            (*x).wr_abort = Some(wr_abort);
+        }
+        q
+    })
+}
+
+/// `ibv_qp_to_qp_ex` (libibverbs/verbs.c): the `ibv_qp_ex` of a QP created
+/// with `ibv_create_qp_ex`, NULL for any other (errno untouched, as there).
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_qp_to_qp_ex(q: *mut ibv_qp) -> *mut ibv_qp_ex {
+    guard(null_mut(), || {
+        if !is_live(q.cast(), Kind::Qp) {
+            return null_mut();
+        }
+        // SAFETY: a live QP of ours; the batch is set once at creation.
+        let ex = unsafe { (*(*q.cast::<Qp>()).ex.batch.get()).is_some() };
+        if ex {
+            q.cast()
+        } else {
+            null_mut()
+        }
+    })
+}
+
+// --------------------------------------------------------- the CQ iterator
+
+/// `wc_flags` an extended CQ takes (rxe's RXE_SUP_WC_EX_FLAGS): SRC_QP,
+/// SLID, SL and DLID_PATH_BITS read 0 on RoCE RC; no timestamps.
+pub const SUPPORTED_WC_FLAGS: u64 = (IBV_WC_EX_WITH_BYTE_LEN
+    | IBV_WC_EX_WITH_IMM
+    | IBV_WC_EX_WITH_QP_NUM
+    | IBV_WC_EX_WITH_SRC_QP
+    | IBV_WC_EX_WITH_SLID
+    | IBV_WC_EX_WITH_SL
+    | IBV_WC_EX_WITH_DLID_PATH_BITS) as u64;
+
+/// The [`Cq`] of an `ibv_cq_ex` of ours.
+///
+/// # Safety
+/// `c` must be the `ibv_cq_ex` of a live CQ created by `create_cq_ex`.
+unsafe fn cq_of<'a>(c: *mut ibv_cq_ex) -> &'a Cq {
+    // SAFETY: the caller's contract; the ibv_cq is the Cq's first field.
+    unsafe { &*c.cast::<Cq>() }
+}
+
+/// Makes `wc` the current completion: `status` and `wr_id` are read from
+/// the `ibv_cq_ex` itself (ibv_create_cq_ex(3)).
+///
+/// # Safety
+/// As [`cq_of`], under the CQ's lock.
+unsafe fn set_current(c: *mut ibv_cq_ex, wc: WorkCompletion) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        *cq_of(c).ex.cur.get() = wc;
+        (*c).status = wc.status as u32;
+        (*c).wr_id = wc.wr_id;
+    }
+}
+
+/// `ibv_start_poll`: takes the CQ's lock and its first completion (0), or
+/// ENOENT with the lock released when there is none; `attr.comp_mask`
+/// must be 0 (EINVAL, as mlx5). An empty CQ is polled as `ibv_poll_cq`
+/// polls it: after a run of empty polls it parks until the engine's next
+/// completion or `IDLE_POLL_PARK`.
+extern "C" fn cq_start_poll(c: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: the caller's attributes, read if given.
+        if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+            return EINVAL;
+        }
+        // SAFETY: reached only through the ops of a CQ of ours.
+        let cq: &'static Cq = unsafe { cq_of(c) };
+        let g = cq.lock.lock();
+        // SAFETY: under the CQ's lock.
+        let Some(h) = (unsafe { &mut *cq.cq.get() }).as_mut() else {
+            return EINVAL;
+        };
+        let got = match h.poll_one() {
+            Some(wc) => Some(wc),
+            None if cq.yield_when_idle => {
+                let idle = cq.idle_polls.get() + 1;
+                if idle >= IDLE_POLLS_BEFORE_YIELD {
+                    cq.idle_polls.set(0);
+                    let now = std::time::Instant::now();
+                    let since = cq.idle_since.get().unwrap_or(now);
+                    cq.idle_since.set(Some(since));
+                    if now.duration_since(since) >= nic::verbs::SPIN_BEFORE_PARK
+                        || h.on_engine_cpu()
+                    {
+                        h.park_for(IDLE_POLL_PARK)
+                    } else {
+                        None
+                    }
+                } else {
+                    cq.idle_polls.set(idle);
+                    None
+                }
+            }
+            None => None,
+        };
+        let Some(wc) = got else {
+            return ENOENT;
+        };
+        cq.idle_polls.set(0);
+        cq.idle_since.set(None);
+        // SAFETY: under the CQ's lock, which the iterator keeps until
+        // end_poll.
+        unsafe {
+            set_current(c, wc);
+            *cq.ex.guard.get() = Some(g);
+        }
+        0
+    })
+}
+
+/// `ibv_next_poll`: the next completion (0) or ENOENT; the lock is kept
+/// until `ibv_end_poll` either way.
+extern "C" fn cq_next_poll(c: *mut ibv_cq_ex) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: reached only through the ops of a CQ of ours.
+        let cq = unsafe { cq_of(c) };
+        // SAFETY: the iterator's lock is held by this thread (start_poll).
+        if unsafe { (*cq.ex.guard.get()).is_none() } {
+            return EINVAL;
+        }
+        // SAFETY: under the CQ's lock.
+        let Some(h) = (unsafe { &mut *cq.cq.get() }).as_mut() else {
+            return EINVAL;
+        };
+        match h.poll_one() {
+            Some(wc) => {
+                // SAFETY: under the CQ's lock.
+                unsafe { set_current(c, wc) };
+                0
+            }
+            None => ENOENT,
+        }
+    })
+}
+
+/// `ibv_end_poll`: releases the CQ's lock.
+extern "C" fn cq_end_poll(c: *mut ibv_cq_ex) {
+    guard((), || {
+        // SAFETY: reached only through the ops of a CQ of ours; the lock
+        // is held by this thread since start_poll.
+        unsafe { *cq_of(c).ex.guard.get() = None };
+    })
+}
+
+/// The current completion of `c`.
+fn cur(c: *mut ibv_cq_ex) -> WorkCompletion {
+    // SAFETY: reached only through the ops of a CQ of ours, between
+    // start_poll and end_poll.
+    unsafe { *cq_of(c).ex.cur.get() }
+}
+
+extern "C" fn cq_read_opcode(c: *mut ibv_cq_ex) -> c_uint {
+    cur(c).opcode as c_uint
+}
+extern "C" fn cq_read_vendor_err(_c: *mut ibv_cq_ex) -> u32 {
+    0
+}
+extern "C" fn cq_read_byte_len(c: *mut ibv_cq_ex) -> u32 {
+    cur(c).byte_len
+}
+extern "C" fn cq_read_imm_data(c: *mut ibv_cq_ex) -> u32 {
+    cur(c).imm.unwrap_or(0).to_be()
+}
+extern "C" fn cq_read_qp_num(c: *mut ibv_cq_ex) -> u32 {
+    cur(c).qp_num
+}
+extern "C" fn cq_read_zero32(_c: *mut ibv_cq_ex) -> u32 {
+    0
+}
+extern "C" fn cq_read_zero8(_c: *mut ibv_cq_ex) -> u8 {
+    0
+}
+extern "C" fn cq_read_wc_flags(c: *mut ibv_cq_ex) -> c_uint {
+    if cur(c).imm.is_some() {
+        IBV_WC_WITH_IMM
+    } else {
+        0
+    }
+}
+
+/// `verbs_context.create_cq_ex` (`ibv_create_cq_ex(3)`): `comp_mask`
+/// beyond FLAGS and PD is EOPNOTSUPP (libibverbs' ibv_cmd_create_cq_ex),
+/// a `wc_flags` bit beyond [`SUPPORTED_WC_FLAGS`] EOPNOTSUPP (rxe), flags
+/// beyond SINGLE_THREADED (IGNORE_OVERRUN: rxe's kernel driver refuses
+/// CQ flags) EOPNOTSUPP, a parent domain EOPNOTSUPP (none exist here);
+/// `cqe`, the vector and the channel as `ibv_create_cq`. The iterator's
+/// functions and `read_opcode`, `read_vendor_err`, `read_wc_flags` are
+/// always set, the other readers for the `wc_flags` asked for (NULL
+/// otherwise, as rxe leaves them).
+pub(crate) extern "C" fn ctx_create_cq_ex(
+    c: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    guard(null_mut(), || {
+        if ctx(c).is_none() || attr.is_null() {
+            return null_with(EINVAL);
+        }
+        // SAFETY: the caller's attributes (checked non-NULL).
+        let a = unsafe { &mut *attr };
+        if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0
+            || a.wc_flags & !SUPPORTED_WC_FLAGS != 0
+            || (a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+                && a.flags & !IBV_CREATE_CQ_ATTR_SINGLE_THREADED != 0)
+            || (a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null())
+        {
+            return null_with(EOPNOTSUPP);
+        }
+        let (Ok(cqe), Ok(vector)) = (c_int::try_from(a.cqe), c_int::try_from(a.comp_vector)) else {
+            return null_with(EINVAL);
+        };
+        let q = rsnic_ibv_create_cq(c, cqe, a.cq_context, a.channel, vector);
+        if q.is_null() {
+            return null_mut();
+        }
+        let x = q.cast::<ibv_cq_ex>();
+        let want = |f: u32| a.wc_flags & u64::from(f) != 0;
+        // SAFETY: a CQ of ours just made, not yet shared: its ex tail is
+        // the rest of this ibv_cq_ex (layout checks above).
+        unsafe {
+            (*x).comp_mask = 0;
+            (*x).start_poll = Some(cq_start_poll);
+            (*x).next_poll = Some(cq_next_poll);
+            (*x).end_poll = Some(cq_end_poll);
+            (*x).read_opcode = Some(cq_read_opcode);
+            (*x).read_vendor_err = Some(cq_read_vendor_err);
+            (*x).read_wc_flags = Some(cq_read_wc_flags);
+            if want(IBV_WC_EX_WITH_BYTE_LEN) {
+                (*x).read_byte_len = Some(cq_read_byte_len);
+            }
+            if want(IBV_WC_EX_WITH_IMM) {
+                (*x).read_imm_data = Some(cq_read_imm_data);
+            }
+            if want(IBV_WC_EX_WITH_QP_NUM) {
+                (*x).read_qp_num = Some(cq_read_qp_num);
+            }
+            if want(IBV_WC_EX_WITH_SRC_QP) {
+                (*x).read_src_qp = Some(cq_read_zero32);
+            }
+            if want(IBV_WC_EX_WITH_SLID) {
+                (*x).read_slid = Some(cq_read_zero32);
+            }
+            if want(IBV_WC_EX_WITH_SL) {
+                (*x).read_sl = Some(cq_read_zero8);
+            }
+            if want(IBV_WC_EX_WITH_DLID_PATH_BITS) {
+                (*x).read_dlid_path_bits = Some(cq_read_zero8);
+            }
+        }
+        x
+    })
+}
+
+// ------------------------------------------------------------ resize, rereg
+
+/// `ibv_resize_cq(3)`: 0 or an errno value. `cqe` below 1 or above
+/// `max_cqe`, or below the number of completions the CQ holds now, is
+/// EINVAL (rxe_cq_chk_attr); the completions queued stay, in order
+/// (`nic::verbs::CompletionQueue::resize`). The CQ gets exactly `cqe`
+/// entries (`cq->cqe`).
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_resize_cq(q: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard(libc::EIO, || {
+        if !is_live(q.cast(), Kind::Cq) {
+            return EINVAL;
+        }
+        if !(1..=MAX_CQE).contains(&cqe) {
+            return EINVAL;
+        }
+        let r = {
+            // SAFETY: a live CQ of ours (checked).
+            let cq = unsafe { &*q.cast::<Cq>() };
+            let _g = cq.lock.lock();
+            // SAFETY: under the CQ's lock.
+            match (unsafe { &mut *cq.cq.get() }).as_mut() {
+                Some(h) => h.resize(cqe as usize),
+                None => return EINVAL,
+            }
+        };
+        match r {
+            Ok(()) => {
+                // SAFETY: the program's field of a live CQ of ours.
+                unsafe { (*q).cqe = cqe };
+                0
+            }
+            Err(VerbsError::CqTooSmall { .. }) => EINVAL,
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+/// `ibv_rereg_mr(3)`: 0, or a negative `enum ibv_rereg_mr_err_code` with
+/// errno. libibverbs' own checks first (verbs.c): a foreign region, a flag
+/// beyond IBV_REREG_MR_FLAGS_SUPPORTED, CHANGE_TRANSLATION without an
+/// address or a length, access flags without CHANGE_ACCESS:
+/// IBV_REREG_MR_ERR_INPUT with EINVAL, the region unchanged. Then the
+/// device's part, which fails with IBV_REREG_MR_ERR_CMD and the kernel's
+/// errno: no flag at all, a PD that is not live or of another context,
+/// access flags `ibv_reg_mr` refuses (EINVAL, or EOPNOTSUPP for flags this
+/// NIC lacks).
+///
+/// The three changes are done as the man page describes rereg ("performs
+/// the functions deregister memory region followed by register memory
+/// region"): the region is registered again with its new PD, access and
+/// translation (`addr`, `length`; the iova is `addr`, as
+/// `ibv_cmd_rereg_mr` passes it), under new keys written to `lkey` and
+/// `rkey` (as the kernel's rereg returns them); the old keys stop working.
+/// The new registration is made before the old one is dropped, so a
+/// refusal leaves the region as it was. (Linux rxe's kernel driver takes
+/// CHANGE_PD and CHANGE_ACCESS only, and rdma-core's rxe provider has no
+/// rereg at all: EOPNOTSUPP through libibverbs' dummy op.)
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_rereg_mr(
+    m: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard(IBV_REREG_MR_ERR_CMD, || {
+        let input = || {
+            set_errno(EINVAL);
+            IBV_REREG_MR_ERR_INPUT
+        };
+        let cmd = |e: i32| {
+            set_errno(e);
+            IBV_REREG_MR_ERR_CMD
+        };
+        if !is_live(m.cast(), Kind::Mr) {
+            return input();
+        }
+        let flags = flags as u32;
+        if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
+            || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+        {
+            return input();
+        }
+        // The kernel: a rereg that changes nothing is EINVAL.
+        if flags == 0 {
+            return cmd(EINVAL);
+        }
+        // SAFETY: a live region of ours (checked).
+        let mr = unsafe { &mut *m.cast::<Mr>() };
+        let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            // SAFETY: read only once checked live.
+            if !is_live(pd.cast(), Kind::Pd) || unsafe { (*pd).context } != mr.ibv.context {
+                return cmd(EINVAL);
+            }
+            pd
+        } else {
+            mr.ibv.pd
+        };
+        let (new_addr, new_len) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            (addr, length)
+        } else {
+            (mr.ibv.addr, mr.ibv.length)
+        };
+        let Some(old) = mr.mr.as_ref() else {
+            return cmd(EINVAL);
+        };
+        let acc = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            match access_of(access as u32) {
+                Ok(a) => a,
+                Err(e) => return cmd(e),
+            }
+        } else {
+            old.access()
+        };
+        // SAFETY: a live PD of ours (checked, or the region's own).
+        let p = unsafe { &*new_pd.cast::<Pd>() };
+        let Some(h) = p.pd.as_ref() else {
+            return cmd(EINVAL);
+        };
+        // SAFETY: ibv_rereg_mr(3)'s contract is ibv_reg_mr's: the new range
+        // stays valid until the region is deregistered or registered again.
+        let fresh = match unsafe { h.reg_user_mr(new_addr.cast(), new_len, acc) } {
+            Ok(r) => r,
+            Err(e) => return cmd(errno_of(&e)),
+        };
+        // SAFETY: its context outlives it.
+        let dev = &unsafe { Context::from_ibv(mr.ibv.context) }.backend.dev;
+        let (lkey, rkey) = (fresh.lkey(), fresh.rkey());
+        if let Some(stale) = mr.mr.replace(fresh) {
+            if let Err(e) = dev.dereg_mr(stale) {
+                return cmd(errno_of(&e));
+            }
+        }
+        mr.ibv.pd = new_pd;
+        mr.ibv.addr = new_addr;
+        mr.ibv.length = new_len;
+        mr.ibv.lkey = lkey;
+        mr.ibv.rkey = rkey;
+        mr.ibv.handle = lkey;
+        0
+    })
+}
