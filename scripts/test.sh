@@ -40,6 +40,7 @@ IO_FWD_SECS=3 IO_FWD_ROUNDS=1 cargo bench --profile release -p bench --bench io_
 TXP_SECS=3 TXP_ROUNDS=1 cargo bench --profile release -p bench --bench tx_pipeline
 SWITCH_FWD_SECS=3 SWITCH_FWD_ROUNDS=1 cargo bench --profile release -p bench --bench switch_fwd
 GOODPUT_SECS=1 cargo bench --profile release -p bench --bench nic_goodput
+GL_SECS=1 GL_ROUNDS=1 cargo bench --profile release -p bench --bench gather_loopback
 
 stage "interop: roce-perf, and perftest on rsnic (librsnic_verbs.so), against Linux rxe + perftest 4.5 in a QEMU guest (scripts/interop.sh; about 2.5 minutes on the 2-core VM, the guest image included)"
 scripts/rxe-guest.sh agent-check
