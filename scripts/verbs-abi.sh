@@ -19,7 +19,7 @@
 #          (default 50000) SENDs of 4 KiB, both ends asleep in poll() on their
 #          completion channel, which must never return EINTR (issue 40, item 8:
 #          the TAP PMD's per-frame signal goes to the engine's thread)
-#   pairs: devinfo, perftest and ibv_rc_pingpong in two namespaces
+#   pairs: devinfo, perftest, ibv_rc_pingpong and ibv_srq_pingpong in two namespaces
 #   quick: eintr, devinfo, one bw, one lat, pingpong;  all: abi + eintr + pairs
 #   bench: the same tests through the library (perftest on rsnic) and through
 #          roce-perf, alternating, BENCH_ROUNDS rounds (default 3), on the same
@@ -293,5 +293,7 @@ pair "ibv_rc_pingpong -g 0 -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -c -n 
 pair "ibv_rc_pingpong -g 0 -e" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -e -n 500 10.99.0.2
 # -N: ibv_create_qp_ex with IBV_QP_EX_WITH_SEND and ibv_wr_start/send/set_sge/complete
 pair "ibv_rc_pingpong -g 0 -N -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -N -c -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -N -c -n 500 10.99.0.2
+# -- 4. ibv_srq_pingpong: 16 QPs on one shared receive queue, data checked
+pair "ibv_srq_pingpong -g 0 -q 16 -c" "$PP" 18515 ibv_srq_pingpong -d rsnic0 -g 0 -q 16 -c -n 200 -- ibv_srq_pingpong -d rsnic0 -g 0 -q 16 -c -n 200 10.99.0.2
 
 finish

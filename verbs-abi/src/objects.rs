@@ -16,7 +16,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use nic::verbs::{CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair};
+use nic::verbs::{CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair, SharedReceiveQueue};
 
 use crate::backend::Backend;
 use crate::ffi::*;
@@ -36,6 +36,8 @@ pub enum Kind {
     Qp,
     /// A [`Channel`].
     Channel,
+    /// An [`Srq`].
+    Srq,
 }
 
 /// Live objects: address -> kind; and QPN / CQ id -> object, for async
@@ -48,6 +50,8 @@ pub struct Live {
     pub qps: HashMap<u32, usize>,
     /// CQ id -> its [`Cq`].
     pub cqs: HashMap<u32, usize>,
+    /// SRQ id -> its [`Srq`].
+    pub srqs: HashMap<u32, usize>,
 }
 
 /// Every object this library handed out and has not freed.
@@ -224,6 +228,22 @@ pub struct Qp {
     /// The handle and the state, under `lock`.
     pub inner: UnsafeCell<QpInner>,
 }
+
+/// A shared receive queue (`ibv_create_srq`).
+#[repr(C)]
+pub struct Srq {
+    /// What the program sees (`handle` is the engine's SRQ id).
+    pub ibv: ibv_srq,
+    /// Serialises posters and modify/destroy.
+    pub lock: Spin,
+    /// The engine's SRQ (None once destroyed), under `lock`.
+    pub inner: UnsafeCell<Option<SharedReceiveQueue>>,
+}
+
+// SAFETY: as for Qp below: our own mutable state is behind `lock`.
+unsafe impl Send for Srq {}
+// SAFETY: as above.
+unsafe impl Sync for Srq {}
 
 // SAFETY: the raw pointers in the ibverbs structs are the program's
 // business (it shares them across threads as it likes); our own mutable

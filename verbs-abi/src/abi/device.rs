@@ -169,6 +169,7 @@ pub(crate) extern "C" fn rsnic_ibv_open_device(d: *mut ibv_device) -> *mut ibv_c
         v.context.abi_compat = usize::MAX as *mut c_void;
         v.context.ops.post_send = Some(op_post_send);
         v.context.ops.post_recv = Some(op_post_recv);
+        v.context.ops.post_srq_recv = Some(op_post_srq_recv);
         v.context.ops.poll_cq = Some(op_poll_cq);
         v.context.ops.req_notify_cq = Some(op_req_notify_cq);
         let ctx = Box::into_raw(ctx);
@@ -265,6 +266,9 @@ pub(crate) fn device_attr(b: &Backend) -> ibv_device_attr {
     a.max_mr = 65536;
     a.max_pd = 65536;
     a.max_qp_rd_atom = MAX_RD_ATOMIC.into();
+    a.max_srq = 65536;
+    a.max_srq_wr = MAX_WR as i32;
+    a.max_srq_sge = MAX_SGE as i32;
     a.max_qp_init_rd_atom = MAX_RD_ATOMIC.into();
     a.max_res_rd_atom = i32::from(MAX_RD_ATOMIC) * nic::contract::MAX_QPS as i32;
     a.atomic_cap = IBV_ATOMIC_HCA;

@@ -9,7 +9,8 @@
 //!
 //! Files: `device` (the device list, contexts, queries), `memory` (PDs,
 //! regions), `cq` (channels, CQs, polling), `qp` (QPs, posting),
-//! `rest` (async events, unimplemented calls, helpers), `ex` (the
+//! `srq` (shared receive queues), `rest` (async events, unimplemented
+//! calls, helpers), `ex` (the
 //! extended QP and CQ: `ibv_wr_*`, `ibv_start_poll`; `ibv_resize_cq`,
 //! `ibv_rereg_mr`).
 
@@ -76,9 +77,11 @@ mod ex;
 mod memory;
 mod qp;
 mod rest;
+mod srq;
 
 pub(crate) use cq::*;
 pub(crate) use device::*;
 pub(crate) use ex::{ctx_create_cq_ex, ctx_create_qp_ex};
 pub use ex::{CqExTail, QpExTail};
 pub(crate) use qp::*;
+pub(crate) use srq::{op_post_srq_recv, srq_for_qp};

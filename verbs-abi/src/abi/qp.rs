@@ -26,9 +26,16 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
             // UD, UC, XRC, raw packet: not implemented by this NIC.
             return null_with(EOPNOTSUPP);
         }
-        if !a.srq.is_null() {
-            return null_with(EOPNOTSUPP);
-        }
+        // A QP on an SRQ of the same PD takes its receives from it
+        // (ibv_create_qp(3); its own max_recv_wr/max_recv_sge are ignored).
+        let srq = if a.srq.is_null() {
+            None
+        } else {
+            match srq_for_qp(a.srq, p) {
+                Ok(id) => Some(id),
+                Err(e) => return null_with(e),
+            }
+        };
         if !is_live(a.send_cq.cast(), Kind::Cq) || !is_live(a.recv_cq.cast(), Kind::Cq) {
             return null_with(EINVAL);
         }
@@ -64,6 +71,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
             max_send_sge: cap.max_send_sge.max(1) as u8,
             max_recv_sge: cap.max_recv_sge.max(1) as u8,
             max_inline_data: cap.max_inline_data,
+            srq,
             ..QpOptions::default()
         };
         let made = {
@@ -80,11 +88,18 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
             Ok(q) => q,
             Err(e) => return null_with(errno_of(&e)),
         };
+        // On an SRQ the QP has no receive queue: 0 receive WRs and SGEs
+        // (its receives are the SRQ's).
+        let on_srq = srq.is_some();
         let granted = ibv_qp_cap {
             max_send_wr: u32::from(opts.sq_depth),
-            max_recv_wr: u32::from(opts.rq_depth),
+            max_recv_wr: if on_srq { 0 } else { u32::from(opts.rq_depth) },
             max_send_sge: u32::from(opts.max_send_sge),
-            max_recv_sge: u32::from(opts.max_recv_sge),
+            max_recv_sge: if on_srq {
+                0
+            } else {
+                u32::from(opts.max_recv_sge)
+            },
             max_inline_data: cap.max_inline_data,
         };
         a.cap = granted;
@@ -96,7 +111,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
                 pd: p,
                 send_cq: a.send_cq,
                 recv_cq: a.recv_cq,
-                srq: null_mut(),
+                srq: a.srq,
                 handle: qpn,
                 qp_num: qpn,
                 state: IBV_QPS_RESET,
@@ -321,7 +336,7 @@ pub(crate) extern "C" fn rsnic_ibv_query_qp(
                     qp_context: qp.ibv.qp_context,
                     send_cq: qp.ibv.send_cq,
                     recv_cq: qp.ibv.recv_cq,
-                    srq: null_mut(),
+                    srq: qp.ibv.srq,
                     cap: inner.cap,
                     qp_type: IBV_QPT_RC,
                     sq_sig_all: inner.sq_sig_all.into(),

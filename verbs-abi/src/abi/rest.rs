@@ -56,8 +56,15 @@ pub(crate) extern "C" fn rsnic_ibv_get_async_event(
                     ),
                     None => continue,
                 },
-                // No ibv_srq of this library names it yet.
-                AsyncEvent::SrqLimitReached { .. } => continue,
+                AsyncEvent::SrqLimitReached { srq } => match l.and_then(|l| l.srqs.get(&srq)) {
+                    Some(&p) => (
+                        IBV_EVENT_SRQ_LIMIT_REACHED,
+                        ibv_async_event__bindgen_ty_1 {
+                            srq: p as *mut ibv_srq,
+                        },
+                    ),
+                    None => continue,
+                },
                 AsyncEvent::PortActive => (
                     IBV_EVENT_PORT_ACTIVE,
                     ibv_async_event__bindgen_ty_1 { port_num: 1 },
@@ -84,27 +91,6 @@ pub(crate) extern "C" fn rsnic_ibv_ack_async_event(_ev: *mut ibv_async_event) {}
 
 // ------------------------------------------------- not implemented (yet)
 
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_create_srq(_p: *mut ibv_pd, _a: *mut c_void) -> *mut c_void {
-    null_with(EOPNOTSUPP)
-}
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_modify_srq(
-    _s: *mut c_void,
-    _a: *mut c_void,
-    _m: c_int,
-) -> c_int {
-    EOPNOTSUPP
-}
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_query_srq(_s: *mut c_void, _a: *mut c_void) -> c_int {
-    EOPNOTSUPP
-}
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_destroy_srq(_s: *mut c_void) -> c_int {
-    // No SRQ is ever created here, so any pointer is foreign.
-    EINVAL
-}
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_create_ah(_p: *mut ibv_pd, _a: *mut ibv_ah_attr) -> *mut c_void {
     // Address handles serve UD QPs, which this NIC does not have.

@@ -5,7 +5,7 @@
  * looped-back port (net_ring0: the NIC talks to itself, so two QPs of one
  * process connect to each other through the wire path, ARP included).
  *
- * Checks (issue 22, item 5; issue 40): NULL and foreign pointers, UD/XRC QPs, SRQ,
+ * Checks (issue 22, item 5; issue 40): NULL and foreign pointers, UD/XRC QPs, SRQs,
  * attribute masks of ibv_modify_qp, posting before RTR, a wrong lkey
  * (IBV_WC_LOC_PROT_ERR) and a wrong rkey (IBV_WC_REM_ACCESS_ERR), data of
  * WRITE / READ / SEND with immediate / both atomics, scatter/gather lists
@@ -285,9 +285,35 @@ int main(int argc, char **argv)
 		if (q32)
 			ibv_destroy_qp(q32);
 	}
-	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
-	errno = 0;
-	CHECK(ibv_create_srq(pd, &sa) == NULL && errno == EOPNOTSUPP, "SRQ: NULL/EOPNOTSUPP");
+	{
+		/* Shared receive queues: attributes and their refusals. */
+		struct ibv_srq_init_attr sa = { .srq_context = (void *)0x77, .attr = { .max_wr = 8, .max_sge = 33 } };
+		errno = 0;
+		CHECK(ibv_create_srq(pd, &sa) == NULL && errno == EINVAL, "SRQ of 33 SGEs: NULL/EINVAL");
+		sa.attr.max_sge = 2;
+		sa.attr.max_wr = 0;
+		errno = 0;
+		CHECK(ibv_create_srq(pd, &sa) == NULL && errno == EINVAL, "SRQ of 0 WRs: NULL/EINVAL");
+		sa.attr.max_wr = 8;
+		struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+		struct ibv_srq_attr qa = { 0 };
+		CHECK(srq && srq->srq_context == (void *)0x77 && srq->pd == pd && sa.attr.max_wr == 8 &&
+			      sa.attr.max_sge == 2 && ibv_query_srq(srq, &qa) == 0 && qa.max_wr == 8 && qa.max_sge == 2 &&
+			      qa.srq_limit == 0,
+		      "create_srq, query_srq: 8 WRs, 2 SGEs, not armed");
+		struct ibv_srq_attr lim = { .srq_limit = 9 };
+		CHECK(srq && ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT) == EINVAL, "modify_srq limit above max_wr: EINVAL");
+		lim.max_wr = 16;
+		CHECK(srq && ibv_modify_srq(srq, &lim, IBV_SRQ_MAX_WR) == EINVAL, "modify_srq resize (no SRQ_RESIZE): EINVAL");
+		lim.srq_limit = 3;
+		CHECK(srq && ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT) == 0 && ibv_query_srq(srq, &qa) == 0 &&
+			      qa.srq_limit == 3,
+		      "modify_srq limit 3: armed");
+		struct ibv_sge rs[3];
+		struct ibv_recv_wr r = { .wr_id = 1, .sg_list = rs, .num_sge = 3 }, *rb = NULL;
+		CHECK(srq && ibv_post_srq_recv(srq, &r, &rb) == EINVAL && rb == &r, "post_srq_recv with 3 SGEs: EINVAL, bad_wr");
+		CHECK(srq && ibv_destroy_srq(srq) == 0, "destroy_srq");
+	}
 	CHECK(ibv_dealloc_pd(pd) == EBUSY, "dealloc_pd in use: EBUSY");
 
 	/* The life cycle and its masks. */
@@ -386,6 +412,75 @@ int main(int argc, char **argv)
 		int ok2 = ibv_post_send(p.a, &w, &b) == 0 && wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
 			  wc.opcode == IBV_WC_COMP_SWAP && *old == 42 && *target == 7;
 		CHECK(ok1 && ok2, "ATOMIC fetch-add and compare-swap");
+	}
+	{
+		/* Two QPs of B on one SRQ: SENDs from two QPs of A take its WQEs in
+		 * posting order; the limit event names the SRQ; the QPs refuse
+		 * receives of their own; the SRQ refuses destroy while used. */
+		struct ibv_cq *scq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+		struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+		struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+		struct ibv_qp_init_attr qi = { .send_cq = scq, .recv_cq = scq, .srq = srq, .qp_type = IBV_QPT_RC,
+					       .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 } };
+		struct ibv_qp *a1 = rc_qp(scq), *a2 = rc_qp(scq);
+		struct ibv_qp *b1 = srq ? ibv_create_qp(pd, &qi) : NULL, *b2 = srq ? ibv_create_qp(pd, &qi) : NULL;
+		int ok = scq && srq && a1 && a2 && b1 && b2 && b1->srq == srq && qi.cap.max_recv_wr == 0 && !to_init(a1) &&
+			 !to_init(a2) && !to_init(b1) && !to_init(b2) && !to_rtr(a1, b1->qp_num, 41) &&
+			 !to_rtr(b1, a1->qp_num, 40) && !to_rtr(a2, b2->qp_num, 43) && !to_rtr(b2, a2->qp_num, 42) &&
+			 !to_rts(a1, 40) && !to_rts(b1, 41) && !to_rts(a2, 42) && !to_rts(b2, 43);
+		CHECK(ok, "two QPs created on an SRQ (cap.max_recv_wr 0, qp->srq set), connected");
+		struct ibv_sge one = { .addr = (uintptr_t)buf[1], .length = 64, .lkey = m1->lkey };
+		struct ibv_recv_wr own = { .wr_id = 9, .sg_list = &one, .num_sge = 1 }, *rb = NULL;
+		CHECK(b1 && ibv_post_recv(b1, &own, &rb) == EINVAL && rb == &own, "post_recv on a QP of an SRQ: EINVAL");
+		struct ibv_sge rs[4];
+		struct ibv_recv_wr r[4];
+		for (int i = 0; i < 4; i++) {
+			rs[i] = (struct ibv_sge){ .addr = (uintptr_t)buf[1] + 30000 + i * 1000, .length = 1000, .lkey = m1->lkey };
+			r[i] = (struct ibv_recv_wr){ .wr_id = 300 + i, .sg_list = &rs[i], .num_sge = 1, .next = i < 3 ? &r[i + 1] : NULL };
+		}
+		struct ibv_srq_attr lim = { .srq_limit = 3 };
+		ok = ok && ibv_post_srq_recv(srq, &r[0], &rb) == 0 && ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT) == 0;
+		memcpy(buf[0] + 50000, "from a1", 8);
+		memcpy(buf[0] + 50100, "from a2", 8);
+		int got = 0;
+		if (ok) {
+			struct ibv_sge s1 = { .addr = (uintptr_t)buf[0] + 50000, .length = 8, .lkey = m0->lkey };
+			struct ibv_sge s2 = { .addr = (uintptr_t)buf[0] + 50100, .length = 8, .lkey = m0->lkey };
+			struct ibv_send_wr w1 = { .wr_id = 1, .sg_list = &s1, .num_sge = 1, .opcode = IBV_WR_SEND }, *sb;
+			struct ibv_send_wr w2 = { .wr_id = 2, .sg_list = &s2, .num_sge = 1, .opcode = IBV_WR_SEND };
+			ok = ibv_post_send(a1, &w1, &sb) == 0 && wait_wc(scq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+			     wc.wr_id == 300 && wc.qp_num == b1->qp_num && !memcmp(buf[1] + 30000, "from a1", 8);
+			ok = ok && ibv_post_send(a2, &w2, &sb) == 0 && wait_wc(scq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+			     wc.wr_id == 301 && wc.qp_num == b2->qp_num && !memcmp(buf[1] + 31000, "from a2", 8);
+			got = ok;
+		}
+		CHECK(got, "SENDs of two QPs take the SRQ's WQEs in posting order, each into its own buffer");
+		struct ibv_async_event ae;
+		int fl = fcntl(ctx->async_fd, F_GETFL);
+		fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+		int found = 0;
+		for (int i = 0; i < 200 && !found; i++) {
+			if (ibv_get_async_event(ctx, &ae) == 0) {
+				found = ae.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ae.element.srq == srq;
+				ibv_ack_async_event(&ae);
+			} else {
+				usleep(10000);
+			}
+		}
+		fcntl(ctx->async_fd, F_SETFL, fl);
+		CHECK(found, "2 WQEs left below the limit of 3: IBV_EVENT_SRQ_LIMIT_REACHED names the SRQ");
+		CHECK(srq && ibv_destroy_srq(srq) == EBUSY, "destroy_srq with QPs on it: EBUSY");
+		if (b1)
+			ibv_destroy_qp(b1);
+		if (b2)
+			ibv_destroy_qp(b2);
+		if (a1)
+			ibv_destroy_qp(a1);
+		if (a2)
+			ibv_destroy_qp(a2);
+		CHECK(srq && ibv_destroy_srq(srq) == 0, "destroy_srq once its QPs are gone (its 2 WQEs discarded)");
+		if (scq)
+			ibv_destroy_cq(scq);
 	}
 	{
 		/* Scatter/gather: a pair whose requests take up to 16 SGEs. */
