@@ -16,7 +16,7 @@
 #          verbs-abi/tests/c/verbs_stress.c, plain and under AddressSanitizer:
 #          8 threads, STRESS_OPS verbs (default 100000), STRESS_RACES rounds of
 #          get_cq_event racing destroy_cq (default 10000), fork, descriptors,
-#          threads, no files left behind (issue 44)
+#          threads, no files left behind, syslog ident (issue 44)
 #   eintr: verbs-abi/tests/c/verbs_eintr.c in two namespaces: EINTR_ITERS
 #          (default 50000) SENDs of 4 KiB, both ends asleep in poll() on their
 #          completion channel, which must never return EINTR (issue 40, item 8:
@@ -98,6 +98,17 @@ if [ "$what" = all ] || [ "$what" = abi ]; then
       record "C stress and races ($kind)" FAIL "rc $rc, left: ${left:-nothing}: $(grep -E '^FAIL|ERROR|SUMMARY|rsnic:' "$LOG/verbs_stress_$kind.log" | head -3 | tr '\n' ' ')"
     fi
   done
+  # The program's own syslog() keeps its ident: in a mount namespace whose
+  # /dev is a fresh tmpfs, verbs_stress.c is the syslog daemon (/dev/log).
+  unshare -m bash -c "mount --make-rprivate / && mount -t tmpfs tmpfs /dev && mknod -m 666 /dev/null c 1 3 &&
+    VERBS_STRESS_SYSLOG=1 timeout 60 '$EXEC' --dev net_ring0 --ip 10.0.0.9 -- '$LOG/verbs_stress' 0 0" \
+    >"$LOG/verbs_syslog.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    record "syslog ident kept (verbs_stress.c)" ok "$(grep -o '("<.*")' "$LOG/verbs_syslog.log")"
+  else
+    record "syslog ident kept (verbs_stress.c)" FAIL "rc $rc: $(grep -E '^FAIL' "$LOG/verbs_syslog.log" | head -2 | tr '\n' ' ')"
+  fi
   [ "$what" = abi ] && finish
 fi
 

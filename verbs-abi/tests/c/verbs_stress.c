@@ -39,6 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <syslog.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -314,6 +317,18 @@ int main(int argc, char **argv)
 			inherited[atoi(e->d_name)] = 1;
 	if (fds)
 		closedir(fds);
+	/* VERBS_STRESS_SYSLOG=1 (in a mount namespace of its own, where /dev is
+	 * a fresh tmpfs: scripts/verbs-abi.sh): this program is the syslog
+	 * daemon, to see what ident its own syslog() uses once the device is open. */
+	int logfd = -1;
+	if (getenv("VERBS_STRESS_SYSLOG")) {
+		struct sockaddr_un a = { .sun_family = AF_UNIX, .sun_path = "/dev/log" };
+		logfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		unlink(a.sun_path);
+		if (logfd < 0 || bind(logfd, (struct sockaddr *)&a, sizeof(a)) != 0)
+			logfd = -1;
+		CHECK(logfd >= 0, "a syslog socket at /dev/log");
+	}
 	struct ibv_device **list = ibv_get_device_list(&n);
 	if (!list || n < 1)
 		return 1;
@@ -324,6 +339,19 @@ int main(int argc, char **argv)
 		return 1;
 	ibv_query_gid(ctx, 1, 0, &gid);
 	printf("pid %d\n", (int)getpid()); /* the script looks for files left behind under it */
+	if (logfd >= 0) {
+		char msg[512] = "";
+		syslog(LOG_INFO, "hello from the program");
+		struct pollfd lp = { .fd = logfd, .events = POLLIN };
+		ssize_t l = poll(&lp, 1, 2000) == 1 ? recv(logfd, msg, sizeof(msg) - 1, 0) : -1;
+		if (l > 0)
+			msg[l] = 0;
+		/* <14>: LOG_USER | LOG_INFO; the ident is the program's name. */
+		CHECK(l > 0 && !strncmp(msg, "<14>", 4) && strstr(msg, " verbs_stress: hello") && !strstr(msg, "rsnic"),
+		      "the program's syslog() after ibv_open_device: its own ident and facility (\"%s\")", msg);
+		close(logfd);
+		unlink("/dev/log");
+	}
 
 	/* ---- 1. hygiene and return values */
 	int threads = count_threads();
@@ -487,6 +515,10 @@ int main(int argc, char **argv)
 		pid_t child = fork();
 		if (child == 0) {
 			alarm(10); /* a hang kills the child: the parent sees the signal */
+			/* VERBS_STRESS_CHILD_EXIT_ONLY=1: the child only exit()s (to
+			 * show what its exit handlers do where its verbs would hang). */
+			if (getenv("VERBS_STRESS_CHILD_EXIT_ONLY"))
+				exit(0);
 			errno = 0;
 			int bad = 0;
 			bad |= ibv_alloc_pd(ctx) != NULL || errno != EIO;
@@ -508,6 +540,14 @@ int main(int argc, char **argv)
 		for (int i = 0; after && i < 100; i++)
 			after = write8(q, 0, 256 + 8 * (i % 8)) == 0 && wait_wc(c, &wc) == 1 && wc.status == IBV_WC_SUCCESS;
 		CHECK(ok && after, "the parent's traffic goes on after the fork (100 WRITEs)");
+		/* VERBS_STRESS_AFTER_FORK: a shell command that must succeed now,
+		 * the child gone and the parent alive (scripts/afxdp.sh: the XDP
+		 * program is still attached to the interface). */
+		const char *cmd = getenv("VERBS_STRESS_AFTER_FORK");
+		if (cmd) {
+			int rc = system(cmd);
+			CHECK(rc == 0, "after the child's exit, the parent alive: `%s` succeeds (status %#x)", cmd, rc);
+		}
 		if (q)
 			ibv_destroy_qp(q);
 		if (c)
