@@ -129,11 +129,16 @@ pub struct Held(usize);
 impl Drop for Held {
     fn drop(&mut self) {
         let mut g = live();
-        if let Some(e) = live_mut(&mut g).objects.get_mut(&self.0) {
+        // Only a destroy waits for references (no wake-up otherwise: a
+        // futex call per slow-path verb for nobody).
+        let wake = live_mut(&mut g).objects.get_mut(&self.0).is_some_and(|e| {
             e.users -= 1;
-        }
+            e.dying
+        });
         drop(g);
-        RELEASED.notify_all();
+        if wake {
+            RELEASED.notify_all();
+        }
     }
 }
 
@@ -282,9 +287,12 @@ pub fn ack_events(p: *const c_void, k: Kind, n: u32, also: impl FnOnce()) -> boo
         return false;
     }
     e.events -= n.min(e.events);
+    let wake = e.dying;
     also();
     drop(g);
-    RELEASED.notify_all();
+    if wake {
+        RELEASED.notify_all();
+    }
     true
 }
 
