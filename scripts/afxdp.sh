@@ -571,6 +571,18 @@ verbs_afxdp() {
   done
   ip -n "$A" neigh show 10.77.0.2 dev xdv-a | grep -q lladdr || fail "verbs: no kernel entry for 10.77.0.2"
   no_xdp_left
+  # fork() after opening the device (issue 44): the child's verbs fail with
+  # EIO and its exit() leaves the parent's XDP program attached (checked by
+  # the parent once the child is gone); the program is detached when the
+  # parent exits. verbs_stress.c, small: its fork part is what counts here.
+  local vs=$OUT/verbs_stress
+  gcc -O2 -Wall -o "$vs" verbs-abi/tests/c/verbs_stress.c -libverbs -lpthread
+  ip netns exec "$A" env VERBS_STRESS_AFTER_FORK="ip link show dev xdv-a | grep -q ' xdp'" \
+    timeout 120 "$ex" --dev af_xdp:xdv-a --eal="$eal --file-prefix=xd-vf" -- "$vs" 2000 20 >"$OUT/verbs-fork.log" 2>&1 \
+    || { cat "$OUT/verbs-fork.log"; fail "verbs: fork on af_xdp (verbs_stress.c)"; }
+  grep -q '^ok .*`ip link show dev xdv-a' "$OUT/verbs-fork.log" || { cat "$OUT/verbs-fork.log"; fail "verbs: fork: no XDP check ran"; }
+  echo "afxdp: verbs: fork after ibv_open_device on af_xdp: the child's verbs fail, the XDP program stays attached until the parent exits"
+  no_xdp_left
   cleanup
   echo "afxdp: verbs: pass ($((SECONDS - t0)) s)"
 }

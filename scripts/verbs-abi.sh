@@ -12,9 +12,13 @@
 #   abi:   the C check programs verbs-abi/tests/c/verbs_check.c (gcc against the
 #          system's verbs.h, -libverbs, run preloaded on a looped-back net_ring0):
 #          bad input, error completions, events, VERBS_CYCLES create/destroy
-#          cycles of every object with RSS flat (default 100000); and
+#          cycles of every object with RSS flat (default 100000);
 #          verbs_ex_check.c: ibv_create_qp_ex + ibv_wr_*, ibv_create_cq_ex,
-#          ibv_resize_cq, ibv_rereg_mr, every errno of a bad call
+#          ibv_resize_cq, ibv_rereg_mr, every errno of a bad call; then
+#          verbs-abi/tests/c/verbs_stress.c, plain and under AddressSanitizer:
+#          8 threads, STRESS_OPS verbs (default 100000), STRESS_RACES rounds of
+#          get_cq_event racing destroy_cq (default 10000), fork, descriptors,
+#          threads, no files left behind, syslog ident (issue 44)
 #   eintr: verbs-abi/tests/c/verbs_eintr.c in two namespaces: EINTR_ITERS
 #          (default 50000) SENDs of 4 KiB, both ends asleep in poll() on their
 #          completion channel, which must never return EINTR (issue 40, item 8:
@@ -81,6 +85,43 @@ if [ "$what" = all ] || [ "$what" = abi ]; then
     record "C extended verbs (verbs_ex_check.c)" ok "$(grep -c '^ok ' "$LOG/verbs_ex_check.log") checks in $(( $(date +%s) - start )) s"
   else
     record "C extended verbs (verbs_ex_check.c)" FAIL "rc $rc: $(grep -E '^FAIL|panic|rsnic:' "$LOG/verbs_ex_check.log" | head -3 | tr '\n' ' ')"
+  fi
+  # Lifetimes, races and hygiene (issue 44): verbs_stress.c plain, then
+  # built with AddressSanitizer (a CQ handed out after its destroy is a
+  # heap-use-after-free in the program's own read of it); $TMPDIR a fresh
+  # directory that must stay empty, and no EAL runtime directory left.
+  gcc -O2 -Wall -o "$LOG/verbs_stress" verbs-abi/tests/c/verbs_stress.c -libverbs -lpthread
+  gcc -O1 -g -fsanitize=address -fno-omit-frame-pointer -Wall -o "$LOG/verbs_stress_asan" \
+    verbs-abi/tests/c/verbs_stress.c -libverbs -lpthread
+  for kind in plain asan; do
+    bin=$LOG/verbs_stress; [ $kind = asan ] && bin=$LOG/verbs_stress_asan
+    tmp=$(mktemp -d)
+    start=$(date +%s)
+    # verify_asan_link_order=0: the library is preloaded ahead of libasan.
+    TMPDIR=$tmp ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:halt_on_error=1 timeout 300 \
+      "$EXEC" --dev net_ring0 --ip 10.0.0.9 -- "$bin" "${STRESS_OPS:-100000}" "${STRESS_RACES:-10000}" \
+      >"$LOG/verbs_stress_$kind.log" 2>&1
+    rc=$?
+    pid=$(sed -n 's/^pid //p' "$LOG/verbs_stress_$kind.log")
+    left=$(ls -A "$tmp"; [ -n "$pid" ] && ls -d /var/run/dpdk/rsnic-verbs-"$pid" 2>/dev/null)
+    rm -rf "$tmp"
+    grep -E '^(ok|FAIL) ' "$LOG/verbs_stress_$kind.log" | sed 's/^/  /'
+    if [ $rc -eq 0 ] && [ -z "$left" ]; then
+      record "C stress and races ($kind)" ok "$(grep -c '^ok ' "$LOG/verbs_stress_$kind.log") checks in $(( $(date +%s) - start )) s, no files left"
+    else
+      record "C stress and races ($kind)" FAIL "rc $rc, left: ${left:-nothing}: $(grep -E '^FAIL|ERROR|SUMMARY|rsnic:' "$LOG/verbs_stress_$kind.log" | head -3 | tr '\n' ' ')"
+    fi
+  done
+  # The program's own syslog() keeps its ident: in a mount namespace whose
+  # /dev is a fresh tmpfs, verbs_stress.c is the syslog daemon (/dev/log).
+  unshare -m bash -c "mount --make-rprivate / && mount -t tmpfs tmpfs /dev && mknod -m 666 /dev/null c 1 3 &&
+    VERBS_STRESS_SYSLOG=1 timeout 60 '$EXEC' --dev net_ring0 --ip 10.0.0.9 -- '$LOG/verbs_stress' 0 0" \
+    >"$LOG/verbs_syslog.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    record "syslog ident kept (verbs_stress.c)" ok "$(grep -o '("<.*")' "$LOG/verbs_syslog.log")"
+  else
+    record "syslog ident kept (verbs_stress.c)" FAIL "rc $rc: $(grep -E '^FAIL' "$LOG/verbs_syslog.log" | head -2 | tr '\n' ' ')"
   fi
   [ "$what" = abi ] && finish
 fi

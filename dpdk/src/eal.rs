@@ -113,6 +113,16 @@ pub fn set_log_sink(sink: LogSink<'_>) -> Result<()> {
 }
 
 impl Eal {
+    /// The EAL's runtime directory (`rte_eal_get_runtime_dir`, e.g.
+    /// `/var/run/dpdk/<file-prefix>`): created by `rte_eal_init` even with
+    /// `--no-shconf`, which then puts nothing in it, and never removed by
+    /// DPDK; a process that leaves no files behind removes it (empty).
+    pub fn runtime_dir(&self) -> std::path::PathBuf {
+        // SAFETY: returns a pointer to the EAL's static, NUL-terminated path.
+        let p = unsafe { std::ffi::CStr::from_ptr(dpdk_sys::rte_eal_get_runtime_dir()) };
+        std::path::PathBuf::from(p.to_string_lossy().into_owned())
+    }
+
     /// Initialises the EAL with `args` (`args[0]` is the program name, as in
     /// `argv`). Idempotent for identical arguments.
     ///

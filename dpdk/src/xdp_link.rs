@@ -23,6 +23,7 @@
 //! that removes it).
 
 use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, Once};
 
 /// `RTM_NEWLINK`, `RTM_GETLINK`, `RTM_SETLINK` (`linux/rtnetlink.h`).
@@ -82,6 +83,10 @@ pub fn detach(ifindex: u32, prog: Attached) -> io::Result<()> {
 
 /// What [`guard`] recorded: interface index and program.
 static GUARDED: Mutex<Vec<(u32, Attached)>> = Mutex::new(Vec::new());
+/// The process that recorded them: a child of `fork()` inherits the exit
+/// handler and the list but not the port (its `exit()` must leave the
+/// parent's program attached).
+static OWNER: AtomicU32 = AtomicU32::new(0);
 
 /// Records the program(s) now attached to `ifindex`, so that they are
 /// detached at exit unless [`unguard`] is called first. Called by a
@@ -101,6 +106,7 @@ pub fn guard(ifindex: u32) {
             tracing::warn!("atexit failed: XDP programs are not detached at exit");
         }
     });
+    OWNER.store(std::process::id(), Ordering::Relaxed);
     let mut g = GUARDED.lock().unwrap_or_else(|e| e.into_inner());
     g.retain(|(i, _)| *i != ifindex);
     g.extend(progs.into_iter().map(|p| (ifindex, p)));
@@ -114,9 +120,14 @@ pub fn unguard(ifindex: u32) {
         .retain(|(i, _)| *i != ifindex);
 }
 
-/// The exit handler: detaches every recorded program that is still attached.
+/// The exit handler: detaches every recorded program that is still
+/// attached, in the process that attached them only (not in a forked
+/// child that calls `exit()`, which would take the parent's port off the
+/// interface under it).
 extern "C" fn detach_at_exit() {
-    detach_guarded();
+    if OWNER.load(Ordering::Relaxed) == std::process::id() {
+        detach_guarded();
+    }
 }
 
 /// Makes SIGINT, SIGTERM and SIGHUP detach the recorded programs before the

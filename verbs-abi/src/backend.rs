@@ -33,8 +33,8 @@ pub struct Backend {
     pub link: LinkWatch,
     /// What the environment asked for.
     pub cfg: Config,
-    /// The port's lock file, held while the process lives.
-    _port_lock: std::fs::File,
+    /// The port's lock (an abstract socket), held while the process lives.
+    _port_lock: std::os::fd::OwnedFd,
 }
 
 static BACKEND: OnceLock<Result<Backend, String>> = OnceLock::new();
@@ -79,7 +79,11 @@ impl Backend {
             (None, None) => return Err("RSNIC_IP is not set".into()),
         };
         cfg.ip = Some(ip);
+        let fds_before = open_fds();
         let eal: &'static Eal = Eal::init(&eal_args(&cfg)?).map_err(|e| format!("EAL: {e}"))?;
+        restore_syslog();
+        // Nothing goes in it (--no-shconf), and nothing would remove it.
+        let _ = std::fs::remove_dir(eal.runtime_dir());
         // As roce-perf: a TAP re-attached to a persistent multi-queue
         // interface can come up without carrier; open it again then.
         for attempt in 1..=3 {
@@ -92,6 +96,9 @@ impl Backend {
             let dev = Device::open(eal, port, dc).map_err(|e| format!("{}: {e}", cfg.dev))?;
             if link.wait_up(Duration::from_secs(2)) {
                 tracing::info!(dev = %cfg.dev, ip = %ip, "rsnic0 up");
+                close_on_exec_since(&fds_before);
+                // SAFETY: registers a plain extern "C" function for the child.
+                unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
                 return Ok(Backend {
                     dev,
                     link,
@@ -199,34 +206,131 @@ fn install_tracing(
 /// A second program on the same port would attach to the same TAP or NIC
 /// queues and take half of the first one's frames; it is refused with a
 /// message instead (its `ibv_open_device` fails with ENODEV). The lock is
-/// an `flock` on a file named after the devargs and the namespace, released
-/// by the kernel when the process ends, however it ends.
-fn lock_port(devargs: &str) -> Result<std::fs::File, String> {
-    use std::os::fd::AsRawFd;
-    let ns = std::fs::read_link("/proc/self/ns/net")
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    let name: String = format!("{devargs}-{ns}")
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    let path = std::env::temp_dir().join(format!("rsnic-port-{name}.lock"));
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    // SAFETY: flock on a descriptor we own; no pointers.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let holder = std::fs::read_to_string(&path).unwrap_or_default();
-        return Err(format!(
-            "port {devargs} is in use by another rsnic program (pid {}; lock {})",
-            holder.trim(),
-            path.display()
-        ));
+/// a listening Unix socket in the abstract namespace, named after the
+/// devargs: abstract names are per network namespace, the kernel frees
+/// the name when the process ends, however it ends, and no file is left
+/// behind in `$TMPDIR` (the lock files of before were never removed). A
+/// second program learns the holder's pid by connecting (`SO_PEERCRED`).
+fn lock_port(devargs: &str) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // FNV-1a of the devargs: any length fits the 107-byte name.
+    let hash = devargs.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let name = format!("rsnic-port-{hash:016x}");
+    let addr = || {
+        // SAFETY: sockaddr_un is plain data.
+        let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        a.sun_family = libc::AF_UNIX as u16;
+        // sun_path[0] = 0: the abstract namespace.
+        for (d, b) in a.sun_path[1..].iter_mut().zip(name.bytes()) {
+            *d = b as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+        (a, len as libc::socklen_t)
+    };
+    let socket = || {
+        // SAFETY: no pointers.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(format!(
+                "port lock: socket: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: a fresh descriptor nobody else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let fd = socket()?;
+    let (a, len) = addr();
+    // SAFETY: `a` is a valid sockaddr_un of `len` bytes.
+    let bound = unsafe { libc::bind(fd.as_raw_fd(), (&raw const a).cast(), len) } == 0;
+    // SAFETY: listen on our socket; no pointers.
+    if bound && unsafe { libc::listen(fd.as_raw_fd(), 1) } == 0 {
+        return Ok(fd);
     }
-    let _ = f.set_len(0);
-    let _ = std::io::Write::write_all(&mut &f, std::process::id().to_string().as_bytes());
-    Ok(f)
+    // Held: ask the holder's pid.
+    let holder = socket().ok().and_then(|c| {
+        // SAFETY: as above; `cred` is written by getsockopt.
+        unsafe {
+            if libc::connect(c.as_raw_fd(), (&raw const a).cast(), len) != 0 {
+                return None;
+            }
+            let mut cred: libc::ucred = std::mem::zeroed();
+            let mut cl = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+            (libc::getsockopt(
+                c.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&raw mut cred).cast(),
+                &mut cl,
+            ) == 0)
+                .then_some(cred.pid)
+        }
+    });
+    Err(format!(
+        "port {devargs} is in use by another rsnic program (pid {}; lock @{name})",
+        holder.map_or("unknown".to_string(), |p| p.to_string())
+    ))
+}
+
+/// The process's open descriptors (`/proc/self/fd`, less the one that
+/// listed them, closed by then).
+fn open_fds() -> Vec<i32> {
+    let listed: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    // SAFETY: F_GETFD on a descriptor number; no pointers.
+    listed
+        .into_iter()
+        .filter(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0)
+        .collect()
+}
+
+/// Marks close-on-exec every descriptor opened since `before` (the EAL's
+/// and the PMDs' own: net_tap's `/dev/net/tun` and queue descriptors, the
+/// interrupt thread's pipes, which DPDK opens without `O_CLOEXEC`), so
+/// that none leaks into a program the application `exec`s. Descriptors
+/// the program's other threads open during this first `ibv_open_device`
+/// would be marked too; a program that exec's a child with a descriptor
+/// it opened then marks it itself, as it must anyway against any library.
+fn close_on_exec_since(before: &[i32]) {
+    for fd in open_fds() {
+        if before.contains(&fd) {
+            continue;
+        }
+        // SAFETY: F_GETFD/F_SETFD on a descriptor number, no pointers; one
+        // closed since the listing fails harmlessly with EBADF.
+        unsafe {
+            let fl = libc::fcntl(fd, libc::F_GETFD);
+            if fl >= 0 && fl & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, fl | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
+/// Undoes the EAL's `openlog("rsnic-verbs", LOG_PID | LOG_NDELAY,
+/// LOG_DAEMON)` (rte_eal_init, lib/eal/linux/eal_log.c), which would
+/// otherwise name the program's own `syslog()` messages after us: back to
+/// glibc's defaults (the program's name, no options, LOG_USER), as if
+/// `openlog` had never been called. (glibc cannot tell what a program
+/// that called `openlog` before its first `ibv_open_device` had set.)
+fn restore_syslog() {
+    // SAFETY: closelog/openlog take no pointers we own (ident NULL).
+    unsafe {
+        libc::closelog();
+        libc::openlog(std::ptr::null(), 0, libc::LOG_USER);
+        libc::closelog();
+    }
+}
+
+/// `pthread_atfork`'s child handler: the engine's threads are not in the
+/// child, so its verbs fail (crate::abi::FORKED) instead of waiting for
+/// them; nothing else runs here (async-signal-safe: one atomic store).
+extern "C" fn forked_child() {
+    crate::abi::FORKED.store(true, std::sync::atomic::Ordering::Relaxed);
 }

@@ -2,19 +2,53 @@
 //! (`ibv_context` inside a `verbs_context`, `ibv_pd`, `ibv_mr`, `ibv_cq`,
 //! `ibv_qp`, `ibv_comp_channel`) as the **first** field of a `repr(C)`
 //! struct of ours, so the program's pointer is ours too; the rest holds the
-//! engine's handle. Every live object's address is in [`LIVE`] with its
-//! kind: the slow-path calls check a pointer there before they follow it,
-//! so a foreign, freed or NULL pointer fails with EINVAL instead of being
-//! dereferenced (rdma-core would crash on most of them). The hot path
-//! (`post_send`, `post_recv`, `poll_cq`, `req_notify_cq`) is reached only
-//! through the `ops` of a context we built, with objects of ours, and
-//! skips the check.
+//! engine's handle.
+//!
+//! Every live object's address is in the registry ([`LIVE`]) with its
+//! kind, its parents and three counts, and a slow-path call follows a
+//! pointer only while it holds a reference taken there ([`hold`]): a
+//! foreign, freed or NULL pointer fails with EINVAL instead of being
+//! dereferenced (rdma-core would crash on most of them), and an object is
+//! freed only once nobody holds it. As in rdma-core:
+//! - objects count their children (a PD its MRs and QPs, a CQ the QPs that
+//!   complete into it, a channel its CQs, a context its PDs, CQs and
+//!   channels): a destroy of an object with children is refused with EBUSY
+//!   (`ibv_dealloc_pd(3)`, `ibv_destroy_cq(3)`, `ibv_destroy_comp_channel`,
+//!   and `ibv_close_device`, whose page says it does not release them);
+//! - an event handed out holds its object until acknowledged: a CQ event
+//!   until `ibv_ack_cq_events`, an async event until `ibv_ack_async_event`;
+//!   the destroy waits for the acknowledgements (`ibv_get_cq_event(3)`,
+//!   `ibv_get_async_event(3)`: "destroying ... will wait for all
+//!   events to be acknowledged");
+//! - a destroy ([`begin_destroy`]) first marks the object dying (no new
+//!   reference), waits until the references and unacknowledged events
+//!   are gone, asks the engine, and frees the object only once the
+//!   engine confirmed ([`Dying::finish`]); on a failure the object lives
+//!   on ([`Dying`]'s drop) and the errno refers to a live object.
+//!
+//! Waits are bounded ([`SLOW_WAIT`]): a destroy whose object stays held
+//! (an event never acknowledged, another thread asleep in a call on it)
+//! fails with EBUSY at the end instead of hanging the program.
+//!
+//! Locks, in the one order they may be taken: a QP's lock, then CQ locks in
+//! address order ([`lock_two`]), then the registry (a leaf: nothing is
+//! locked and no engine call is made while it is held). The object locks
+//! are sleeping locks ([`Spin`]): uncontended they cost one atomic swap
+//! each way, as a spin lock; contended they sleep instead of spinning, so
+//! the slow-path work done under them (an engine round trip, the ARP of
+//! a `modify_qp` to RTR, the bounded park of an empty `poll_cq`) costs the
+//! other threads no CPU.
+//!
+//! The hot path (`post_send`, `post_recv`, `poll_cq`, `req_notify_cq`) is
+//! reached only through the `ops` of a context we built, with objects of
+//! ours, and skips the registry.
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use nic::verbs::{CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair, SharedReceiveQueue};
 
@@ -40,12 +74,35 @@ pub enum Kind {
     Srq,
 }
 
-/// Live objects: address -> kind; and QPN / CQ id -> object, for async
+/// The longest a destroy waits for its object's references and
+/// unacknowledged events to go (then EBUSY), longer than any engine call
+/// (the ARP of a `modify_qp` to RTR gives up after ~3 s).
+pub const SLOW_WAIT: Duration = Duration::from_secs(10);
+
+/// One live object.
+#[derive(Debug)]
+pub struct Entry {
+    /// What it is.
+    pub kind: Kind,
+    /// The objects it counts in (their addresses; a QP whose send and
+    /// receive CQ are one counts twice in it).
+    pub parents: Vec<usize>,
+    /// Objects counting in it.
+    pub children: u32,
+    /// References held by calls in progress ([`Held`]).
+    pub users: u32,
+    /// Events handed out and not acknowledged yet.
+    pub events: u32,
+    /// A destroy is under way: no new reference.
+    pub dying: bool,
+}
+
+/// Live objects: address -> entry; and QPN / CQ id -> object, for async
 /// events.
 #[derive(Default)]
 pub struct Live {
-    /// Address of the ibverbs struct -> its kind.
-    pub objects: HashMap<usize, Kind>,
+    /// Address of the ibverbs struct -> its entry.
+    pub objects: HashMap<usize, Entry>,
     /// QPN -> its [`Qp`].
     pub qps: HashMap<u32, usize>,
     /// CQ id -> its [`Cq`].
@@ -56,69 +113,283 @@ pub struct Live {
 
 /// Every object this library handed out and has not freed.
 pub static LIVE: Mutex<Option<Live>> = Mutex::new(None);
+/// Signalled whenever a reference, an event or a destroy ends.
+static RELEASED: Condvar = Condvar::new();
 
 /// The registry, locked (a panic elsewhere does not poison it for good).
 pub fn live() -> MutexGuard<'static, Option<Live>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether `p` is a live object of kind `k`.
-pub fn is_live(p: *const std::ffi::c_void, k: Kind) -> bool {
-    !p.is_null()
-        && live()
-            .as_ref()
-            .is_some_and(|l| l.objects.get(&(p as usize)) == Some(&k))
+fn live_mut<'a>(g: &'a mut MutexGuard<'static, Option<Live>>) -> &'a mut Live {
+    g.get_or_insert_with(Live::default)
 }
 
-/// Records a new object.
-pub fn register(p: *const std::ffi::c_void, k: Kind) {
-    live()
-        .get_or_insert_with(Live::default)
-        .objects
-        .insert(p as usize, k);
+/// A reference to a live object, taken by [`hold`]: while it exists the
+/// object is neither freed nor destroyed (a destroy waits for it).
+#[must_use]
+pub struct Held(usize);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut g = live();
+        // Only a destroy waits for references (no wake-up otherwise: a
+        // futex call per slow-path verb for nobody).
+        let wake = live_mut(&mut g).objects.get_mut(&self.0).is_some_and(|e| {
+            e.users -= 1;
+            e.dying
+        });
+        drop(g);
+        if wake {
+            RELEASED.notify_all();
+        }
+    }
 }
 
-/// Forgets an object; whether it was live with kind `k` (so a double
-/// destroy finds it gone).
-pub fn unregister(p: *const std::ffi::c_void, k: Kind) -> bool {
+/// A reference to `p` if it is a live object of kind `k` that is not
+/// being destroyed.
+pub fn hold(p: *const c_void, k: Kind) -> Option<Held> {
+    if p.is_null() {
+        return None;
+    }
     let mut g = live();
-    let Some(l) = g.as_mut() else { return false };
-    if l.objects.get(&(p as usize)) != Some(&k) {
+    let e = live_mut(&mut g).objects.get_mut(&(p as usize))?;
+    if e.kind != k || e.dying {
+        return None;
+    }
+    e.users += 1;
+    Some(Held(p as usize))
+}
+
+/// Records a new object counting in `parents` (each held by the caller,
+/// so live; NULLs are skipped).
+pub fn register(p: *const c_void, k: Kind, parents: &[*const c_void]) {
+    let mut g = live();
+    let l = live_mut(&mut g);
+    let parents: Vec<usize> = parents
+        .iter()
+        .filter(|q| !q.is_null())
+        .map(|&q| q as usize)
+        .collect();
+    for q in &parents {
+        if let Some(e) = l.objects.get_mut(q) {
+            e.children += 1;
+        }
+    }
+    l.objects.insert(
+        p as usize,
+        Entry {
+            kind: k,
+            parents,
+            children: 0,
+            users: 0,
+            events: 0,
+            dying: false,
+        },
+    );
+}
+
+/// Moves `p`'s count from parent `from` to parent `to` (`ibv_rereg_mr` with
+/// `IBV_REREG_MR_CHANGE_PD`: the region now counts in its new PD). The
+/// caller holds `p` and `to`.
+pub fn reparent(p: *const c_void, from: *const c_void, to: *const c_void) {
+    let mut g = live();
+    let l = live_mut(&mut g);
+    let Some(e) = l.objects.get_mut(&(p as usize)) else {
+        return;
+    };
+    let Some(slot) = e.parents.iter_mut().find(|q| **q == from as usize) else {
+        return;
+    };
+    *slot = to as usize;
+    if let Some(f) = l.objects.get_mut(&(from as usize)) {
+        f.children -= 1;
+    }
+    if let Some(t) = l.objects.get_mut(&(to as usize)) {
+        t.children += 1;
+    }
+    let wake = l.objects.get(&(from as usize)).is_some_and(|f| f.dying);
+    drop(g);
+    if wake {
+        RELEASED.notify_all();
+    }
+}
+
+/// An object being destroyed ([`begin_destroy`]): nobody else holds it and
+/// nobody can take it. Dropped without [`Dying::finish`] (the engine
+/// refused, or a panic), the object lives on.
+#[must_use]
+pub struct Dying(usize);
+
+impl Dying {
+    /// Forgets the object (the caller frees it next): its parents no
+    /// longer count it.
+    pub fn finish(self) {
+        let key = self.0;
+        std::mem::forget(self);
+        let mut g = live();
+        let l = live_mut(&mut g);
+        if let Some(e) = l.objects.remove(&key) {
+            for q in e.parents {
+                if let Some(pe) = l.objects.get_mut(&q) {
+                    pe.children -= 1;
+                }
+            }
+        }
+        l.qps.retain(|_, &mut a| a != key);
+        l.cqs.retain(|_, &mut a| a != key);
+        l.srqs.retain(|_, &mut a| a != key);
+        drop(g);
+        RELEASED.notify_all();
+    }
+}
+
+impl Drop for Dying {
+    fn drop(&mut self) {
+        let mut g = live();
+        if let Some(e) = live_mut(&mut g).objects.get_mut(&self.0) {
+            e.dying = false;
+        }
+        drop(g);
+        RELEASED.notify_all();
+    }
+}
+
+/// Starts destroying `p`, a live object of kind `k`: EINVAL if it is not
+/// one (or another destroy of it is under way), EBUSY while it has
+/// children, or while references or unacknowledged events remain after
+/// [`SLOW_WAIT`].
+pub fn begin_destroy(p: *const c_void, k: Kind) -> Result<Dying, i32> {
+    let key = p as usize;
+    let mut g = live();
+    {
+        let Some(e) = live_mut(&mut g).objects.get_mut(&key) else {
+            return Err(libc::EINVAL);
+        };
+        if p.is_null() || e.kind != k || e.dying {
+            return Err(libc::EINVAL);
+        }
+        if e.children > 0 {
+            return Err(libc::EBUSY);
+        }
+        e.dying = true;
+    }
+    let dying = Dying(key);
+    let until = Instant::now() + SLOW_WAIT;
+    loop {
+        let e = &live_mut(&mut g).objects[&key];
+        // A call that held the object may have made a child meanwhile.
+        if e.children > 0 {
+            drop(g);
+            return Err(libc::EBUSY);
+        }
+        if e.users == 0 && e.events == 0 {
+            drop(g);
+            return Ok(dying);
+        }
+        let now = Instant::now();
+        if now >= until {
+            drop(g);
+            return Err(libc::EBUSY);
+        }
+        g = RELEASED
+            .wait_timeout(g, until - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// Counts an event handed out for `held` (acknowledged by [`ack_events`]).
+pub fn add_event(held: &Held) {
+    let mut g = live();
+    if let Some(e) = live_mut(&mut g).objects.get_mut(&held.0) {
+        e.events += 1;
+    }
+}
+
+/// Acknowledges up to `n` events of `p` (kind `k`, dying or not); runs
+/// `also` under the registry's lock if it is one. Whether it was.
+pub fn ack_events(p: *const c_void, k: Kind, n: u32, also: impl FnOnce()) -> bool {
+    let mut g = live();
+    let Some(e) = live_mut(&mut g).objects.get_mut(&(p as usize)) else {
+        return false;
+    };
+    if e.kind != k {
         return false;
     }
-    l.objects.remove(&(p as usize));
+    e.events -= n.min(e.events);
+    let wake = e.dying;
+    also();
+    drop(g);
+    if wake {
+        RELEASED.notify_all();
+    }
     true
 }
 
-/// A lock for the hot path: one atomic swap when nobody else holds it
-/// (libibverbs objects may be used from several threads; providers lock a
-/// QP's send queue and a CQ the same way).
+/// What an async event names: a QP by QPN, a CQ or an SRQ by engine id.
+#[derive(Debug, Clone, Copy)]
+pub enum EventOf {
+    /// A QP.
+    Qp(u32),
+    /// A CQ.
+    Cq(u32),
+    /// An SRQ.
+    Srq(u32),
+}
+
+/// The object an async event names, with one event counted against it
+/// (until `ibv_ack_async_event`), unless it is gone or being destroyed.
+pub fn event_of(of: EventOf) -> Option<usize> {
+    let mut g = live();
+    let l = live_mut(&mut g);
+    let a = match of {
+        EventOf::Qp(n) => *l.qps.get(&n)?,
+        EventOf::Cq(id) => *l.cqs.get(&id)?,
+        EventOf::Srq(id) => *l.srqs.get(&id)?,
+    };
+    let e = l.objects.get_mut(&a)?;
+    if e.dying {
+        return None;
+    }
+    e.events += 1;
+    Some(a)
+}
+
+/// A lock for the objects (historically a spin lock, hence the name): one
+/// atomic swap to take and one to release when nobody else holds it, as
+/// providers lock a QP's send queue and a CQ (libibverbs objects may be
+/// used from several threads); a contended one spins briefly and then
+/// sleeps on a futex (std's `Mutex`), so that slow-path work done under
+/// it costs the waiting threads no CPU.
 #[derive(Default)]
-pub struct Spin(AtomicBool);
+pub struct Spin(Mutex<()>);
 
 /// Holds a [`Spin`] until dropped.
-pub struct SpinGuard<'a>(&'a AtomicBool);
+pub struct SpinGuard<'a>(#[allow(dead_code)] MutexGuard<'a, ()>);
 
 impl Spin {
-    /// Takes the lock, spinning while another thread holds it.
+    /// Takes the lock (a panic under it does not poison it for good).
     #[inline]
     pub fn lock(&self) -> SpinGuard<'_> {
-        while self
-            .0
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
-        }
-        SpinGuard(&self.0)
+        SpinGuard(self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
-impl Drop for SpinGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+/// Locks `a` and `b` (once if they are the same lock) in address order, so
+/// that two threads locking the same two objects in opposite roles (two
+/// QPs created on CQs (A, B) and (B, A)) cannot deadlock.
+pub fn lock_two<'a>(a: &'a Spin, b: &'a Spin) -> (SpinGuard<'a>, Option<SpinGuard<'a>>) {
+    if std::ptr::eq(a, b) {
+        return (a.lock(), None);
     }
+    let (first, second) = if (a as *const Spin) < (b as *const Spin) {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let g1 = first.lock();
+    (g1, Some(second.lock()))
 }
 
 /// An open device context (`ibv_open_device`).
@@ -173,8 +444,6 @@ pub struct Channel {
     pub ibv: ibv_comp_channel,
     /// The epoll descriptor (`ibv.fd`).
     pub epoll: OwnedFd,
-    /// CQs on the channel (it cannot be destroyed while one exists: EBUSY).
-    pub cqs: AtomicU32,
 }
 
 /// A completion queue.
@@ -247,7 +516,8 @@ unsafe impl Sync for Srq {}
 
 // SAFETY: the raw pointers in the ibverbs structs are the program's
 // business (it shares them across threads as it likes); our own mutable
-// state is behind `lock` (Spin) or `LIVE` (Mutex).
+// state is behind `lock` (Spin) or `LIVE` (Mutex), and the object itself
+// is freed only once no call holds it (`hold`, `begin_destroy`).
 unsafe impl Send for Cq {}
 // SAFETY: as above.
 unsafe impl Sync for Cq {}

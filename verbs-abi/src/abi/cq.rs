@@ -5,7 +5,6 @@ use libc::{EAGAIN, EBUSY, EINVAL, ENOMEM};
 use std::ffi::{c_int, c_uint, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_create_comp_channel(
@@ -33,30 +32,26 @@ pub(crate) extern "C" fn rsnic_ibv_create_comp_channel(
                 refcnt: 0,
             },
             epoll,
-            cqs: AtomicU32::new(0),
         });
         let p = Box::into_raw(b);
-        register(p.cast(), Kind::Channel);
+        register(p.cast(), Kind::Channel, &[c.cast()]);
         p.cast()
     })
 }
 
+/// `ibv_destroy_comp_channel`: 0 or the errno value, as rdma-core's
+/// (libibverbs/verbs.c returns EBUSY itself, not -1/errno); EBUSY while a
+/// CQ uses the channel or a thread waits in `ibv_get_cq_event` on it.
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
-    guard(-1, || {
-        if !is_live(ch.cast(), Kind::Channel) {
-            return minus_one(EINVAL);
-        }
-        // SAFETY: a live channel (checked).
-        if unsafe { &*ch.cast::<Channel>() }
-            .cqs
-            .load(Ordering::Acquire)
-            != 0
-        {
-            return minus_one(EBUSY);
-        }
-        unregister(ch.cast(), Kind::Channel);
-        // SAFETY: allocated in create_comp_channel, now unregistered.
+    guard(libc::EIO, || {
+        let dying = match begin_destroy(ch.cast(), Kind::Channel) {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        dying.finish();
+        // SAFETY: allocated in create_comp_channel, now unregistered with
+        // nobody holding it.
         drop(unsafe { Box::from_raw(ch.cast::<Channel>()) });
         0
     })
@@ -81,7 +76,8 @@ pub(crate) extern "C" fn rsnic_ibv_create_cq(
         if !(1..=MAX_CQE).contains(&cqe) || !(0..NUM_COMP_VECTORS).contains(&vector) {
             return null_with(EINVAL);
         }
-        if !ch.is_null() && !is_live(ch.cast(), Kind::Channel) {
+        let ch_held = (!ch.is_null()).then(|| hold(ch.cast(), Kind::Channel));
+        if let Some(None) = ch_held {
             return null_with(EINVAL);
         }
         let dev = &ctx.backend.dev;
@@ -119,6 +115,8 @@ pub(crate) extern "C" fn rsnic_ibv_create_cq(
         if let (false, Some(efd)) = (ch.is_null(), efd) {
             // SAFETY: a live channel (checked above).
             let chan = unsafe { &*ch.cast::<Channel>() };
+            // The CQ's address: ibv_get_cq_event looks it up in the
+            // registry (hold) before following it.
             let mut ev = libc::epoll_event {
                 events: libc::EPOLLIN as u32,
                 u64: p as u64,
@@ -135,9 +133,8 @@ pub(crate) extern "C" fn rsnic_ibv_create_cq(
                 drop(unsafe { Box::from_raw(p) });
                 return null_with(e);
             }
-            chan.cqs.fetch_add(1, Ordering::AcqRel);
         }
-        register(p.cast(), Kind::Cq);
+        register(p.cast(), Kind::Cq, &[c.cast(), ch.cast()]);
         live()
             .get_or_insert_with(Default::default)
             .cqs
@@ -146,13 +143,18 @@ pub(crate) extern "C" fn rsnic_ibv_create_cq(
     })
 }
 
+/// `ibv_destroy_cq(3)`: 0 or the errno; EBUSY while a QP completes into
+/// the CQ, and (after waiting up to [`SLOW_WAIT`]) while completion events
+/// handed out by `ibv_get_cq_event` are not acknowledged, which
+/// `ibv_get_cq_event(3)` says the destroy waits for.
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_destroy_cq(q: *mut ibv_cq) -> c_int {
     guard(libc::EIO, || {
-        if !is_live(q.cast(), Kind::Cq) {
-            return EINVAL;
-        }
-        // SAFETY: a live CQ of ours (checked).
+        let dying = match begin_destroy(q.cast(), Kind::Cq) {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        // SAFETY: a live CQ of ours that no other call holds or can take.
         let cq = unsafe { &*q.cast::<Cq>() };
         // SAFETY: its context outlives it.
         let dev = &unsafe { Context::from_ibv(cq.ibv.context) }.backend.dev;
@@ -161,25 +163,36 @@ pub(crate) extern "C" fn rsnic_ibv_destroy_cq(q: *mut ibv_cq) -> c_int {
         let slot = unsafe { &mut *cq.cq.get() };
         let Some(h) = slot.take() else { return EINVAL };
         let efd = h.channel_fd();
-        if let Err(busy) = dev.destroy_cq(h) {
-            *slot = Some(busy.handle);
-            return EBUSY;
-        }
-        drop(g);
         if let (false, Some(efd)) = (cq.channel.is_null(), efd) {
-            // SAFETY: a CQ's channel cannot be destroyed while the CQ lives.
+            // Out of the channel's set before the eventfd closes (a closed
+            // descriptor would stay in the set while a dup of it lives).
+            // SAFETY: the channel outlives its CQs; a DEL takes no event.
             let chan = unsafe { &*cq.channel };
             // SAFETY: live descriptors; a DEL takes no event.
             unsafe {
                 libc::epoll_ctl(chan.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, efd, null_mut())
             };
-            chan.cqs.fetch_sub(1, Ordering::AcqRel);
         }
-        unregister(q.cast(), Kind::Cq);
-        if let Some(l) = live().as_mut() {
-            l.cqs.remove(&cq.id);
+        if let Err(busy) = dev.destroy_cq(h) {
+            if let (false, Some(efd)) = (cq.channel.is_null(), efd) {
+                // SAFETY: as above; the CQ lives on, so does its event.
+                let chan = unsafe { &*cq.channel };
+                let mut ev = libc::epoll_event {
+                    events: libc::EPOLLIN as u32,
+                    u64: q as u64,
+                };
+                // SAFETY: live descriptors, a valid event.
+                unsafe {
+                    libc::epoll_ctl(chan.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, efd, &mut ev)
+                };
+            }
+            *slot = Some(busy.handle);
+            return EBUSY;
         }
-        // SAFETY: allocated in create_cq, now unregistered.
+        drop(g);
+        dying.finish();
+        // SAFETY: allocated in create_cq, now unregistered with nobody
+        // holding it.
         drop(unsafe { Box::from_raw(q.cast::<Cq>()) });
         0
     })
@@ -272,7 +285,10 @@ pub(crate) extern "C" fn rsnic_ibv_get_cq_event(
     ctx_out: *mut *mut c_void,
 ) -> c_int {
     guard(-1, || {
-        if !is_live(ch.cast(), Kind::Channel) || cq_out.is_null() || ctx_out.is_null() {
+        let Some(_ch_held) = hold(ch.cast(), Kind::Channel) else {
+            return minus_one(EINVAL);
+        };
+        if cq_out.is_null() || ctx_out.is_null() {
             return minus_one(EINVAL);
         }
         // SAFETY: a live channel (checked).
@@ -301,8 +317,17 @@ pub(crate) extern "C" fn rsnic_ibv_get_cq_event(
                 return minus_one(EAGAIN);
             }
             let q = ev.u64 as *mut Cq;
-            // SAFETY: the CQ is registered in the epoll set only while live.
+            // Followed only once held: a CQ destroyed since (or being
+            // destroyed) is skipped, and its destroy waits for this call.
+            let Some(held) = hold(q.cast(), Kind::Cq) else {
+                continue;
+            };
+            // SAFETY: a live CQ of ours, held.
             let cq = unsafe { &*q };
+            if cq.channel != ch.cast() {
+                // Its address was reused by a CQ of another channel.
+                continue;
+            }
             let efd = {
                 let _g = cq.lock.lock();
                 // SAFETY: under the CQ's lock.
@@ -318,6 +343,8 @@ pub(crate) extern "C" fn rsnic_ibv_get_cq_event(
                 // Another thread took this event first.
                 continue;
             }
+            // Acknowledged by ibv_ack_cq_events; ibv_destroy_cq waits for it.
+            add_event(&held);
             // SAFETY: the caller's out parameters (checked non-NULL).
             unsafe {
                 *cq_out = q.cast();
@@ -328,13 +355,20 @@ pub(crate) extern "C" fn rsnic_ibv_get_cq_event(
     })
 }
 
+/// `ibv_ack_cq_events(3)`: acknowledges `n` events of the CQ (so that
+/// its destroy need not wait for them) and adds them to its
+/// `comp_events_completed`, under the registry's lock.
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_ack_cq_events(q: *mut ibv_cq, n: c_uint) {
     guard((), || {
-        if is_live(q.cast(), Kind::Cq) {
-            // SAFETY: a live CQ of ours; the counter is the program's to read.
-            let cq = unsafe { &mut *q.cast::<Cq>() };
-            cq.ibv.comp_events_completed = cq.ibv.comp_events_completed.wrapping_add(n);
-        }
+        ack_events(q.cast(), Kind::Cq, n, || {
+            // SAFETY: a live CQ of ours (checked under the same lock, which
+            // every writer of this field holds); written through the raw
+            // pointer, no reference to the program's struct is made.
+            unsafe {
+                let f = &raw mut (*q).comp_events_completed;
+                f.write(f.read().wrapping_add(n));
+            }
+        });
     })
 }

@@ -175,20 +175,27 @@ pub(crate) extern "C" fn rsnic_ibv_open_device(d: *mut ibv_device) -> *mut ibv_c
         let ctx = Box::into_raw(ctx);
         // SAFETY: just allocated.
         let p = unsafe { &raw mut (*ctx).vctx.context };
-        register(p.cast(), Kind::Context);
+        register(p.cast(), Kind::Context, &[]);
         p
     })
 }
 
+/// `ibv_close_device(3)`: 0, or -1 with errno. Its page says it "does not
+/// release all the resources allocated using context"; here a context
+/// whose PDs, CQs or completion channels still live is refused with EBUSY
+/// and stays usable (freeing it under them would leave every later verb
+/// on them reading freed memory), as a destroy of any other parent is.
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_close_device(c: *mut ibv_context) -> c_int {
     guard(-1, || {
-        if !unregister(c.cast(), Kind::Context) {
-            return minus_one(EINVAL);
-        }
+        let dying = match begin_destroy(c.cast(), Kind::Context) {
+            Ok(d) => d,
+            Err(e) => return minus_one(e),
+        };
+        dying.finish();
         let off = std::mem::offset_of!(Context, vctx.context);
-        // SAFETY: a live context we allocated in `open_device` (checked and
-        // now unregistered, so nobody else frees it).
+        // SAFETY: a context we allocated in `open_device`, now unregistered
+        // with nobody holding it, so nobody else frees or uses it.
         drop(unsafe { Box::from_raw(c.cast::<u8>().sub(off).cast::<Context>()) });
         0
     })
@@ -223,10 +230,21 @@ fn async_event_fd(backend: &Backend) -> Result<OwnedFd, i32> {
     Ok(epoll)
 }
 
-/// Our context of `c`, if it is one.
-pub(crate) fn ctx<'a>(c: *mut ibv_context) -> Option<&'a Context> {
-    // SAFETY: checked live in the registry just now.
-    is_live(c.cast(), Kind::Context).then(|| unsafe { Context::from_ibv(c) })
+/// A held context ([`ctx`]): `ibv_close_device` waits for it.
+pub(crate) struct HeldCtx<'a>(&'a Context, #[allow(dead_code)] Held);
+
+impl std::ops::Deref for HeldCtx<'_> {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        self.0
+    }
+}
+
+/// Our context of `c`, held for as long as the result lives, if it is one.
+pub(crate) fn ctx<'a>(c: *mut ibv_context) -> Option<HeldCtx<'a>> {
+    let held = hold(c.cast(), Kind::Context)?;
+    // SAFETY: a live context of ours, held.
+    Some(HeldCtx(unsafe { Context::from_ibv(c) }, held))
 }
 
 // ---------------------------------------------------------------- queries
@@ -399,7 +417,7 @@ pub(crate) extern "C" fn rsnic_ibv_query_gid(
             return minus_one(EINVAL);
         }
         // SAFETY: the caller's GID to fill.
-        unsafe { (*gid).raw = our_gid(ctx) };
+        unsafe { (*gid).raw = our_gid(&ctx) };
         0
     })
 }
@@ -434,7 +452,7 @@ pub(crate) extern "C" fn rsnic__ibv_query_gid_ex(
             return EINVAL;
         }
         // SAFETY: the caller's entry of at least our size.
-        unsafe { entry.write(gid_entry(ctx)) };
+        unsafe { entry.write(gid_entry(&ctx)) };
         0
     })
 }
@@ -458,7 +476,7 @@ pub(crate) extern "C" fn rsnic__ibv_query_gid_table(
             return -(EINVAL as isize);
         }
         // SAFETY: the caller's array of `max` entries of `size` bytes each.
-        unsafe { entries.write(gid_entry(ctx)) };
+        unsafe { entries.write(gid_entry(&ctx)) };
         1
     })
 }

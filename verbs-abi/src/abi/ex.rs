@@ -590,8 +590,11 @@ pub(crate) extern "C" fn ctx_create_qp_ex(
         if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.pd.is_null() {
             return null_with(EINVAL);
         }
-        // SAFETY: the PD is checked by create_qp.
-        if !is_live(a.pd.cast(), Kind::Pd) || unsafe { (*a.pd).context } != c {
+        let Some(_pd_held) = hold(a.pd.cast(), Kind::Pd) else {
+            return null_with(EINVAL);
+        };
+        // SAFETY: a live PD of ours, held.
+        if unsafe { (*a.pd).context } != c {
             return null_with(EINVAL);
         }
         let mut plain = ibv_qp_init_attr {
@@ -666,10 +669,10 @@ pub(crate) extern "C" fn ctx_create_qp_ex(
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_qp_to_qp_ex(q: *mut ibv_qp) -> *mut ibv_qp_ex {
     guard(null_mut(), || {
-        if !is_live(q.cast(), Kind::Qp) {
+        let Some(_held) = hold(q.cast(), Kind::Qp) else {
             return null_mut();
-        }
-        // SAFETY: a live QP of ours; the batch is set once at creation.
+        };
+        // SAFETY: a live QP of ours, held; the batch is set once at creation.
         let ex = unsafe { (*(*q.cast::<Qp>()).ex.batch.get()).is_some() };
         if ex {
             q.cast()
@@ -922,9 +925,9 @@ pub(crate) extern "C" fn ctx_create_cq_ex(
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_resize_cq(q: *mut ibv_cq, cqe: c_int) -> c_int {
     guard(libc::EIO, || {
-        if !is_live(q.cast(), Kind::Cq) {
+        let Some(_held) = hold(q.cast(), Kind::Cq) else {
             return EINVAL;
-        }
+        };
         if !(1..=MAX_CQE).contains(&cqe) {
             return EINVAL;
         }
@@ -988,9 +991,9 @@ pub(crate) extern "C" fn rsnic_ibv_rereg_mr(
             set_errno(e);
             IBV_REREG_MR_ERR_CMD
         };
-        if !is_live(m.cast(), Kind::Mr) {
+        let Some(_held) = hold(m.cast(), Kind::Mr) else {
             return input();
-        }
+        };
         let flags = flags as u32;
         if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
             || (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
@@ -1004,11 +1007,17 @@ pub(crate) extern "C" fn rsnic_ibv_rereg_mr(
         }
         // SAFETY: a live region of ours (checked).
         let mr = unsafe { &mut *m.cast::<Mr>() };
+        // The new PD is held until the region counts in it.
+        let mut _pd_held = None;
         let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
-            // SAFETY: read only once checked live.
-            if !is_live(pd.cast(), Kind::Pd) || unsafe { (*pd).context } != mr.ibv.context {
+            let Some(pd_held) = hold(pd.cast(), Kind::Pd) else {
+                return cmd(EINVAL);
+            };
+            // SAFETY: a live PD of ours, held.
+            if unsafe { (*pd).context } != mr.ibv.context {
                 return cmd(EINVAL);
             }
+            _pd_held = Some(pd_held);
             pd
         } else {
             mr.ibv.pd
@@ -1047,6 +1056,9 @@ pub(crate) extern "C" fn rsnic_ibv_rereg_mr(
             if let Err(e) = dev.dereg_mr(stale) {
                 return cmd(errno_of(&e));
             }
+        }
+        if new_pd != mr.ibv.pd {
+            reparent(m.cast(), mr.ibv.pd.cast(), new_pd.cast());
         }
         mr.ibv.pd = new_pd;
         mr.ibv.addr = new_addr;

@@ -20,27 +20,31 @@ pub(crate) extern "C" fn rsnic_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd 
             pd: Some(pd),
         });
         let p = Box::into_raw(b);
-        register(p.cast(), Kind::Pd);
+        register(p.cast(), Kind::Pd, &[c.cast()]);
         p.cast()
     })
 }
 
+/// `ibv_dealloc_pd(3)`: 0 or the errno; EBUSY while regions or QPs of the
+/// PD exist (the registry's count, then the engine's).
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
     guard(libc::EIO, || {
-        if !is_live(p.cast(), Kind::Pd) {
-            return EINVAL;
-        }
-        // SAFETY: a live PD of ours (checked).
+        let dying = match begin_destroy(p.cast(), Kind::Pd) {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        // SAFETY: a live PD of ours that nobody else holds or can take
+        // (begin_destroy): this call is its only user.
         let pd = unsafe { &mut *p.cast::<Pd>() };
-        // SAFETY: its context outlives it (the program closes it last).
+        // SAFETY: its context outlives it (it cannot close while the PD lives).
         let dev = &unsafe { Context::from_ibv(pd.ibv.context) }.backend.dev;
         let Some(h) = pd.pd.take() else { return EINVAL };
         if let Err(busy) = dev.dealloc_pd(h) {
             pd.pd = Some(busy.handle);
             return EBUSY;
         }
-        unregister(p.cast(), Kind::Pd);
+        dying.finish();
         // SAFETY: allocated in alloc_pd, now unregistered.
         drop(unsafe { Box::from_raw(p.cast::<Pd>()) });
         0
@@ -80,9 +84,9 @@ pub(crate) extern "C" fn rsnic_ibv_reg_mr_iova2(
     access: c_uint,
 ) -> *mut ibv_mr {
     guard(null_mut(), || {
-        if !is_live(p.cast(), Kind::Pd) {
+        let Some(_pd_held) = hold(p.cast(), Kind::Pd) else {
             return null_with(EINVAL);
-        }
+        };
         if addr.is_null() || len == 0 || iova != addr as u64 {
             return null_with(EINVAL);
         }
@@ -90,6 +94,10 @@ pub(crate) extern "C" fn rsnic_ibv_reg_mr_iova2(
             Ok(a) => a,
             Err(e) => return null_with(e),
         };
+        if !mapped(addr as usize, len) {
+            // As the kernel's pinning (ib_umem_get) answers: EFAULT.
+            return null_with(libc::EFAULT);
+        }
         // SAFETY: a live PD of ours (checked).
         let pd = unsafe { &*p.cast::<Pd>() };
         let Some(h) = pd.pd.as_ref() else {
@@ -114,24 +122,58 @@ pub(crate) extern "C" fn rsnic_ibv_reg_mr_iova2(
             mr: Some(mr),
         });
         let m = Box::into_raw(b);
-        register(m.cast(), Kind::Mr);
+        register(m.cast(), Kind::Mr, &[p.cast()]);
         m.cast()
     })
+}
+
+/// `ibv_dereg_mr(3)`: 0 or the errno. The region is freed only once the
+/// engine let go of it; on a failure it stays registered and usable.
+/// Whether every page of `addr..addr + len` is mapped (`mincore(2)` fails
+/// with ENOMEM on a range with a hole), checked 16 MiB at a time. A
+/// region over a hole would crash the engine's thread at the first access
+/// to it; `ibv_reg_mr` fails with EFAULT instead, as the kernel's pinning
+/// of such a range does.
+fn mapped(addr: usize, len: usize) -> bool {
+    const PAGE: usize = 4096;
+    const CHUNK: usize = 4096 * PAGE;
+    let Some(end) = addr.checked_add(len) else {
+        return false;
+    };
+    let mut at = addr & !(PAGE - 1);
+    let mut vec = [0u8; CHUNK / PAGE];
+    while at < end {
+        let n = (end - at).min(CHUNK);
+        // SAFETY: mincore only reads the page tables; `vec` has room for
+        // the status of `n` bytes' pages.
+        if unsafe { libc::mincore(at as *mut c_void, n, vec.as_mut_ptr()) } != 0 {
+            return false;
+        }
+        at += n;
+    }
+    true
 }
 
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
     guard(libc::EIO, || {
-        if !unregister(m.cast(), Kind::Mr) {
-            return EINVAL;
-        }
-        // SAFETY: allocated in reg_mr, now unregistered.
-        let mut mr = unsafe { Box::from_raw(m.cast::<Mr>()) };
+        let dying = match begin_destroy(m.cast(), Kind::Mr) {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        // SAFETY: a live region of ours that nobody else holds or can take.
+        let mr = unsafe { &mut *m.cast::<Mr>() };
         // SAFETY: its context outlives it.
         let dev = &unsafe { Context::from_ibv(mr.ibv.context) }.backend.dev;
-        match mr.mr.take().map(|h| dev.dereg_mr(h)) {
-            Some(Err(e)) => errno_of(&e),
-            _ => 0,
+        if let Some(Err(e)) = mr.mr.take().map(|h| dev.dereg_mr(h)) {
+            // The engine's handle is gone with the error (nic's dereg_mr
+            // consumes it): the program's region stays a valid object
+            // whose next dereg succeeds.
+            return errno_of(&e);
         }
+        dying.finish();
+        // SAFETY: allocated in reg_mr, now unregistered.
+        drop(unsafe { Box::from_raw(m.cast::<Mr>()) });
+        0
     })
 }

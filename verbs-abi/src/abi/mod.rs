@@ -45,10 +45,21 @@ pub fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e }
 }
 
+/// Set in a child of `fork()` (`pthread_atfork`, crate::backend): the
+/// engine's threads did not follow the program into it, so every verb
+/// there fails at once (EIO, as on a context the kernel disassociated)
+/// instead of waiting forever for an engine that is not there.
+pub static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Runs `f`; a panic is reported on stderr and turned into `fail` (a
-/// failed call), never an unwind into the C caller.
+/// failed call), never an unwind into the C caller. In a forked child
+/// ([`FORKED`]) the call fails the same way, with EIO, without running `f`.
 #[inline]
 pub fn guard<T>(fail: T, f: impl FnOnce() -> T) -> T {
+    if FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+        set_errno(libc::EIO);
+        return fail;
+    }
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(_) => {
@@ -57,6 +68,14 @@ pub fn guard<T>(fail: T, f: impl FnOnce() -> T) -> T {
             fail
         }
     }
+}
+
+/// Runs `f`, a helper that needs no device (strings, rates, fork and
+/// sysfs answers), turning a panic into `fail` as [`guard`] does, in a
+/// forked child too.
+#[inline]
+pub fn pure<T>(fail: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fail)
 }
 
 /// NULL with errno `e`.

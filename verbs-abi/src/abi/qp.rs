@@ -16,7 +16,10 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
     attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     guard(null_mut(), || {
-        if !is_live(p.cast(), Kind::Pd) || attr.is_null() {
+        let Some(_pd_held) = hold(p.cast(), Kind::Pd) else {
+            return null_with(EINVAL);
+        };
+        if attr.is_null() {
             return null_with(EINVAL);
         }
         // SAFETY: the caller's attributes (checked non-NULL); `cap` is
@@ -27,18 +30,23 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
             return null_with(EOPNOTSUPP);
         }
         // A QP on an SRQ of the same PD takes its receives from it
-        // (ibv_create_qp(3); its own max_recv_wr/max_recv_sge are ignored).
-        let srq = if a.srq.is_null() {
-            None
-        } else {
-            match srq_for_qp(a.srq, p) {
+        // (ibv_create_qp(3); its own max_recv_wr/max_recv_sge are ignored);
+        // the SRQ counts it as a child (destroy_srq: EBUSY while it lives).
+        let _srq_held = (!a.srq.is_null()).then(|| hold(a.srq.cast(), Kind::Srq));
+        let srq = match &_srq_held {
+            None => None,
+            Some(None) => return null_with(EINVAL),
+            Some(Some(_)) => match srq_for_qp(a.srq, p) {
                 Ok(id) => Some(id),
                 Err(e) => return null_with(e),
-            }
+            },
         };
-        if !is_live(a.send_cq.cast(), Kind::Cq) || !is_live(a.recv_cq.cast(), Kind::Cq) {
+        let (Some(_scq_held), Some(_rcq_held)) = (
+            hold(a.send_cq.cast(), Kind::Cq),
+            hold(a.recv_cq.cast(), Kind::Cq),
+        ) else {
             return null_with(EINVAL);
-        }
+        };
         let cap = a.cap;
         if cap.max_send_wr > MAX_WR
             || cap.max_recv_wr > MAX_WR
@@ -75,8 +83,8 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
             ..QpOptions::default()
         };
         let made = {
-            let _g1 = scq.lock.lock();
-            let _g2 = (!std::ptr::eq(scq, rcq)).then(|| rcq.lock.lock());
+            // In address order: creates on (A, B) and (B, A) never deadlock.
+            let _g = lock_two(&scq.lock, &rcq.lock);
             // SAFETY: under both CQs' locks.
             let (s, r) = unsafe { ((*scq.cq.get()).as_ref(), (*rcq.cq.get()).as_ref()) };
             match (s, r) {
@@ -132,7 +140,11 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
             }),
         });
         let q = Box::into_raw(b);
-        register(q.cast(), Kind::Qp);
+        register(
+            q.cast(),
+            Kind::Qp,
+            &[p.cast(), a.send_cq.cast(), a.recv_cq.cast(), a.srq.cast()],
+        );
         live()
             .get_or_insert_with(Default::default)
             .qps
@@ -141,26 +153,37 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
     })
 }
 
+/// `ibv_destroy_qp(3)`: 0 or the errno. It waits (up to [`SLOW_WAIT`],
+/// then EBUSY) for the QP's async events to be acknowledged, as
+/// `ibv_get_async_event(3)` says; the QP is freed only once the engine
+/// confirmed, so a failure returns an errno for a QP that still exists.
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_destroy_qp(q: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
-        if !unregister(q.cast(), Kind::Qp) {
-            return EINVAL;
-        }
-        // SAFETY: allocated in create_qp, now unregistered.
-        let qp = unsafe { Box::from_raw(q.cast::<Qp>()) };
+        let dying = match begin_destroy(q.cast(), Kind::Qp) {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        // SAFETY: a live QP of ours that no other call holds or can take.
+        let qp = unsafe { &*q.cast::<Qp>() };
         // SAFETY: its context outlives it.
         let dev = &unsafe { Context::from_ibv(qp.ibv.context) }.backend.dev;
-        if let Some(l) = live().as_mut() {
-            l.qps.remove(&qp.ibv.qp_num);
+        let r = {
+            let _g = qp.lock.lock();
+            // SAFETY: under the QP's lock.
+            let inner = unsafe { &mut *qp.inner.get() };
+            inner.qp.take().map(|h| dev.destroy_qp(h))
+        };
+        if let Some(Err(e)) = r {
+            // nic's destroy_qp consumed the handle (the engine is gone):
+            // the QP stays a valid object whose next destroy succeeds.
+            return errno_of(&e);
         }
-        let _g = qp.lock.lock();
-        // SAFETY: under the QP's lock.
-        let inner = unsafe { &mut *qp.inner.get() };
-        match inner.qp.take().map(|h| dev.destroy_qp(h)) {
-            Some(Err(e)) => errno_of(&e),
-            _ => 0,
-        }
+        dying.finish();
+        // SAFETY: allocated in create_qp, now unregistered with nobody
+        // holding it.
+        drop(unsafe { Box::from_raw(q.cast::<Qp>()) });
+        0
     })
 }
 
@@ -287,20 +310,21 @@ pub(crate) extern "C" fn rsnic_ibv_modify_qp(
     mask: c_int,
 ) -> c_int {
     guard(libc::EIO, || {
-        if !is_live(q.cast(), Kind::Qp) || attr.is_null() {
+        let Some(_held) = hold(q.cast(), Kind::Qp) else {
+            return EINVAL;
+        };
+        if attr.is_null() {
             return EINVAL;
         }
-        // SAFETY: a live QP of ours and the caller's attributes (checked).
-        let (qp, attr) = unsafe { (&mut *q.cast::<Qp>(), &*attr) };
+        // SAFETY: a live QP of ours (held) and the caller's attributes.
+        let (qp, attr) = unsafe { (&*q.cast::<Qp>(), &*attr) };
         // SAFETY: its context outlives it.
         let backend = unsafe { Context::from_ibv(qp.ibv.context) }.backend;
-        let g = qp.lock.lock();
+        let _g = qp.lock.lock();
         // SAFETY: under the QP's lock.
         let inner = unsafe { &mut *qp.inner.get() };
         let r = modify(inner, attr, mask as u32, backend);
-        let state = inner.state;
-        drop(g);
-        qp.ibv.state = state;
+        set_ibv_state(q, inner.state);
         match r {
             Ok(()) => 0,
             Err(e) => e,
@@ -316,14 +340,27 @@ pub(crate) extern "C" fn rsnic_ibv_query_qp(
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard(libc::EIO, || {
-        if !is_live(q.cast(), Kind::Qp) || attr.is_null() {
+        let Some(_held) = hold(q.cast(), Kind::Qp) else {
+            return EINVAL;
+        };
+        if attr.is_null() {
             return EINVAL;
         }
-        // SAFETY: a live QP of ours (checked).
+        // SAFETY: a live QP of ours (held).
         let qp = unsafe { &*q.cast::<Qp>() };
         let _g = qp.lock.lock();
         // SAFETY: under the QP's lock.
-        let inner = unsafe { &*qp.inner.get() };
+        let inner = unsafe { &mut *qp.inner.get() };
+        // ibv_query_qp(3) reports the QP's current state, which includes
+        // an ERR the engine entered by itself (retries exhausted, a remote
+        // error, a receive too short): ask the engine, and keep what it
+        // says, as rdma-core's ibv_query_qp updates `qp->state`.
+        if let Some(Ok(rdma::transport::QpState::Err)) = inner.qp.as_ref().map(|h| h.state()) {
+            if inner.state != IBV_QPS_RESET {
+                inner.state = IBV_QPS_ERR;
+                set_ibv_state(q, IBV_QPS_ERR);
+            }
+        }
         let mut a = inner.attr;
         a.qp_state = inner.state;
         a.cur_qp_state = inner.state;
@@ -345,6 +382,13 @@ pub(crate) extern "C" fn rsnic_ibv_query_qp(
         }
         0
     })
+}
+
+/// Writes the program-visible `ibv_qp.state` (under the QP's lock, through
+/// the raw pointer: no `&mut` to a struct the program reads).
+fn set_ibv_state(q: *mut ibv_qp, state: ibv_qp_state) {
+    // SAFETY: a live QP of ours whose lock the caller holds.
+    unsafe { (&raw mut (*q).state).write(state) };
 }
 
 /// A send work request of the caller's chain, translated.

@@ -5,6 +5,7 @@ use libc::{EINVAL, EOPNOTSUPP};
 use nic::contract::AsyncEvent;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::os::fd::AsRawFd;
+use std::ptr::null_mut;
 
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_get_async_event(
@@ -35,11 +36,12 @@ pub(crate) extern "C" fn rsnic_ibv_get_async_event(
                 unsafe { libc::epoll_wait(fd, &mut ev, 1, -1) };
                 continue;
             };
-            let l = live();
-            let l = l.as_ref();
+            // A QP's or CQ's event holds it until ibv_ack_async_event
+            // (its destroy waits for that); one whose object is gone or
+            // being destroyed is not reported.
             let (ty, elem) = match e {
-                AsyncEvent::QpFatal { qpn } => match l.and_then(|l| l.qps.get(&qpn)) {
-                    Some(&p) => (
+                AsyncEvent::QpFatal { qpn } => match event_of(EventOf::Qp(qpn)) {
+                    Some(p) => (
                         IBV_EVENT_QP_FATAL,
                         ibv_async_event__bindgen_ty_1 {
                             qp: p as *mut ibv_qp,
@@ -47,8 +49,8 @@ pub(crate) extern "C" fn rsnic_ibv_get_async_event(
                     ),
                     None => continue,
                 },
-                AsyncEvent::CqOverrun { cq, .. } => match l.and_then(|l| l.cqs.get(&cq)) {
-                    Some(&p) => (
+                AsyncEvent::CqOverrun { cq, .. } => match event_of(EventOf::Cq(cq)) {
+                    Some(p) => (
                         IBV_EVENT_CQ_ERR,
                         ibv_async_event__bindgen_ty_1 {
                             cq: p as *mut ibv_cq,
@@ -56,8 +58,8 @@ pub(crate) extern "C" fn rsnic_ibv_get_async_event(
                     ),
                     None => continue,
                 },
-                AsyncEvent::SrqLimitReached { srq } => match l.and_then(|l| l.srqs.get(&srq)) {
-                    Some(&p) => (
+                AsyncEvent::SrqLimitReached { srq } => match event_of(EventOf::Srq(srq)) {
+                    Some(p) => (
                         IBV_EVENT_SRQ_LIMIT_REACHED,
                         ibv_async_event__bindgen_ty_1 {
                             srq: p as *mut ibv_srq,
@@ -86,8 +88,26 @@ pub(crate) extern "C" fn rsnic_ibv_get_async_event(
     })
 }
 
+/// `ibv_ack_async_event(3)`: releases the QP or CQ the event held, so
+/// that its destroy need not wait.
 #[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_ack_async_event(_ev: *mut ibv_async_event) {}
+pub(crate) extern "C" fn rsnic_ibv_ack_async_event(ev: *mut ibv_async_event) {
+    guard((), || {
+        if ev.is_null() {
+            return;
+        }
+        // SAFETY: the caller's event, filled by ibv_get_async_event.
+        let e = unsafe { ev.read() };
+        // SAFETY: the union member the event type names.
+        let (p, k) = match e.event_type {
+            IBV_EVENT_QP_FATAL => (unsafe { e.element.qp }.cast::<c_void>(), Kind::Qp),
+            IBV_EVENT_CQ_ERR => (unsafe { e.element.cq }.cast::<c_void>(), Kind::Cq),
+            IBV_EVENT_SRQ_LIMIT_REACHED => (unsafe { e.element.srq }.cast::<c_void>(), Kind::Srq),
+            _ => return,
+        };
+        ack_events(p, k, 1, || {});
+    })
+}
 
 // ------------------------------------------------- not implemented (yet)
 
@@ -138,48 +158,59 @@ pub(crate) extern "C" fn rsnic_ibv_detach_mcast(
 }
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_import_device(_fd: c_int) -> *mut ibv_context {
-    null_with(EOPNOTSUPP)
+    guard(null_mut(), || null_with(EOPNOTSUPP))
 }
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_import_pd(_c: *mut ibv_context, _h: u32) -> *mut ibv_pd {
-    null_with(EOPNOTSUPP)
+    guard(null_mut(), || null_with(EOPNOTSUPP))
 }
 #[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_unimport_pd(_p: *mut ibv_pd) {}
+pub(crate) extern "C" fn rsnic_ibv_unimport_pd(_p: *mut ibv_pd) {
+    pure((), || {})
+}
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_import_mr(_p: *mut ibv_pd, _h: u32) -> *mut ibv_mr {
-    null_with(EOPNOTSUPP)
+    guard(null_mut(), || null_with(EOPNOTSUPP))
 }
 #[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_unimport_mr(_m: *mut ibv_mr) {}
+pub(crate) extern "C" fn rsnic_ibv_unimport_mr(_m: *mut ibv_mr) {
+    pure((), || {})
+}
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_query_ece(_q: *mut ibv_qp, _e: *mut c_void) -> c_int {
-    EOPNOTSUPP
+    guard(libc::EIO, || EOPNOTSUPP)
 }
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_set_ece(_q: *mut ibv_qp, _e: *mut c_void) -> c_int {
-    EOPNOTSUPP
+    guard(libc::EIO, || EOPNOTSUPP)
 }
 
 // ------------------------------------------------ fork and sysfs helpers
 
-/// `ibv_fork_init`: nothing to do (registered memory is not pinned by a
-/// kernel driver here), so it succeeds.
+/// `ibv_fork_init(3)`: 0, with nothing to do, as rdma-core answers where
+/// the kernel copies pinned pages on fork ([`rsnic_ibv_is_fork_initialized`]:
+/// IBV_FORK_UNNEEDED), also when `RDMAV_FORK_SAFE` asks for it. That is
+/// what holds here: registered memory is not pinned for a DMA engine but
+/// read and written by the engine's threads, which stay in the parent and
+/// see the parent's pages, so the parent's traffic goes on across a
+/// `fork()` whatever the child writes. The child has no engine: its verbs
+/// fail with EIO (abi::FORKED), as a child's do on rdma-core.
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_fork_init() -> c_int {
-    0
+    pure(libc::EIO, || 0)
 }
+/// `ibv_is_fork_initialized(3)`: IBV_FORK_UNNEEDED ([`rsnic_ibv_fork_init`]).
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_is_fork_initialized() -> c_uint {
-    IBV_FORK_UNNEEDED
+    pure(IBV_FORK_UNNEEDED, || IBV_FORK_UNNEEDED)
 }
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_dontfork_range(_b: *mut c_void, _s: usize) -> c_int {
-    0
+    pure(libc::EIO, || 0)
 }
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_dofork_range(_b: *mut c_void, _s: usize) -> c_int {
-    0
+    pure(libc::EIO, || 0)
 }
 /// There is no sysfs entry for rsnic0: -1 (ENOENT), as for a missing file.
 #[no_mangle]
@@ -189,11 +220,11 @@ pub(crate) extern "C" fn rsnic_ibv_read_sysfs_file(
     _buf: *mut c_char,
     _size: usize,
 ) -> c_int {
-    minus_one(libc::ENOENT)
+    pure(-1, || minus_one(libc::ENOENT))
 }
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_get_sysfs_path() -> *const c_char {
-    c"/sys".as_ptr()
+    pure(std::ptr::null(), || c"/sys".as_ptr())
 }
 
 /// `ibv_resolve_eth_l2_from_gid`: the peer's MAC by the NIC's own ARP
@@ -237,63 +268,69 @@ pub(crate) extern "C" fn rsnic_ibv_resolve_eth_l2_from_gid(
 
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_wc_status_str(status: c_uint) -> *const c_char {
-    wc_status_str(status).as_ptr()
+    pure(std::ptr::null(), || wc_status_str(status).as_ptr())
 }
 
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_node_type_str(t: c_int) -> *const c_char {
-    let s: &CStr = match t {
-        IBV_NODE_CA => c"InfiniBand channel adapter",
-        IBV_NODE_SWITCH => c"InfiniBand switch",
-        IBV_NODE_ROUTER => c"InfiniBand router",
-        IBV_NODE_RNIC => c"iWARP NIC",
-        IBV_NODE_USNIC => c"usNIC",
-        IBV_NODE_USNIC_UDP => c"usNIC UDP",
-        IBV_NODE_UNSPECIFIED => c"unspecified",
-        _ => c"unknown",
-    };
-    s.as_ptr()
+    pure(std::ptr::null(), || {
+        let s: &CStr = match t {
+            IBV_NODE_CA => c"InfiniBand channel adapter",
+            IBV_NODE_SWITCH => c"InfiniBand switch",
+            IBV_NODE_ROUTER => c"InfiniBand router",
+            IBV_NODE_RNIC => c"iWARP NIC",
+            IBV_NODE_USNIC => c"usNIC",
+            IBV_NODE_USNIC_UDP => c"usNIC UDP",
+            IBV_NODE_UNSPECIFIED => c"unspecified",
+            _ => c"unknown",
+        };
+        s.as_ptr()
+    })
 }
 
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_port_state_str(s: c_uint) -> *const c_char {
-    let s: &CStr = match s {
-        IBV_PORT_NOP => c"no state change (NOP)",
-        IBV_PORT_DOWN => c"down",
-        IBV_PORT_INIT => c"init",
-        IBV_PORT_ARMED => c"armed",
-        IBV_PORT_ACTIVE => c"active",
-        IBV_PORT_ACTIVE_DEFER => c"active defer",
-        _ => c"unknown",
-    };
-    s.as_ptr()
+    pure(std::ptr::null(), || {
+        let s: &CStr = match s {
+            IBV_PORT_NOP => c"no state change (NOP)",
+            IBV_PORT_DOWN => c"down",
+            IBV_PORT_INIT => c"init",
+            IBV_PORT_ARMED => c"armed",
+            IBV_PORT_ACTIVE => c"active",
+            IBV_PORT_ACTIVE_DEFER => c"active defer",
+            _ => c"unknown",
+        };
+        s.as_ptr()
+    })
 }
 
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_event_type_str(e: c_uint) -> *const c_char {
-    let s: &CStr = match e {
-        IBV_EVENT_CQ_ERR => c"CQ error",
-        IBV_EVENT_QP_FATAL => c"local work queue catastrophic error",
-        IBV_EVENT_QP_REQ_ERR => c"invalid request local work queue error",
-        IBV_EVENT_QP_ACCESS_ERR => c"local access violation work queue error",
-        IBV_EVENT_COMM_EST => c"communication established",
-        IBV_EVENT_SQ_DRAINED => c"send queue drained",
-        IBV_EVENT_PATH_MIG => c"path migrated",
-        IBV_EVENT_PATH_MIG_ERR => c"path migration request error",
-        IBV_EVENT_DEVICE_FATAL => c"local catastrophic error",
-        IBV_EVENT_PORT_ACTIVE => c"port active",
-        IBV_EVENT_PORT_ERR => c"port error",
-        IBV_EVENT_LID_CHANGE => c"LID change",
-        IBV_EVENT_PKEY_CHANGE => c"P_Key change",
-        IBV_EVENT_SM_CHANGE => c"SM change",
-        IBV_EVENT_SRQ_ERR => c"SRQ catastrophic error",
-        IBV_EVENT_SRQ_LIMIT_REACHED => c"SRQ limit reached",
-        IBV_EVENT_QP_LAST_WQE_REACHED => c"last WQE reached",
-        IBV_EVENT_CLIENT_REREGISTER => c"client reregistration",
-        IBV_EVENT_GID_CHANGE => c"GID table change",
-        _ => c"unknown",
-    };
-    s.as_ptr()
+    pure(std::ptr::null(), || {
+        let s: &CStr = match e {
+            IBV_EVENT_CQ_ERR => c"CQ error",
+            IBV_EVENT_QP_FATAL => c"local work queue catastrophic error",
+            IBV_EVENT_QP_REQ_ERR => c"invalid request local work queue error",
+            IBV_EVENT_QP_ACCESS_ERR => c"local access violation work queue error",
+            IBV_EVENT_COMM_EST => c"communication established",
+            IBV_EVENT_SQ_DRAINED => c"send queue drained",
+            IBV_EVENT_PATH_MIG => c"path migrated",
+            IBV_EVENT_PATH_MIG_ERR => c"path migration request error",
+            IBV_EVENT_DEVICE_FATAL => c"local catastrophic error",
+            IBV_EVENT_PORT_ACTIVE => c"port active",
+            IBV_EVENT_PORT_ERR => c"port error",
+            IBV_EVENT_LID_CHANGE => c"LID change",
+            IBV_EVENT_PKEY_CHANGE => c"P_Key change",
+            IBV_EVENT_SM_CHANGE => c"SM change",
+            IBV_EVENT_SRQ_ERR => c"SRQ catastrophic error",
+            IBV_EVENT_SRQ_LIMIT_REACHED => c"SRQ limit reached",
+            IBV_EVENT_QP_LAST_WQE_REACHED => c"last WQE reached",
+            IBV_EVENT_CLIENT_REREGISTER => c"client reregistration",
+            IBV_EVENT_GID_CHANGE => c"GID table change",
+            _ => c"unknown",
+        };
+        s.as_ptr()
+    })
 }
 
 /// `enum ibv_rate` -> (multiple of 2.5 Gb/s, Mbit/s), verbs.h's values.
@@ -317,23 +354,27 @@ pub(crate) const RATES: &[(c_uint, c_int, c_int)] = &[
 
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_rate_to_mult(r: c_uint) -> c_int {
-    RATES.iter().find(|x| x.0 == r).map_or(0, |x| x.1)
+    pure(0, || RATES.iter().find(|x| x.0 == r).map_or(0, |x| x.1))
 }
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_mult_to_ibv_rate(m: c_int) -> c_uint {
-    RATES
-        .iter()
-        .find(|x| x.1 == m)
-        .map_or(IBV_RATE_MAX, |x| x.0)
+    pure(IBV_RATE_MAX, || {
+        RATES
+            .iter()
+            .find(|x| x.1 == m)
+            .map_or(IBV_RATE_MAX, |x| x.0)
+    })
 }
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_rate_to_mbps(r: c_uint) -> c_int {
-    RATES.iter().find(|x| x.0 == r).map_or(0, |x| x.2)
+    pure(0, || RATES.iter().find(|x| x.0 == r).map_or(0, |x| x.2))
 }
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_mbps_to_ibv_rate(m: c_int) -> c_uint {
-    RATES
-        .iter()
-        .find(|x| x.2 == m)
-        .map_or(IBV_RATE_MAX, |x| x.0)
+    pure(IBV_RATE_MAX, || {
+        RATES
+            .iter()
+            .find(|x| x.2 == m)
+            .map_or(IBV_RATE_MAX, |x| x.0)
+    })
 }

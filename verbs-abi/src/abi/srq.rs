@@ -20,7 +20,10 @@ pub(crate) extern "C" fn rsnic_ibv_create_srq(
     attr: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
     guard(null_mut(), || {
-        if !is_live(p.cast(), Kind::Pd) || attr.is_null() {
+        let Some(_pd_held) = hold(p.cast(), Kind::Pd) else {
+            return null_with(EINVAL);
+        };
+        if attr.is_null() {
             return null_with(EINVAL);
         }
         // SAFETY: the caller's attributes (checked non-NULL); `attr` is
@@ -61,7 +64,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_srq(
             inner: std::cell::UnsafeCell::new(Some(srq)),
         });
         let s = Box::into_raw(b);
-        register(s.cast(), Kind::Srq);
+        register(s.cast(), Kind::Srq, &[p.cast()]);
         live()
             .get_or_insert_with(Default::default)
             .srqs
@@ -76,10 +79,10 @@ fn with_srq<T>(
     s: *mut ibv_srq,
     f: impl FnOnce(&mut nic::verbs::SharedReceiveQueue) -> Result<T, c_int>,
 ) -> Result<T, c_int> {
-    if !is_live(s.cast(), Kind::Srq) {
+    let Some(_held) = hold(s.cast(), Kind::Srq) else {
         return Err(EINVAL);
-    }
-    // SAFETY: a live SRQ of ours (checked).
+    };
+    // SAFETY: a live SRQ of ours, held.
     let srq = unsafe { &*s.cast::<Srq>() };
     let _g = srq.lock.lock();
     // SAFETY: under the SRQ's lock.
@@ -145,32 +148,29 @@ pub(crate) extern "C" fn rsnic_ibv_query_srq(s: *mut ibv_srq, attr: *mut ibv_srq
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
     guard(libc::EIO, || {
-        if !is_live(s.cast(), Kind::Srq) {
-            return EINVAL;
-        }
-        // SAFETY: a live SRQ of ours (checked).
+        // QPs on it count as its children: EBUSY while any lives.
+        let dying = match begin_destroy(s.cast(), Kind::Srq) {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        // SAFETY: a live SRQ of ours that no other call holds or can take.
         let srq = unsafe { &*s.cast::<Srq>() };
         {
             let _g = srq.lock.lock();
             // SAFETY: under the SRQ's lock.
             let inner = unsafe { &mut *srq.inner.get() };
-            let Some(h) = inner.take() else {
-                return EINVAL;
-            };
-            if let Err(busy) = h.destroy() {
-                // QPs still receive from it (ibv_destroy_srq: EBUSY).
-                let e = errno_of(&busy.error);
-                *inner = Some(busy.handle);
-                return e;
+            if let Some(h) = inner.take() {
+                if let Err(busy) = h.destroy() {
+                    // The engine refused: the SRQ stays a valid object.
+                    let e = errno_of(&busy.error);
+                    *inner = Some(busy.handle);
+                    return e;
+                }
             }
         }
-        if !unregister(s.cast(), Kind::Srq) {
-            return EINVAL;
-        }
-        if let Some(l) = live().as_mut() {
-            l.srqs.remove(&srq.ibv.handle);
-        }
-        // SAFETY: allocated by create_srq with Box, unregistered above.
+        dying.finish();
+        // SAFETY: allocated by create_srq with Box, unregistered above with
+        // nobody holding it.
         drop(unsafe { Box::from_raw(s.cast::<Srq>()) });
         0
     })
@@ -235,13 +235,14 @@ pub(crate) extern "C" fn op_post_srq_recv(
     })
 }
 
-/// The engine's SRQ id of `s` for a QP created on it: EINVAL for a pointer
-/// that is not a live SRQ of ours or one of another PD.
+/// The engine's SRQ id of `s` for a QP created on it (the caller holds
+/// it): EINVAL for a pointer that is not a live SRQ of ours or one of
+/// another PD.
 pub(crate) fn srq_for_qp(s: *mut ibv_srq, pd: *mut ibv_pd) -> Result<u32, c_int> {
-    if !is_live(s.cast(), Kind::Srq) {
+    let Some(_held) = hold(s.cast(), Kind::Srq) else {
         return Err(EINVAL);
-    }
-    // SAFETY: a live SRQ of ours (checked).
+    };
+    // SAFETY: a live SRQ of ours, held.
     let srq = unsafe { &*s.cast::<Srq>() };
     if srq.ibv.pd != pd {
         return Err(EINVAL);
