@@ -95,6 +95,9 @@ pub struct Entry {
     pub events: u32,
     /// A destroy is under way: no new reference.
     pub dying: bool,
+    /// A context closed while objects of it lived (`ibv_close_device`):
+    /// it takes no new object and is freed with its last child.
+    pub closed: bool,
 }
 
 /// Live objects: address -> entry; and QPN / CQ id -> object, for async
@@ -185,6 +188,7 @@ pub fn register(p: *const c_void, k: Kind, parents: &[*const c_void]) {
             users: 0,
             events: 0,
             dying: false,
+            closed: false,
         },
     );
 }
@@ -215,6 +219,22 @@ pub fn reparent(p: *const c_void, from: *const c_void, to: *const c_void) {
     }
 }
 
+/// `ibv_close_device` of context `p` that still has objects (rdma-core's
+/// `ibv_close_device(3)` does not release them either): it is marked closed
+/// (no new reference, no new object) and freed with its last child by
+/// [`Dying::finish`]. Whether `p` was such a context.
+pub fn close_with_children(p: *const c_void) -> bool {
+    let mut g = live();
+    match live_mut(&mut g).objects.get_mut(&(p as usize)) {
+        Some(e) if e.kind == Kind::Context && !e.dying && e.children > 0 => {
+            e.dying = true;
+            e.closed = true;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// An object being destroyed ([`begin_destroy`]): nobody else holds it and
 /// nobody can take it. Dropped without [`Dying::finish`] (the engine
 /// refused, or a panic), the object lives on.
@@ -229,18 +249,30 @@ impl Dying {
         std::mem::forget(self);
         let mut g = live();
         let l = live_mut(&mut g);
+        let mut free_ctx = None;
         if let Some(e) = l.objects.remove(&key) {
             for q in e.parents {
                 if let Some(pe) = l.objects.get_mut(&q) {
                     pe.children -= 1;
+                    if pe.closed && pe.children == 0 && pe.users == 0 {
+                        free_ctx = Some(q);
+                    }
                 }
             }
+        }
+        if let Some(q) = free_ctx {
+            l.objects.remove(&q);
         }
         l.qps.retain(|_, &mut a| a != key);
         l.cqs.retain(|_, &mut a| a != key);
         l.srqs.retain(|_, &mut a| a != key);
         drop(g);
         RELEASED.notify_all();
+        if let Some(q) = free_ctx {
+            // SAFETY: a context closed by ibv_close_device whose last child
+            // just went: unregistered above, nobody holds or can take it.
+            unsafe { Context::free(q as *mut ibv_context) };
+        }
     }
 }
 
@@ -406,6 +438,17 @@ pub struct Context {
 }
 
 impl Context {
+    /// Frees a context allocated by `ibv_open_device`.
+    ///
+    /// # Safety
+    /// `p` is the `ibv_context` of a [`Context`] in a `Box`, unregistered,
+    /// that nobody holds or can take.
+    pub unsafe fn free(p: *mut ibv_context) {
+        let off = std::mem::offset_of!(Context, vctx.context);
+        // SAFETY: the caller's contract.
+        drop(unsafe { Box::from_raw(p.cast::<u8>().sub(off).cast::<Context>()) });
+    }
+
     /// Our context of the program's `ibv_context` pointer.
     ///
     /// # Safety
