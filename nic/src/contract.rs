@@ -296,6 +296,31 @@ pub const fn doorbell_slots(n: usize) -> usize {
     }
 }
 
+/// Pushes request `d` into `ring`, preceded by its SGE list when `sgl` has
+/// several ([`Doorbell::Sges`]), all its slots committed at once so that the
+/// engine never sees a list without its request; `Err` (nothing pushed)
+/// when the ring lacks the room.
+pub(crate) fn push_request(
+    ring: &mut rtrb::Producer<DoorbellSlot>,
+    d: Doorbell,
+    sgl: &[Sge],
+) -> Result<(), ()> {
+    let list = if sgl.len() > 1 { sgl } else { &[] };
+    let chunk = ring
+        .write_chunk_uninit(doorbell_slots(list.len()))
+        .map_err(|_| ())?;
+    let parts = list.chunks(GATHER_PER_SLOT).map(|c| {
+        let mut sges = [Sge::default(); GATHER_PER_SLOT];
+        sges[..c.len()].copy_from_slice(c);
+        DoorbellSlot(Doorbell::Sges {
+            sges,
+            n: c.len() as u8,
+        })
+    });
+    chunk.fill_from_iter(parts.chain(std::iter::once(DoorbellSlot(d))));
+    Ok(())
+}
+
 /// A [`Doorbell`] in its QP's ring: one cache line, aligned to one. The
 /// ring is cold whenever thousands of QPs take turns, and a slot that
 /// straddled two lines cost the program and the engine two misses each.

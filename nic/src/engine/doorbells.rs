@@ -32,7 +32,7 @@ fn prefetch_slots(ring: &mut rtrb::Consumer<DoorbellSlot>) {
 /// into `sges`: the request, its SGE count and the slots it takes. Peeks
 /// only (the caller pops them once the request is taken). `None` when the
 /// list is longer than [`MAX_SGE`] or not followed by its request.
-pub(super) fn gathered(
+fn gathered(
     ring: &mut rtrb::Consumer<DoorbellSlot>,
     sges: &mut [Sge; MAX_SGE],
 ) -> Option<(Doorbell, usize, usize)> {
@@ -50,6 +50,32 @@ pub(super) fn gathered(
         }
     }
     None
+}
+
+/// A work request at the head of a doorbell ring: the request, its SGE list
+/// when it has several SGEs (copied into the caller's array), and the slots
+/// it takes (the caller pops them once the request is taken).
+pub(super) type Request<'a> = (Doorbell, Option<&'a [Sge]>, usize);
+
+/// The request at the head of `ring` ([`Request`]), peeked; `None` when the
+/// ring is empty; `Some(Err(()))` for an SGE list without its request or
+/// longer than [`MAX_SGE`] (the producer's bug: it commits them together),
+/// whose first slot is dropped here (the caller counts it).
+pub(super) fn next_request<'a>(
+    ring: &mut rtrb::Consumer<DoorbellSlot>,
+    sges: &'a mut [Sge; MAX_SGE],
+) -> Option<Result<Request<'a>, ()>> {
+    let d = ring.peek().ok()?.0;
+    Some(match d {
+        Doorbell::Sges { .. } => match gathered(ring, sges) {
+            Some((d, n, used)) => Ok((d, Some(&sges[..n]), used)),
+            None => {
+                let _ = ring.pop();
+                Err(())
+            }
+        },
+        d => Ok((d, None, 1)),
+    })
 }
 
 impl Engine {
@@ -82,19 +108,13 @@ impl Engine {
                 prefetch_slots(&mut s.doorbell);
             }
             taken += 1;
-            let Ok(d) = s.doorbell.peek() else { break };
-            let (d, sgl, used) = match d.0 {
-                Doorbell::Sges { .. } => match gathered(&mut s.doorbell, &mut sges) {
-                    Some((d, n, used)) => (d, Some(&sges[..n]), used),
-                    None => {
-                        // A list without its request, or too long: the
-                        // producer's bug (it commits them together); dropped.
-                        self.counters.completion_errors += 1;
-                        let _ = s.doorbell.pop();
-                        continue;
-                    }
-                },
-                d => (d, None, 1),
+            let (d, sgl, used) = match next_request(&mut s.doorbell, &mut sges) {
+                None => break,
+                Some(Ok(r)) => r,
+                Some(Err(())) => {
+                    self.counters.completion_errors += 1;
+                    continue;
+                }
             };
             let r = match d {
                 Doorbell::Send(wr) => qp

@@ -7,7 +7,7 @@
 use rdma::transport::sgl::MAX_SGE;
 use rdma::transport::{QpError, Sge, Srq};
 
-use super::doorbells::gathered;
+use super::doorbells::next_request;
 use super::Engine;
 use crate::contract::{Doorbell, DoorbellSlot, EngineError};
 
@@ -94,17 +94,10 @@ impl Engine {
                 continue;
             }
             s.blocked = false;
-            while let Ok(d) = s.ring.peek() {
-                let (d, sgl, used) = match d.0 {
-                    Doorbell::Sges { .. } => match gathered(&mut s.ring, &mut sges) {
-                        Some((d, n, used)) => (d, Some(&sges[..n]), used),
-                        None => {
-                            self.counters.completion_errors += 1;
-                            let _ = s.ring.pop();
-                            continue;
-                        }
-                    },
-                    d => (d, None, 1),
+            while let Some(next) = next_request(&mut s.ring, &mut sges) {
+                let Ok((d, sgl, used)) = next else {
+                    self.counters.completion_errors += 1;
+                    continue;
                 };
                 let r = match d {
                     Doorbell::Recv(wr) => s.srq.post(wr, sgl),

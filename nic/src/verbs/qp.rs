@@ -9,8 +9,7 @@ use rdma::transport::{QpState, RecvWr, SendOp, SendWr, Sge};
 use super::staging::Staging;
 use super::{request, QpOptions, QpTransition, RemoteQp, SgRef, VerbsError};
 use crate::contract::{
-    doorbell_slots, Command, CommandTx, Doorbell, DoorbellSlot, EngineShared, Reply,
-    GATHER_PER_SLOT,
+    push_request, Command, CommandTx, Doorbell, DoorbellSlot, EngineShared, Reply,
 };
 
 /// An RC queue pair handle: posts work requests to the engine.
@@ -304,24 +303,9 @@ impl QueuePair {
         }
     }
 
-    /// Rings `d` preceded by its SGE list (contract::Doorbell::Sges), all
-    /// its slots committed at once, so the engine never sees a list without
-    /// its request.
+    /// Rings `d` preceded by its SGE list (contract::push_request).
     fn ring_with_sges(&mut self, d: Doorbell, sgl: &[Sge]) -> Result<(), VerbsError> {
-        let chunks = sgl.chunks(GATHER_PER_SLOT).map(|c| {
-            let mut sges = [Sge::default(); GATHER_PER_SLOT];
-            sges[..c.len()].copy_from_slice(c);
-            DoorbellSlot(Doorbell::Sges {
-                sges,
-                n: c.len() as u8,
-            })
-        });
-        let slots = doorbell_slots(sgl.len());
-        let chunk = self
-            .ring
-            .write_chunk_uninit(slots)
-            .map_err(|_| VerbsError::QueueFull)?;
-        chunk.fill_from_iter(chunks.chain(std::iter::once(DoorbellSlot(d))));
+        push_request(&mut self.ring, d, sgl).map_err(|()| VerbsError::QueueFull)?;
         self.shared.ring_doorbell(self.qpn);
         Ok(())
     }

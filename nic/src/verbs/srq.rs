@@ -9,9 +9,7 @@ use std::sync::Arc;
 use rdma::transport::{RecvWr, Sge};
 
 use super::{request, Busy, VerbsError};
-use crate::contract::{
-    doorbell_slots, Command, CommandTx, Doorbell, DoorbellSlot, EngineShared, GATHER_PER_SLOT,
-};
+use crate::contract::{push_request, Command, CommandTx, Doorbell, DoorbellSlot, EngineShared};
 
 /// The attributes of an SRQ (`ibv_srq_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,21 +71,8 @@ impl SharedReceiveQueue {
             [one] => RecvWr { sge: *one, ..wr },
             _ => wr,
         };
-        let slots = doorbell_slots(sgl.len());
-        let chunk = self
-            .ring
-            .write_chunk_uninit(slots)
-            .map_err(|_| VerbsError::QueueFull)?;
-        let list = if sgl.len() > 1 { sgl } else { &[] };
-        let parts = list.chunks(GATHER_PER_SLOT).map(|c| {
-            let mut sges = [Sge::default(); GATHER_PER_SLOT];
-            sges[..c.len()].copy_from_slice(c);
-            DoorbellSlot(Doorbell::Sges {
-                sges,
-                n: c.len() as u8,
-            })
-        });
-        chunk.fill_from_iter(parts.chain(std::iter::once(DoorbellSlot(Doorbell::Recv(wr)))));
+        push_request(&mut self.ring, Doorbell::Recv(wr), sgl)
+            .map_err(|()| VerbsError::QueueFull)?;
         // The engine takes SRQ rings every turn: only a parked one needs
         // waking (as a command wakes it).
         self.shared.parker.wake();

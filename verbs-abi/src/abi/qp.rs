@@ -646,28 +646,41 @@ pub(crate) extern "C" fn op_post_recv(
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
             let w = unsafe { &*cur };
-            let n = usize::try_from(w.num_sge).unwrap_or(usize::MAX);
-            if n > max_sge || (n > 0 && w.sg_list.is_null()) {
-                return fail(cur, EINVAL);
-            }
-            // SAFETY: ibv_post_recv(3): `sg_list` holds `num_sge` entries.
-            let sges = if n == 0 {
-                &[][..]
-            } else {
-                unsafe { std::slice::from_raw_parts(w.sg_list, n) }
-            };
-            for (dst, s) in list.iter_mut().zip(sges) {
-                *dst = sge_of(s);
-            }
-            let rwr = RecvWr {
-                wr_id: w.wr_id,
-                sge: Sge::default(),
-            };
-            if let Err(e) = h.post_recv_sges(rwr, &list[..n]) {
-                return fail(cur, errno_of(&e));
+            let r = recv_wr_of(w, max_sge, &mut list)
+                .and_then(|(rwr, sgl)| h.post_recv_sges(rwr, sgl).map_err(|e| errno_of(&e)));
+            if let Err(e) = r {
+                return fail(cur, e);
             }
             cur = w.next;
         }
         0
     })
+}
+
+/// Receive WR `w` (`ibv_post_recv(3)`, `ibv_post_srq_recv(3)`) as the
+/// engine's request and its SGE list, copied into `list`: EINVAL for more
+/// than `max` SGEs (at most [`MAX_SGE`]) or a NULL list with entries.
+pub(crate) fn recv_wr_of<'a>(
+    w: &ibv_recv_wr,
+    max: usize,
+    list: &'a mut [Sge; MAX_SGE],
+) -> Result<(RecvWr, &'a [Sge]), c_int> {
+    let n = usize::try_from(w.num_sge).unwrap_or(usize::MAX);
+    if n > max.min(MAX_SGE) || (n > 0 && w.sg_list.is_null()) {
+        return Err(EINVAL);
+    }
+    let sges = if n == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the man pages: `sg_list` holds `num_sge` entries.
+        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
+    };
+    for (dst, s) in list.iter_mut().zip(sges) {
+        *dst = sge_of(s);
+    }
+    let wr = RecvWr {
+        wr_id: w.wr_id,
+        sge: Sge::default(),
+    };
+    Ok((wr, &list[..n]))
 }

@@ -7,7 +7,7 @@ use super::*;
 use libc::EINVAL;
 use nic::verbs::SrqAttr;
 use rdma::transport::sgl::MAX_SGE;
-use rdma::transport::{RecvWr, Sge};
+use rdma::transport::Sge;
 use std::ffi::c_int;
 use std::ptr::null_mut;
 
@@ -205,29 +205,10 @@ pub(crate) extern "C" fn op_post_srq_recv(
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
             let w = unsafe { &*cur };
-            let n = usize::try_from(w.num_sge).unwrap_or(usize::MAX);
-            if n > MAX_SGE || (n > 0 && w.sg_list.is_null()) {
-                return fail(cur, EINVAL);
-            }
-            // SAFETY: ibv_post_srq_recv(3): `sg_list` holds `num_sge` entries.
-            let sges = if n == 0 {
-                &[][..]
-            } else {
-                unsafe { std::slice::from_raw_parts(w.sg_list, n) }
-            };
-            for (dst, s) in list.iter_mut().zip(sges) {
-                *dst = Sge {
-                    addr: s.addr,
-                    len: s.length,
-                    lkey: s.lkey,
-                };
-            }
-            let rwr = RecvWr {
-                wr_id: w.wr_id,
-                sge: Sge::default(),
-            };
-            if let Err(e) = h.post_recv(rwr, Some(&list[..n])) {
-                return fail(cur, errno_of(&e));
+            let r = recv_wr_of(w, MAX_SGE, &mut list)
+                .and_then(|(rwr, sgl)| h.post_recv(rwr, Some(sgl)).map_err(|e| errno_of(&e)));
+            if let Err(e) = r {
+                return fail(cur, e);
             }
             cur = w.next;
         }
