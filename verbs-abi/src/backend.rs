@@ -328,9 +328,15 @@ fn restore_syslog() {
     }
 }
 
+/// Set in a child of `fork()` ([`forked_child`]): the engine's threads did
+/// not follow the program into it, so every verb there fails at once (EIO,
+/// as on a context the kernel disassociated; crate::abi's `guard`) instead
+/// of waiting forever for an engine that is not there.
+pub static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// `pthread_atfork`'s child handler: the engine's threads are not in the
-/// child, so its verbs fail (crate::abi::FORKED) instead of waiting for
-/// them; nothing else runs here (async-signal-safe: one atomic store).
+/// child, so its verbs fail ([`FORKED`]) instead of waiting for them;
+/// nothing else runs here (async-signal-safe: one atomic store).
 extern "C" fn forked_child() {
-    crate::abi::FORKED.store(true, std::sync::atomic::Ordering::Relaxed);
+    FORKED.store(true, std::sync::atomic::Ordering::Relaxed);
 }

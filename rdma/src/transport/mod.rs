@@ -12,6 +12,7 @@ mod output;
 pub mod qp;
 mod requester;
 mod responder;
+mod rq;
 pub mod sgl;
 pub mod srq;
 pub mod wc;

@@ -8,7 +8,7 @@
 //! 11.3.3.3, `IBV_EVENT_SRQ_LIMIT_REACHED`).
 
 use super::config::QpError;
-use super::responder::{admit_recv, RecvWqe};
+use super::rq::{admit_recv, RecvWqe};
 use super::sgl::{SglStore, MAX_SGE};
 use super::wc::{RecvWr, Sge};
 use std::collections::VecDeque;

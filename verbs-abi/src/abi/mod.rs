@@ -45,18 +45,13 @@ pub fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e }
 }
 
-/// Set in a child of `fork()` (`pthread_atfork`, crate::backend): the
-/// engine's threads did not follow the program into it, so every verb
-/// there fails at once (EIO, as on a context the kernel disassociated)
-/// instead of waiting forever for an engine that is not there.
-pub static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// Runs `f`; a panic is reported on stderr and turned into `fail` (a
 /// failed call), never an unwind into the C caller. In a forked child
-/// ([`FORKED`]) the call fails the same way, with EIO, without running `f`.
+/// ([`crate::backend::FORKED`]) the call fails the same way, with EIO,
+/// without running `f`.
 #[inline]
 pub fn guard<T>(fail: T, f: impl FnOnce() -> T) -> T {
-    if FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+    if crate::backend::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
         set_errno(libc::EIO);
         return fail;
     }

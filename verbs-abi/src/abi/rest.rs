@@ -194,7 +194,7 @@ pub(crate) extern "C" fn rsnic_ibv_set_ece(_q: *mut ibv_qp, _e: *mut c_void) -> 
 /// read and written by the engine's threads, which stay in the parent and
 /// see the parent's pages, so the parent's traffic goes on across a
 /// `fork()` whatever the child writes. The child has no engine: its verbs
-/// fail with EIO (abi::FORKED), as a child's do on rdma-core.
+/// fail with EIO (backend::FORKED), as a child's do on rdma-core.
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_fork_init() -> c_int {
     pure(libc::EIO, || 0)

@@ -3,11 +3,11 @@
 //! queued as responses, an ATOMIC executed once and its result cached; then the
 //! expected PSN moves on and the ACK is coalesced.
 
-use super::RecvWqe;
 use super::{InMsg, ReadJob, ReadResource, RespItem, Responder, Target};
 use crate::transport::config::QpConfig;
 use crate::transport::mr::MemorySpace;
 use crate::transport::output::Outputs;
+use crate::transport::rq::RecvWqe;
 use crate::transport::sgl;
 use crate::transport::wc::{WcOpcode, WcStatus};
 use crate::wire::bth::{BthFlags, Opcode};
