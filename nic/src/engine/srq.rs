@@ -4,8 +4,7 @@
 //! `QpOptions::srq` receives from it (rx.rs `deliver`), which raises
 //! `AsyncEvent::SrqLimitReached` when its armed limit is crossed.
 
-use rdma::transport::sgl::MAX_SGE;
-use rdma::transport::{QpError, Sge, Srq};
+use rdma::transport::{QpError, Srq};
 
 use super::doorbells::next_request;
 use super::Engine;
@@ -88,7 +87,7 @@ impl Engine {
     /// (too many SGEs) is dropped and counted: an SRQ has no CQ to complete
     /// it to. Local keys are checked when a QP uses the WQE, as rxe does.
     pub(super) fn srq_doorbells(&mut self) {
-        let mut sges = [Sge::default(); MAX_SGE];
+        let mut sges = None;
         for s in self.srqs.iter_mut().flatten() {
             if s.blocked && s.srq.len() >= usize::from(s.srq.depth()) {
                 continue;

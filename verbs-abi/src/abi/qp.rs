@@ -416,7 +416,7 @@ fn prepare(
     cap: &ibv_qp_cap,
     w: &ibv_send_wr,
     buf: &mut [u8; MAX_INLINE as usize],
-    list: &mut [Sge; MAX_SGE],
+    list: &mut Option<[Sge; MAX_SGE]>,
 ) -> Result<Prepared, i32> {
     let max_inline = cap.max_inline_data;
     let op = send_op(w)?;
@@ -478,6 +478,7 @@ fn prepare(
         // An ATOMIC takes one 8-byte SGE (IBA 9.4.5; rxe: EINVAL).
         _ if op.is_atomic() => Err(EINVAL),
         _ => {
+            let list = list.get_or_insert([Sge::default(); MAX_SGE]);
             for (dst, s) in list.iter_mut().zip(sges) {
                 *dst = sge_of(s);
             }
@@ -561,7 +562,9 @@ fn post_chain(
         let mut from = [null_mut::<ibv_send_wr>(); CHAIN_BATCH];
         let mut n = 0;
         let mut inline = [0u8; MAX_INLINE as usize];
-        let mut list = [Sge::default(); MAX_SGE];
+        // The translated list of a request with several SGEs (cleared only
+        // when one comes: one SGE is the common case).
+        let mut list = None;
         // Posts the batch; the failed request's place in the chain if any.
         let flush = |h: &mut nic::verbs::QueuePair,
                      batch: &[SendWr],
@@ -590,8 +593,8 @@ fn post_chain(
                 Ok(Prepared::List(x, k)) => {
                     flush(h, &batch[..n], &from[..n])?;
                     n = 0;
-                    h.post_send_sges(x, &list[..k])
-                        .map_err(|e| (cur, errno_of(&e)))?;
+                    let sgl = list.as_ref().map_or(&[][..], |l| &l[..k]);
+                    h.post_send_sges(x, sgl).map_err(|e| (cur, errno_of(&e)))?;
                 }
                 Ok(Prepared::Inline {
                     wr_id,
@@ -641,13 +644,18 @@ pub(crate) extern "C" fn op_post_recv(
         let Some(h) = inner.qp.as_mut() else {
             return fail(wr, EINVAL);
         };
-        let mut list = [Sge::default(); MAX_SGE];
+        let mut list = None;
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
             let w = unsafe { &*cur };
-            let r = recv_wr_of(w, max_sge, &mut list)
-                .and_then(|(rwr, sgl)| h.post_recv_sges(rwr, sgl).map_err(|e| errno_of(&e)));
+            let r = recv_wr_of(w, max_sge, &mut list).and_then(|(rwr, sgl)| {
+                match sgl {
+                    Some(l) => h.post_recv_sges(rwr, l),
+                    None => h.post_recv(rwr),
+                }
+                .map_err(|e| errno_of(&e))
+            });
             if let Err(e) = r {
                 return fail(cur, e);
             }
@@ -658,13 +666,14 @@ pub(crate) extern "C" fn op_post_recv(
 }
 
 /// Receive WR `w` (`ibv_post_recv(3)`, `ibv_post_srq_recv(3)`) as the
-/// engine's request and its SGE list, copied into `list`: EINVAL for more
+/// engine's request: its one SGE (or none) in the request itself, or, for
+/// several, the list copied into `list` (made only then): EINVAL for more
 /// than `max` SGEs (at most [`MAX_SGE`]) or a NULL list with entries.
 pub(crate) fn recv_wr_of<'a>(
     w: &ibv_recv_wr,
     max: usize,
-    list: &'a mut [Sge; MAX_SGE],
-) -> Result<(RecvWr, &'a [Sge]), c_int> {
+    list: &'a mut Option<[Sge; MAX_SGE]>,
+) -> Result<(RecvWr, Option<&'a [Sge]>), c_int> {
     let n = usize::try_from(w.num_sge).unwrap_or(usize::MAX);
     if n > max.min(MAX_SGE) || (n > 0 && w.sg_list.is_null()) {
         return Err(EINVAL);
@@ -675,12 +684,22 @@ pub(crate) fn recv_wr_of<'a>(
         // SAFETY: the man pages: `sg_list` holds `num_sge` entries.
         unsafe { std::slice::from_raw_parts(w.sg_list, n) }
     };
-    for (dst, s) in list.iter_mut().zip(sges) {
-        *dst = sge_of(s);
-    }
-    let wr = RecvWr {
+    let mut wr = RecvWr {
         wr_id: w.wr_id,
         sge: Sge::default(),
     };
-    Ok((wr, &list[..n]))
+    match sges {
+        [] => Ok((wr, None)),
+        [one] => {
+            wr.sge = sge_of(one);
+            Ok((wr, None))
+        }
+        _ => {
+            let l = list.get_or_insert([Sge::default(); MAX_SGE]);
+            for (dst, s) in l.iter_mut().zip(sges) {
+                *dst = sge_of(s);
+            }
+            Ok((wr, Some(&l[..n])))
+        }
+    }
 }

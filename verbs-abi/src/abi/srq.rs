@@ -7,7 +7,6 @@ use super::*;
 use libc::EINVAL;
 use nic::verbs::SrqAttr;
 use rdma::transport::sgl::MAX_SGE;
-use rdma::transport::Sge;
 use std::ffi::c_int;
 use std::ptr::null_mut;
 
@@ -200,13 +199,13 @@ pub(crate) extern "C" fn op_post_srq_recv(
         let Some(h) = (unsafe { &mut *srq.inner.get() }).as_mut() else {
             return fail(wr, EINVAL);
         };
-        let mut list = [Sge::default(); MAX_SGE];
+        let mut list = None;
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
             let w = unsafe { &*cur };
             let r = recv_wr_of(w, MAX_SGE, &mut list)
-                .and_then(|(rwr, sgl)| h.post_recv(rwr, Some(sgl)).map_err(|e| errno_of(&e)));
+                .and_then(|(rwr, sgl)| h.post_recv(rwr, sgl).map_err(|e| errno_of(&e)));
             if let Err(e) = r {
                 return fail(cur, e);
             }
