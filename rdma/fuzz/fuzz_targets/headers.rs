@@ -26,6 +26,11 @@ fuzz_target!(|data: &[u8]| {
         let n = r.emit(&mut b).unwrap();
         assert_eq!(CcExtRepr::parse(&CcExtPacket::new_checked(&b[..n]).unwrap()).unwrap(), r);
     }
+    if let Ok(d) = DethRepr::parse(data) {
+        let mut b = [0u8; 8];
+        d.emit(&mut b).unwrap();
+        assert_eq!(DethRepr::parse(&b).unwrap(), d);
+    }
     let _ = RethRepr::parse(data);
     let _ = AethRepr::parse(data);
     let _ = ImmDtRepr::parse(data);

@@ -1,6 +1,21 @@
-//! Base Transport Header (IBA volume 1, section 9.2) and the RC opcodes (IBA table 38),
-//! plus CNP (RoCEv2 annex A17.9.3) and this project's manufacturer-specific opcodes
-//! (0xC0-0xFF, IBA 9.2.1) for HPCC++ probes.
+//! Base Transport Header (IBA volume 1, section 9.2) and the opcodes (IBA 9.2.1 table 38)
+//! of the three transport services this project speaks: reliable connected (RC),
+//! unreliable connected (UC: SEND and RDMA WRITE only) and unreliable datagram (UD: SEND
+//! Only, with or without immediate), plus CNP (RoCEv2 annex A17.9.3) and this project's
+//! manufacturer-specific opcodes (0xC0-0xFF, IBA 9.2.1) for HPCC++ probes.
+//!
+//! The transport service is the opcode's top three bits (IBA table 38: RC `000`, UC
+//! `001`, RD `010`, UD `011`, CNP `100`, XRC `101`, manufacturer `11x`) and the
+//! operation the low five. Each (service, operation) pair this project accepts is its
+//! own [`Opcode`] variant whose discriminant is the wire byte, rather than a service
+//! field beside an RC-only opcode in [`BthRepr`]: every emitter keeps writing
+//! `opcode as u8` (the builder, the header template and its ICRC tables, the golden
+//! tests) and the parser keeps one table lookup ([`Opcode::from_u8`]), so the RC paths
+//! are byte for byte and instruction for instruction what they were, and `BthRepr`
+//! stays 16 bytes. The classifiers ([`Opcode::is_send`], [`Opcode::is_first`], ...)
+//! answer for every service, so the transport's checks are shared;
+//! [`Opcode::service`] names the service and [`Opcode::in_service`] maps an RC opcode
+//! to its UC/UD twin (same low five bits, IBA table 38).
 //!
 //! ```text
 //!  byte 0      1                 2-3      4           5-7      8          9-11
@@ -50,10 +65,24 @@ pub struct BthHeader {
     pub psn: [u8; 3],
 }
 
+/// The transport service of an opcode (IBA 9.2.1 table 38, the opcode's top three
+/// bits; `ibv_qp_type` `IBV_QPT_RC`, `IBV_QPT_UC`, `IBV_QPT_UD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum Service {
+    /// Reliable connected (`000`).
+    #[default]
+    Rc = 0x00,
+    /// Unreliable connected (`001`, IBA 9.8 / 9.7 rules for UC).
+    Uc = 0x20,
+    /// Unreliable datagram (`011`, IBA 9.8).
+    Ud = 0x60,
+}
+
 macro_rules! opcodes {
     ($( $(#[$m:meta])* $name:ident = $v:expr ),* $(,)?) => {
-        /// BTH opcodes this implementation emits and accepts (RC, IBA table 38; CNP;
-        /// probe opcodes in the manufacturer-specific range).
+        /// BTH opcodes this implementation emits and accepts (RC, UC, UD: IBA table 38;
+        /// CNP; probe opcodes in the manufacturer-specific range).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[repr(u8)]
         pub enum Opcode { $( $(#[$m])* $name = $v ),* }
@@ -110,6 +139,34 @@ opcodes! {
     CompareSwap = 0x13,
     /// RC FetchAdd.
     FetchAdd = 0x14,
+    /// UC SEND First.
+    UcSendFirst = 0x20,
+    /// UC SEND Middle.
+    UcSendMiddle = 0x21,
+    /// UC SEND Last.
+    UcSendLast = 0x22,
+    /// UC SEND Last with Immediate.
+    UcSendLastImm = 0x23,
+    /// UC SEND Only.
+    UcSendOnly = 0x24,
+    /// UC SEND Only with Immediate.
+    UcSendOnlyImm = 0x25,
+    /// UC RDMA WRITE First.
+    UcWriteFirst = 0x26,
+    /// UC RDMA WRITE Middle.
+    UcWriteMiddle = 0x27,
+    /// UC RDMA WRITE Last.
+    UcWriteLast = 0x28,
+    /// UC RDMA WRITE Last with Immediate.
+    UcWriteLastImm = 0x29,
+    /// UC RDMA WRITE Only.
+    UcWriteOnly = 0x2A,
+    /// UC RDMA WRITE Only with Immediate.
+    UcWriteOnlyImm = 0x2B,
+    /// UD SEND Only (DETH after the BTH).
+    UdSendOnly = 0x64,
+    /// UD SEND Only with Immediate (DETH, then ImmDt).
+    UdSendOnlyImm = 0x65,
     /// RoCEv2 Congestion Notification Packet (annex A17.9.3).
     Cnp = 0x81,
     /// HPCC++ probe request (manufacturer-specific, this project).
@@ -119,13 +176,47 @@ opcodes! {
 }
 
 impl Opcode {
+    /// The transport service (the top three bits; CNP and the manufacturer-specific
+    /// probe opcodes count as RC: they travel on connected QPs).
+    #[inline]
+    pub fn service(self) -> Service {
+        match (self as u8) >> 5 {
+            1 => Service::Uc,
+            3 => Service::Ud,
+            _ => Service::Rc,
+        }
+    }
+
+    /// The opcode of the same operation in service `s` (IBA table 38: the low five
+    /// bits name the operation), if that service has it: UC has SEND and RDMA WRITE,
+    /// UD only SEND Only (with or without immediate).
+    #[inline]
+    pub fn in_service(self, s: Service) -> Option<Opcode> {
+        if self.service() != Service::Rc || !(self.is_send() || self.is_write()) {
+            return None;
+        }
+        Opcode::from_u8((self as u8) | s as u8).ok()
+    }
+
     /// Carries a RETH (WRITE First/Only, READ Request).
     #[inline]
     pub fn has_reth(self) -> bool {
         matches!(
             self,
-            Opcode::WriteFirst | Opcode::WriteOnly | Opcode::WriteOnlyImm | Opcode::ReadRequest
+            Opcode::WriteFirst
+                | Opcode::WriteOnly
+                | Opcode::WriteOnlyImm
+                | Opcode::ReadRequest
+                | Opcode::UcWriteFirst
+                | Opcode::UcWriteOnly
+                | Opcode::UcWriteOnlyImm
         )
+    }
+
+    /// Carries a DETH (UD, IBA 9.3.2).
+    #[inline]
+    pub fn has_deth(self) -> bool {
+        matches!(self, Opcode::UdSendOnly | Opcode::UdSendOnlyImm)
     }
 
     /// Carries an AETH (READ Response First/Last/Only, Acknowledge, Atomic Acknowledge).
@@ -146,7 +237,15 @@ impl Opcode {
     pub fn has_immdt(self) -> bool {
         matches!(
             self,
-            Opcode::SendLastImm | Opcode::SendOnlyImm | Opcode::WriteLastImm | Opcode::WriteOnlyImm
+            Opcode::SendLastImm
+                | Opcode::SendOnlyImm
+                | Opcode::WriteLastImm
+                | Opcode::WriteOnlyImm
+                | Opcode::UcSendLastImm
+                | Opcode::UcSendOnlyImm
+                | Opcode::UcWriteLastImm
+                | Opcode::UcWriteOnlyImm
+                | Opcode::UdSendOnlyImm
         )
     }
 
@@ -168,16 +267,17 @@ impl Opcode {
         self.is_send() || self.is_write() || self.is_read_response()
     }
 
-    /// Any SEND opcode.
+    /// Any SEND opcode (RC, UC or UD). The mask keeps the UC/UD service bits
+    /// (0x20, 0x40) and clears nothing else: CNP and probes (bit 7) stay out.
     #[inline]
     pub fn is_send(self) -> bool {
-        (self as u8) <= 0x05
+        (self as u8) & 0x9F <= 0x05
     }
 
-    /// Any RDMA WRITE opcode.
+    /// Any RDMA WRITE opcode (RC or UC).
     #[inline]
     pub fn is_write(self) -> bool {
-        (0x06..=0x0B).contains(&(self as u8))
+        ((self as u8) & 0x9F).wrapping_sub(0x06) <= 0x05
     }
 
     /// Any READ response opcode.
@@ -186,9 +286,10 @@ impl Opcode {
         (0x0D..=0x10).contains(&(self as u8))
     }
 
-    /// A request the responder processes (SEND, WRITE, READ Request, ATOMIC).
+    /// A request the responder processes (SEND, WRITE, READ Request, ATOMIC; UC and
+    /// UD requests too).
     pub fn is_request(self) -> bool {
-        (self as u8) <= 0x0C || self.has_atomic_eth()
+        (self as u8) & 0x9F <= 0x0C || self.has_atomic_eth()
     }
 
     /// A response the requester processes (READ responses, ACK, ATOMIC ACK).
@@ -201,7 +302,11 @@ impl Opcode {
     pub fn is_first(self) -> bool {
         matches!(
             self,
-            Opcode::SendFirst | Opcode::WriteFirst | Opcode::ReadResponseFirst
+            Opcode::SendFirst
+                | Opcode::WriteFirst
+                | Opcode::ReadResponseFirst
+                | Opcode::UcSendFirst
+                | Opcode::UcWriteFirst
         )
     }
 
@@ -210,7 +315,11 @@ impl Opcode {
     pub fn is_middle(self) -> bool {
         matches!(
             self,
-            Opcode::SendMiddle | Opcode::WriteMiddle | Opcode::ReadResponseMiddle
+            Opcode::SendMiddle
+                | Opcode::WriteMiddle
+                | Opcode::ReadResponseMiddle
+                | Opcode::UcSendMiddle
+                | Opcode::UcWriteMiddle
         )
     }
 
@@ -224,6 +333,10 @@ impl Opcode {
                 | Opcode::WriteLast
                 | Opcode::WriteLastImm
                 | Opcode::ReadResponseLast
+                | Opcode::UcSendLast
+                | Opcode::UcSendLastImm
+                | Opcode::UcWriteLast
+                | Opcode::UcWriteLastImm
         )
     }
 
@@ -237,14 +350,24 @@ impl Opcode {
                 | Opcode::WriteOnly
                 | Opcode::WriteOnlyImm
                 | Opcode::ReadResponseOnly
+                | Opcode::UcSendOnly
+                | Opcode::UcSendOnlyImm
+                | Opcode::UcWriteOnly
+                | Opcode::UcWriteOnlyImm
+                | Opcode::UdSendOnly
+                | Opcode::UdSendOnlyImm
         )
     }
 
-    /// Length of the extension headers after the BTH that the opcode implies (RETH,
-    /// AETH, ImmDt, AtomicETH, AtomicAckETH; CNP's 16 reserved bytes), CC ext excluded.
+    /// Length of the extension headers after the BTH that the opcode implies (DETH,
+    /// RETH, AETH, ImmDt, AtomicETH, AtomicAckETH; CNP's 16 reserved bytes), CC ext
+    /// excluded.
     #[inline]
     pub fn ext_len(self) -> usize {
         let mut n = 0;
+        if self.has_deth() {
+            n += 8;
+        }
         if self.has_reth() {
             n += 16;
         }
@@ -413,6 +536,14 @@ mod tests {
             BthRepr::parse(&BthPacket::new_checked(&b[..]).unwrap()),
             Err(WireError::UnknownOpcode(0x15))
         );
+        // Table 38's holes: RD (010), UC READ (0x2C), UD SEND First (0x60), XRC.
+        for v in [0x40, 0x2C, 0x60, 0x66, 0xA0] {
+            b[0] = v;
+            assert_eq!(
+                BthRepr::parse(&BthPacket::new_checked(&b[..]).unwrap()),
+                Err(WireError::UnknownOpcode(v))
+            );
+        }
         b[0] = 0x0B;
         b[1] = 0x01;
         assert_eq!(
@@ -438,8 +569,60 @@ mod tests {
                 assert_eq!(n, 1, "{o:?}");
             }
             assert!(!(o.is_request() && o.is_response()));
+            // The service is the top three bits, and an RC SEND/WRITE maps to its
+            // UC/UD twin with the same low five bits (IBA table 38).
+            let svc = match v >> 5 {
+                1 => Service::Uc,
+                3 => Service::Ud,
+                _ => Service::Rc,
+            };
+            assert_eq!(o.service(), svc, "{o:?}");
+            if svc != Service::Rc {
+                let rc = Opcode::from_u8(v & 0x1F).unwrap();
+                assert_eq!(rc.in_service(svc), Some(o));
+                for f in [
+                    Opcode::has_reth,
+                    Opcode::has_immdt,
+                    Opcode::has_payload,
+                    Opcode::is_send,
+                    Opcode::is_write,
+                    Opcode::is_first,
+                    Opcode::is_middle,
+                    Opcode::is_last,
+                    Opcode::is_only,
+                    Opcode::is_request,
+                ] {
+                    assert_eq!(f(o), f(rc), "{o:?} vs {rc:?}");
+                }
+                assert!(!o.is_response() && !o.has_aeth() && !o.has_atomic_eth());
+            }
+            assert_eq!(o.has_deth(), svc == Service::Ud);
         }
+        // Exactly the opcodes of table 38 each service has here.
+        let count = |s| {
+            (0u8..=0xFF)
+                .filter(|&v| Opcode::from_u8(v).is_ok_and(|o| o.service() == s && o.is_request()))
+                .count()
+        };
+        assert_eq!(
+            (count(Service::Rc), count(Service::Uc), count(Service::Ud)),
+            (15, 12, 2)
+        );
+        assert_eq!(Opcode::ReadRequest.in_service(Service::Uc), None);
+        assert_eq!(Opcode::WriteOnly.in_service(Service::Ud), None);
+        assert_eq!(Opcode::SendFirst.in_service(Service::Ud), None);
+        assert_eq!(
+            Opcode::SendOnlyImm.in_service(Service::Ud),
+            Some(Opcode::UdSendOnlyImm)
+        );
+        assert_eq!(
+            Opcode::SendOnly.in_service(Service::Rc),
+            Some(Opcode::SendOnly)
+        );
         assert_eq!(Opcode::WriteOnlyImm.ext_len(), 20);
+        assert_eq!(Opcode::UcWriteOnlyImm.ext_len(), 20);
+        assert_eq!(Opcode::UdSendOnly.ext_len(), 8);
+        assert_eq!(Opcode::UdSendOnlyImm.ext_len(), 12);
         assert_eq!(Opcode::ReadResponseMiddle.ext_len(), 0);
         assert_eq!(Opcode::CompareSwap.ext_len(), 28);
         assert_eq!(Opcode::AtomicAcknowledge.ext_len(), 12);

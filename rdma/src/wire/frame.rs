@@ -47,6 +47,8 @@ pub struct RoceFrame<'a> {
     pub bth: BthRepr,
     /// CC extension (present on probe opcodes, and where the caller said the QP uses it).
     pub ccext: Option<CcExtRepr>,
+    /// DETH (UD opcodes).
+    pub deth: Option<DethRepr>,
     /// RETH.
     pub reth: Option<RethRepr>,
     /// AETH.
@@ -65,6 +67,9 @@ pub struct RoceFrame<'a> {
     pub bth_offset: usize,
     /// Offset of the payload in the frame.
     pub payload_offset: usize,
+    /// The IPv4 header as received (options included): a UD receive places its first
+    /// 20 bytes in the GRH slot (IBA 11.4.1.2; rxe `execute`, `rdma_network_hdr`).
+    pub ipv4_header: &'a [u8],
 }
 
 /// Parses a whole Ethernet/IPv4/UDP/(INT)/BTH/... frame. `has_ccext` is asked, once the
@@ -125,6 +130,14 @@ pub fn parse_frame<'a>(
     let rest = &frame[off..ip_end];
     need("transport headers + ICRC", op.ext_len() + 4, rest.len())?;
     let mut o = 0;
+    // IBA 9.2 order: DETH first. No opcode has both a DETH and a RETH or AtomicETH
+    // (UD carries neither), so those two still parse at offset 0.
+    let deth = if op.has_deth() {
+        o += DETH_LEN;
+        Some(DethRepr::parse(rest)?)
+    } else {
+        None
+    };
     let reth = if op.has_reth() {
         o += RETH_LEN;
         Some(RethRepr::parse(rest)?)
@@ -187,6 +200,7 @@ pub fn parse_frame<'a>(
                 int_len,
                 bth: bthr,
                 ccext: $ccext,
+                deth,
                 reth,
                 aeth,
                 immdt,
@@ -196,6 +210,7 @@ pub fn parse_frame<'a>(
                 icrc: icrc_v,
                 bth_offset,
                 payload_offset: off + o,
+                ipv4_header: &frame[l3..udp_off],
             }
         };
     }
@@ -265,6 +280,8 @@ pub struct RoceRepr {
     pub bth: BthRepr,
     /// CC extension, only on QPs that negotiated it.
     pub ccext: Option<CcExtRepr>,
+    /// DETH (UD SEND Only, with or without immediate).
+    pub deth: Option<DethRepr>,
     /// RETH (WRITE First/Only, READ Request).
     pub reth: Option<RethRepr>,
     /// AETH (ACK/NAK, READ Response First/Last/Only, ATOMIC ACK).
@@ -283,6 +300,7 @@ impl RoceRepr {
         Self {
             bth,
             ccext: None,
+            deth: None,
             reth: None,
             aeth: None,
             immdt: None,
@@ -294,6 +312,7 @@ impl RoceRepr {
     fn check(&self) -> Result<()> {
         let op = self.bth.opcode;
         if op.has_reth() != self.reth.is_some()
+            || op.has_deth() != self.deth.is_some()
             || op.has_aeth() != self.aeth.is_some()
             || op.has_immdt() != self.immdt.is_some()
             || op.has_atomic_eth() != self.atomic.is_some()
@@ -312,13 +331,17 @@ impl RoceRepr {
         bth::HEADER_LEN + self.ccext.map_or(0, |c| c.buffer_len()) + self.bth.opcode.ext_len()
     }
 
-    /// Writes BTH, CC extension and the opcode's headers in IBA order; returns the length.
+    /// Writes BTH, CC extension and the opcode's headers in IBA order (9.2: DETH, RETH,
+    /// AtomicETH, AETH, AtomicAckETH, ImmDt); returns the length.
     pub fn emit_transport(&self, buf: &mut [u8]) -> Result<usize> {
         self.check()?;
         need_out("transport headers", self.transport_len(), buf.len())?;
         let mut o = self.bth.emit(buf)?;
         if let Some(c) = &self.ccext {
             o += c.emit(&mut buf[o..])?;
+        }
+        if let Some(d) = &self.deth {
+            o += d.emit(&mut buf[o..])?;
         }
         if let Some(r) = &self.reth {
             o += r.emit(&mut buf[o..])?;
@@ -708,6 +731,50 @@ pub(crate) mod tests {
             .unwrap();
         let p = prepare_rx(&mut plain, m, Some(0x18)).unwrap();
         assert_eq!((p.start, p.len, p.n_hops), (0, m, 0));
+    }
+
+    /// A UD SEND Only with Immediate: the DETH sits right after the BTH and before the
+    /// ImmDt (IBA 9.2), both parse back, the ICRC covers them, and the frame's IPv4
+    /// header is the one the builder wrote.
+    #[test]
+    fn ud_frame_roundtrip_with_deth_before_immdt() {
+        let b = builder(None);
+        let mut r = RoceRepr::new(BthRepr::new(Opcode::UdSendOnlyImm, 0x42, 7));
+        r.deth = Some(DethRepr {
+            qkey: 0x1111_2222,
+            src_qp: 0x33_4455,
+        });
+        r.immdt = Some(ImmDtRepr(0xA1B2_C3D4));
+        let payload = [9u8; 5];
+        let mut buf = [0u8; 256];
+        let n = b.emit_frame(&r, &payload, Ecn::Ect0, &mut buf).unwrap();
+        assert_eq!(n, 14 + 20 + 8 + 12 + 8 + 4 + 5 + 3 + 4);
+        assert_eq!(buf[42], 0x65);
+        assert_eq!(&buf[54..62], &[0x11, 0x11, 0x22, 0x22, 0, 0x33, 0x44, 0x55]);
+        assert_eq!(&buf[62..66], &[0xA1, 0xB2, 0xC3, 0xD4]);
+        let f = parse_frame(&buf[..n], &ParseOptions::default(), |_| false).unwrap();
+        assert_eq!(f.deth, r.deth);
+        assert_eq!(f.immdt, r.immdt);
+        assert_eq!(f.payload, &payload[..]);
+        assert_eq!(f.ipv4_header, &buf[14..34]);
+        // The DETH is under the ICRC.
+        let mut c = buf;
+        c[57] ^= 1;
+        assert!(matches!(
+            parse_frame(&c[..n], &ParseOptions::default(), |_| false),
+            Err(WireError::BadIcrc { .. })
+        ));
+        // A UD opcode without its DETH (or an RC one with one) is not emitted.
+        let mut bad = r;
+        bad.deth = None;
+        assert!(b.emit_frame(&bad, &payload, Ecn::Ect0, &mut buf).is_err());
+        let mut bad = RoceRepr::new(BthRepr::new(Opcode::SendOnly, 0x42, 7));
+        bad.deth = r.deth;
+        assert!(b.emit_frame(&bad, &payload, Ecn::Ect0, &mut buf).is_err());
+        // Truncated in the DETH: an error, not a panic.
+        for k in 0..n {
+            assert!(parse_frame(&buf[..k], &ParseOptions::default(), |_| false).is_err());
+        }
     }
 
     #[test]

@@ -12,8 +12,8 @@
 //! panics on input bytes. The byte layouts are documented in `docs/wire.md`.
 //!
 //! Layering of a RoCEv2 frame (docs/design.md §4):
-//! `Ethernet / IPv4 / UDP(4791) / [INT-MD container] / BTH / [CC ext] / [RETH|AETH|ImmDt|
-//! AtomicETH|AtomicAckETH] / payload / pad / ICRC`.
+//! `Ethernet / IPv4 / UDP(4791) / [INT-MD container] / BTH / [CC ext] / [DETH|RETH|AETH|
+//! ImmDt|AtomicETH|AtomicAckETH] / payload / pad / ICRC`.
 
 pub mod arp;
 pub mod bth;
@@ -29,7 +29,7 @@ pub mod transport_hdrs;
 pub mod udp;
 
 pub use arp::{ArpOperation, ArpPacket, ArpRepr};
-pub use bth::{BthFlags, BthPacket, BthRepr, Opcode};
+pub use bth::{BthFlags, BthPacket, BthRepr, Opcode, Service};
 pub use ccext::{CcExtFlags, CcExtPacket, CcExtRepr};
 pub use ethernet::{EtherType, EthernetAddress, EthernetPacket, EthernetRepr};
 pub use frame::{parse_frame, prepare_rx, FrameBuilder, ParseOptions, RoceFrame, RxPrepared};
@@ -41,7 +41,7 @@ pub use int::{HopRecord, IntPacket, IntRepr};
 pub use ipv4::{Ecn, Ipv4Address, Ipv4Packet, Ipv4Repr};
 pub use template::{HeaderTemplate, TemplateLayout};
 pub use transport_hdrs::{
-    AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, ImmDtRepr, NakCode, RethRepr,
+    AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, DethRepr, ImmDtRepr, NakCode, RethRepr,
 };
 pub use udp::{UdpPacket, UdpRepr, ROCEV2_UDP_PORT};
 

@@ -11,7 +11,7 @@
 //!   fold instead of a pass over the header),
 //! - UDP length,
 //! - BTH opcode, SE/M/pad byte, FECN/BECN byte, AckReq and PSN,
-//! - the opcode's extension headers (RETH, AETH, ImmDt written directly; anything else
+//! - the opcode's extension headers (DETH, RETH, AETH, ImmDt written directly; anything else
 //!   through [`RoceRepr::emit_transport`]).
 //!
 //! The ICRC (IBA A17.4.5, computed exactly as [`super::icrc`] does) is not recomputed
@@ -437,6 +437,7 @@ impl HeaderTemplate {
         buf[L4 + 4..L4 + 6].copy_from_slice(&ul.to_be_bytes());
         let flags = pkt.bth.flags.bits() | ((pad as u8) << 4);
         let simple = pkt.ccext.is_none()
+            && op.has_deth() == pkt.deth.is_some()
             && op.has_reth() == pkt.reth.is_some()
             && op.has_aeth() == pkt.aeth.is_some()
             && op.has_immdt() == pkt.immdt.is_some()
@@ -477,6 +478,13 @@ impl HeaderTemplate {
                 }};
             }
             put!((u32::from(pkt.bth.ack_req) << 31) | pkt.bth.psn);
+            if let Some(d) = &pkt.deth {
+                if d.src_qp > 0xFF_FFFF {
+                    return Err(WireError::FieldRange("DETH source QP"));
+                }
+                put!(d.qkey);
+                put!(d.src_qp);
+            }
             if let Some(r) = &pkt.reth {
                 put!((r.va >> 32) as u32);
                 put!(r.va as u32);
@@ -722,6 +730,27 @@ mod tests {
         });
         shapes.push(r);
         shapes.push(RoceRepr::new(BthRepr::new(Opcode::Cnp, 0x42, 0)));
+        // UC (the opcode's service bits go through the ICRC tables) and UD (the DETH
+        // written and hashed as words, before the ImmDt).
+        let mut r = RoceRepr::new(BthRepr::new(Opcode::UcWriteOnlyImm, 0x42, 15));
+        r.reth = Some(RethRepr {
+            va: 1,
+            rkey: 2,
+            dma_len: 13,
+        });
+        r.immdt = Some(ImmDtRepr(3));
+        shapes.push(r);
+        shapes.push(RoceRepr::new(BthRepr::new(Opcode::UcSendMiddle, 0x42, 16)));
+        let mut r = RoceRepr::new(BthRepr::new(Opcode::UdSendOnlyImm, 0x42, 17));
+        r.deth = Some(crate::wire::transport_hdrs::DethRepr {
+            qkey: 0x8000_0011,
+            src_qp: 0xFF_FFFE,
+        });
+        r.immdt = Some(ImmDtRepr(4));
+        shapes.push(r);
+        let mut r = RoceRepr::new(BthRepr::new(Opcode::UdSendOnly, 0x42, 18));
+        r.deth = Some(crate::wire::transport_hdrs::DethRepr { qkey: 5, src_qp: 6 });
+        shapes.push(r);
         // Not the template's QP / P_Key: the FrameBuilder path.
         shapes.push(RoceRepr::new(BthRepr::new(Opcode::SendMiddle, 0x43, 11)));
         let mut r = RoceRepr::new(BthRepr::new(Opcode::SendMiddle, 0x42, 11));

@@ -1,7 +1,9 @@
 //! Extended transport headers that follow the BTH (IBA volume 1, section 9.3 / 9.4):
-//! RETH (9.3.3), AETH (9.3.4), ImmDt (9.3.5), AtomicETH (9.3.6), AtomicAckETH (9.3.7).
+//! DETH (9.3.2), RETH (9.3.3), AETH (9.3.4), ImmDt (9.3.5), AtomicETH (9.3.6),
+//! AtomicAckETH (9.3.7).
 //!
 //! ```text
+//! DETH (8):          Q_Key u32 | reserved u8 | source QP u24
 //! RETH (16):         VA u64 | R_Key u32 | DMA length u32
 //! AETH (4):          Syndrome u8 | MSN u24
 //! ImmDt (4):         immediate u32 (opaque; carried as big-endian bytes)
@@ -13,6 +15,8 @@ use super::{need, need_out, Result};
 use zerocopy::network_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
+/// DETH length.
+pub const DETH_LEN: usize = 8;
 /// RETH length.
 pub const RETH_LEN: usize = 16;
 /// AETH length.
@@ -85,6 +89,41 @@ impl RethRepr {
         };
         buf[..RETH_LEN].copy_from_slice(h.as_bytes());
         Ok(RETH_LEN)
+    }
+}
+
+/// Parsed DETH (IBA 9.3.2, the datagram extended transport header of UD packets):
+/// the Q_Key the sender used and its QP number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DethRepr {
+    /// Queue key: the receiving UD QP accepts the packet only if it equals its own
+    /// (IBA 10.2.4.4 / 9.6.1.3.1).
+    pub qkey: u32,
+    /// Source QP number (24 bits): the requester's QP (`ibv_wc.src_qp`).
+    pub src_qp: u32,
+}
+
+impl DethRepr {
+    /// Parses the first 8 bytes (the reserved byte 4 is ignored, IBA 9.3.2).
+    pub fn parse(b: &[u8]) -> Result<Self> {
+        need("DETH", DETH_LEN, b.len())?;
+        Ok(Self {
+            qkey: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            src_qp: u32::from_be_bytes([0, b[5], b[6], b[7]]),
+        })
+    }
+
+    /// Writes 8 bytes (reserved byte zero); returns 8. A source QP above 24 bits is
+    /// an error.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        need_out("DETH", DETH_LEN, buf.len())?;
+        if self.src_qp > 0xFF_FFFF {
+            return Err(super::WireError::FieldRange("DETH source QP"));
+        }
+        let q = self.qkey.to_be_bytes();
+        let s = self.src_qp.to_be_bytes();
+        buf[..DETH_LEN].copy_from_slice(&[q[0], q[1], q[2], q[3], 0, s[1], s[2], s[3]]);
+        Ok(DETH_LEN)
     }
 }
 
@@ -353,6 +392,22 @@ mod tests {
         let k = AtomicAckEthRepr { orig: u64::MAX - 1 };
         k.emit(&mut b).unwrap();
         assert_eq!(AtomicAckEthRepr::parse(&b).unwrap(), k);
+        let d = DethRepr {
+            qkey: 0x8001_0203,
+            src_qp: 0xAB_CDEF,
+        };
+        assert_eq!(d.emit(&mut b).unwrap(), 8);
+        assert_eq!(&b[..8], &[0x80, 0x01, 0x02, 0x03, 0, 0xAB, 0xCD, 0xEF]);
+        assert_eq!(DethRepr::parse(&b).unwrap(), d);
+        b[4] = 0x5A; // reserved: ignored
+        assert_eq!(DethRepr::parse(&b).unwrap(), d);
+        assert!(DethRepr::parse(&b[..7]).is_err());
+        assert!(DethRepr {
+            src_qp: 1 << 24,
+            ..d
+        }
+        .emit(&mut b)
+        .is_err());
         let i = ImmDtRepr(0xDEAD_BEEF);
         i.emit(&mut b).unwrap();
         assert_eq!(ImmDtRepr::parse(&b).unwrap(), i);
