@@ -403,6 +403,7 @@ impl QpCore {
                 lsn: 0,
                 lsn_len: 0,
                 retransmit: false,
+                ah: None,
             })
         } else {
             qp.poll_tx_control(now)

@@ -284,6 +284,7 @@ impl Nic {
             max_send_sge: 1,
             max_recv_sge: 1,
             srq: false,
+            ..QpConfig::default()
         };
         let mut qp = Qp::new(qcfg).map_err(|e| e.to_string())?;
         for st in [QpState::Init, QpState::Rtr, QpState::Rts] {

@@ -499,6 +499,8 @@ mod tests {
             imm: None,
             qp_num: 0x11,
             solicited: false,
+            src_qp: 0,
+            grh: false,
         };
         fill_wc(&wc, &mut out);
         assert_eq!(

@@ -153,6 +153,8 @@ impl Engine {
                         imm: None,
                         qp_num: qp.config().qpn,
                         solicited: false,
+                        src_qp: 0,
+                        grh: false,
                     };
                     if let Some(ring) = self.cqs.get_mut(cq as usize) {
                         if ring.push(wc).is_err() {

@@ -413,6 +413,7 @@ impl Engine {
             max_send_sge: s.opts.max_send_sge,
             max_recv_sge: s.opts.max_recv_sge,
             srq: s.opts.srq.is_some(),
+            ..QpConfig::default()
         };
         let transport = |source| EngineError::Transport { qpn, source };
         let mut qp = Qp::new(cfg).map_err(transport)?;

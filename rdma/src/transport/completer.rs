@@ -106,6 +106,8 @@ impl Completer {
                 imm: None,
                 qp_num: cfg.qpn,
                 solicited: false,
+                src_qp: 0,
+                grh: false,
             });
         }
         self.una = w.end_psn();

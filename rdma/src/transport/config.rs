@@ -5,6 +5,7 @@
 //! `cc_ext`), which all use it; it uses none of them.
 
 use super::mr::AccessError;
+pub use crate::wire::bth::Service;
 
 /// LSN charge of a packet without payload (READ request, ATOMIC, zero-length message):
 /// the minimum Ethernet frame, so that the window gates header-only packets too.
@@ -57,6 +58,11 @@ pub enum QpError {
     /// Invalid configuration.
     #[error("invalid QP configuration: {0}")]
     Config(&'static str),
+    /// A work request the QP's service does not have (a READ or ATOMIC on UC, a
+    /// UD SEND longer than the path MTU or without a destination, ...): refused at
+    /// post, as rxe's `validate_send_wr` answers EINVAL.
+    #[error("work request not valid for this QP: {0}")]
+    InvalidWr(&'static str),
 }
 
 /// Per-QP attributes (the `ibv_modify_qp` attributes this transport uses, plus the
@@ -111,6 +117,16 @@ pub struct QpConfig {
     /// Receives come from a shared receive queue (`ibv_qp_init_attr.srq`;
     /// super::srq): the QP's own receive queue is unused.
     pub srq: bool,
+    /// The transport service (`ibv_qp_init_attr.qp_type`): RC (the default), UC
+    /// (IBA 9.8.3 rules: SEND and RDMA WRITE, no ACK, a message either arrives whole
+    /// or is dropped) or UD (IBA 9.8: one-packet SENDs to a destination per work
+    /// request, [`super::Qp::post_send_ud`]).
+    pub service: Service,
+    /// The Q_Key of a UD QP (`IBV_QP_QKEY`, an attribute of RESET -> INIT, IBA
+    /// 10.3.1 table 84): a received UD packet is accepted only if its DETH carries
+    /// it, and a work request whose remote Q_Key has the high bit set sends it
+    /// instead (IBA 10.2.4.4). Unused by RC and UC.
+    pub qkey: u32,
 }
 
 impl Default for QpConfig {
@@ -135,6 +151,8 @@ impl Default for QpConfig {
             max_send_sge: 1,
             max_recv_sge: 1,
             srq: false,
+            service: Service::Rc,
+            qkey: 0,
         }
     }
 }

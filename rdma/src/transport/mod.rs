@@ -1,4 +1,4 @@
-//! The RC transport (IBA chapter 9): queue pairs as pure state machines, memory regions,
+//! The RC, UC and UD transports (IBA chapter 9): queue pairs as pure state machines, memory regions,
 //! work requests and completions. A [`Qp`] composes the roles Linux rxe splits it into:
 //! requester (`rxe_req.c`), completer (`rxe_comp.c`), responder (`rxe_resp.c`), plus
 //! the project's CC-extension state.
@@ -17,10 +17,11 @@ pub mod sgl;
 pub mod srq;
 pub mod wc;
 
+pub use crate::wire::bth::Service;
 pub use mr::{Access, AccessError, MemorySpace, Mr, MrTable, VecMemory};
 pub use qp::{
     nest_hot_lines, EchoedHops, Payload, Qp, QpConfig, QpCounters, QpError, QpEvent, QpState,
-    TxPacket,
+    TxPacket, UnreliableCounters,
 };
 pub use srq::Srq;
-pub use wc::{RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+pub use wc::{AhId, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};

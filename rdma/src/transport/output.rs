@@ -105,6 +105,12 @@ pub struct TxPacket {
     pub lsn_len: u32,
     /// A retransmission (go-back-N, timeout or RNR).
     pub retransmit: bool,
+    /// The destination of a UD packet: the address handle its work request named
+    /// (the NIC builds the frame's IP and MAC from it; the BTH DestQP and the DETH
+    /// are already in `repr`). `None` for every other packet: the QP's connected
+    /// peer. Four bytes in what was the struct's tail padding, so a `TxPacket` is
+    /// the size it was (296 bytes).
+    pub ah: Option<super::wc::AhId>,
 }
 
 impl TxPacket {
@@ -118,6 +124,7 @@ impl TxPacket {
             lsn: 0,
             lsn_len: 0,
             retransmit: false,
+            ah: None,
         }
     }
 
@@ -270,7 +277,8 @@ pub struct QpCounters {
     /// How many times any of the nine error and recovery counters moved:
     /// `tx_retransmits`, `rx_duplicates`, `rx_out_of_sequence`,
     /// `rx_dropped_state`, `rx_wrong_source`, `nak_seq_sent`, `rnr_nak_sent`,
-    /// `nak_error_sent` and `timeouts` (their sum): unchanged, none of them did.
+    /// `nak_error_sent` and `timeouts` (their sum), or, on a UC or UD QP, one of
+    /// its [`UnreliableCounters`]: unchanged, none of them did.
     pub error_events: u64,
     /// Retransmitted packets.
     pub tx_retransmits: u64,
@@ -300,6 +308,24 @@ pub struct QpCounters {
     pub events_dropped: u64,
     /// Responses dropped because the response queue was full.
     pub resp_queue_full: u64,
+}
+
+/// The drop counters only UC and UD QPs move ([`super::Qp::unreliable_counters`]).
+/// Kept apart from [`QpCounters`], whose two cache lines every QP's visit reads; each
+/// of them also moves [`QpCounters::error_events`] (not in
+/// [`QpCounters::error_sum`], which stays the sum of the nine RC counters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnreliableCounters {
+    /// UD packets whose DETH Q_Key is not the QP's (IBA 10.2.4.4, rxe
+    /// `check_keys`).
+    pub rx_qkey_mismatch: u64,
+    /// UC/UD SENDs (and UC WRITEs with immediate) dropped because no receive WQE
+    /// was posted (no RNR NAK on unreliable services, rxe `RESPST_ERR_RNR` class D).
+    pub rx_no_recv_wqe: u64,
+    /// UC packets dropped with the message they belong to (ahead of the expected
+    /// PSN, opcode sequence, length, R_Key; IBA 9.8.3, rxe `drop_msg`) and UD
+    /// packets longer than the path MTU.
+    pub rx_msg_dropped: u64,
 }
 
 impl QpCounters {
@@ -349,6 +375,8 @@ pub(super) struct Outputs {
     /// queue has no room, and the event queue is 24 bytes per entry instead
     /// of 152 (with thousands of QPs, gigabytes of address space).
     pub echoes: VecDeque<EchoedHops>,
+    /// Drops of the unreliable services (cold: only UC and UD QPs move them).
+    pub unreliable: UnreliableCounters,
 }
 
 /// A QP's event queue: its first two events inline (an ACK's, and one more).
@@ -379,7 +407,16 @@ impl Outputs {
             events,
             cq: CompletionQueue::with_capacity(sq_depth + rq_depth + 8, WorkCompletion::BLANK),
             echoes,
+            unreliable: UnreliableCounters::default(),
         }
+    }
+
+    /// Counts a UC/UD drop in `field` of [`UnreliableCounters`], and in
+    /// [`QpCounters::error_events`].
+    #[cold]
+    pub fn count_unreliable(&mut self, field: fn(&mut UnreliableCounters) -> &mut u64) {
+        *field(&mut self.unreliable) += 1;
+        self.counters.error_events += 1;
     }
 
     pub fn push_wc(&mut self, wc: WorkCompletion) {
@@ -599,6 +636,7 @@ mod tests {
                 lsn: 0,
                 lsn_len: len,
                 retransmit: false,
+                ah: None,
             };
             let (mut got, mut want) = ([0xEEu8; 128], [0u8; 128]);
             let n = p.build_frame(&fb, &mem, &mut got).unwrap();

@@ -1,4 +1,5 @@
-//! The RC queue pair (IBA vol. 1 9.7 "reliable service", 10.3 QP states), composed the
+//! The queue pair (IBA vol. 1 9.7 "reliable service", 9.8 "unreliable service", 10.3
+//! QP states) of any of the three services ([`QpConfig::service`]), composed the
 //! way Linux rxe splits it: a requester (`rxe_req.c`) that turns work
 //! requests into packets, a completer (`rxe_comp.c`) that processes what
 //! comes back, a responder (`rxe_resp.c`) that executes the peer's
@@ -8,23 +9,33 @@
 //! packets to send ([`Qp::poll_tx`]), completions ([`Qp::poll_cq`]) and CC events
 //! ([`Qp::poll_event`]). No clock reads, no allocation after [`Qp::new`]: every queue is
 //! a `VecDeque` allocated at creation and bounded by the configured depths.
+//!
+//! UC and UD (IBA 9.8) reuse the requester's segmentation and the responder's
+//! placement; what differs is here and in `responder::unreliable`: a packet goes out
+//! without AckReq and counts as acknowledged when it is handed out (no window, no
+//! retransmit timer), a send WQE completes when its last packet is handed out (rxe
+//! `rxe_xmit_packet` marks a non-RC WQE done there), READ and ATOMIC are refused at
+//! post, and a UD work request carries its destination ([`UdDest`],
+//! [`Qp::post_send_ud`]) to its packet (the BTH DestQP, the DETH, [`TxPacket::ah`]).
 
 use super::cc_ext::CcExtState;
 use super::completer::{Completer, Heard};
 pub use super::config::{QpConfig, QpError, QpState, LSN_HEADER_ONLY_CHARGE, RNR_RETRY_INFINITE};
 use super::mr::{MemorySpace, MrTable};
 use super::output::Outputs;
-pub use super::output::{EchoedHops, Payload, QpCounters, QpEvent, TxPacket};
+pub use super::output::{EchoedHops, Payload, QpCounters, QpEvent, TxPacket, UnreliableCounters};
 use super::requester::Requester;
 use super::responder::{Responder, Verdict};
 use super::sgl::SglStore;
 use super::srq::Srq;
-use super::wc::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
-use crate::wire::bth::Opcode;
+use super::wc::{RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};
+use crate::wire::bth::{Opcode, Service};
 use crate::wire::ccext::CcExtFlags;
 use crate::wire::frame::RoceFrame;
 use crate::wire::ipv4::Ipv4Address;
 use crate::wire::psn;
+use crate::wire::transport_hdrs::DethRepr;
+use std::collections::VecDeque;
 
 /// An RC queue pair: its configuration and state, and the four roles.
 ///
@@ -64,6 +75,9 @@ pub struct Qp {
     /// The gather/scatter lists of send WQEs with several SGEs (read when
     /// such a WQE's packets are built or its READ responses placed).
     sq_sgls: SglStore,
+    /// The destinations of a UD QP's posted send WQEs, in posting order (one per
+    /// WQE; room for `sq_depth`, none for RC and UC).
+    ud_dests: VecDeque<UdDest>,
 }
 
 impl Qp {
@@ -108,6 +122,12 @@ impl Qp {
         if usize::from(cfg.max_send_sge.max(cfg.max_recv_sge)) > super::sgl::MAX_SGE {
             return Err(QpError::Config("at most 32 SGEs per work request"));
         }
+        if cfg.service != Service::Rc && cfg.cc_ext {
+            return Err(QpError::Config(
+                "the CC extension is negotiated on RC QPs only",
+            ));
+        }
+        let ud = cfg.service == Service::Ud;
         Ok(Self {
             cfg,
             state: QpState::Reset,
@@ -121,6 +141,7 @@ impl Qp {
             ext_control: false,
             ext_probe: false,
             resp_output: false,
+            ud_dests: VecDeque::with_capacity(if ud { cfg.sq_depth.into() } else { 0 }),
         })
     }
 
@@ -139,8 +160,16 @@ impl Qp {
         &self.out.counters
     }
 
+    /// The drop counters of a UC or UD QP (all zero on RC).
+    pub fn unreliable_counters(&self) -> &UnreliableCounters {
+        &self.out.unreliable
+    }
+
     /// Moves to `to` if IBA 10.3.1 allows it (any state may go to RESET or ERR).
-    /// Entering ERR flushes every queued work request with WR_FLUSH_ERR.
+    /// Entering ERR flushes every queued work request with WR_FLUSH_ERR. The
+    /// transitions are the same for every service; what each needs is given at
+    /// creation ([`QpConfig`]: a UD QP's Q_Key for RESET -> INIT, no peer for
+    /// INIT -> RTR, IBA 10.3.1 table 84) or by the setters before RTS.
     pub fn modify(&mut self, to: QpState) -> Result<(), QpError> {
         use QpState::*;
         let ok = matches!(
@@ -221,6 +250,20 @@ impl Qp {
         self.req.next_psn = psn;
         self.req.sent_hi = psn;
         self.comp.una = psn;
+        Ok(())
+    }
+
+    /// Sets a UD QP's Q_Key (`ibv_modify_qp` with `IBV_QP_QKEY`, IBA 10.3.1
+    /// table 84: allowed on RESET -> INIT and in every later transition but to
+    /// RESET or ERR). Refused on RC and UC QPs, which have none.
+    pub fn set_qkey(&mut self, qkey: u32) -> Result<(), QpError> {
+        if self.cfg.service != Service::Ud {
+            return Result::Err(QpError::Config("only UD QPs have a Q_Key"));
+        }
+        if matches!(self.state, QpState::Err) {
+            return Result::Err(QpError::BadState(self.state));
+        }
+        self.cfg.qkey = qkey;
         Ok(())
     }
 
@@ -316,6 +359,8 @@ impl Qp {
             imm: None,
             qp_num: self.cfg.qpn,
             solicited: false,
+            src_qp: 0,
+            grh: false,
         });
     }
 
@@ -325,10 +370,71 @@ impl Qp {
         self.post_send_sgl(wr, None, mrs)
     }
 
+    /// Posts a UD send work request to `dest` (`ibv_post_send` with `wr.ud`; `sgl` as
+    /// [`Self::post_send_sgl`]). Only SEND and SEND with immediate, of at most the
+    /// path MTU (IBA 9.8: one packet per message; `ibv_port_attr.max_msg_sz` of a UD
+    /// QP), and only on a UD QP: anything else is refused
+    /// ([`QpError::InvalidWr`], rxe's EINVAL). Where IBA C10-93.1.1 lets a CI drop
+    /// an over-long UD message silently (rxe fakes its success), this transport
+    /// refuses it at post, so the caller learns of it.
+    pub fn post_send_ud(
+        &mut self,
+        wr: SendWr,
+        dest: UdDest,
+        sgl: Option<&[Sge]>,
+        mrs: &MrTable,
+    ) -> Result<(), QpError> {
+        if self.cfg.service != Service::Ud {
+            return Err(QpError::InvalidWr("a UD destination on a connected QP"));
+        }
+        if !matches!(wr.op, SendOp::Send | SendOp::SendImm(_)) {
+            return Err(QpError::InvalidWr("UD has SEND only"));
+        }
+        if dest.remote_qpn > psn::MASK {
+            return Err(QpError::InvalidWr("remote QPN above 24 bits"));
+        }
+        let len = match sgl {
+            Some(l) => super::sgl::total_len(l).ok_or(QpError::LocalLength)?,
+            None => wr.sge.len,
+        };
+        if len > self.cfg.pmtu {
+            return Err(QpError::InvalidWr("a UD message is at most the path MTU"));
+        }
+        if matches!(self.state, QpState::Rts | QpState::Sqd)
+            && self.ud_dests.len() >= self.ud_dests.capacity()
+        {
+            return Err(QpError::QueueFull);
+        }
+        self.post_checked(wr, sgl, mrs)?;
+        if matches!(self.state, QpState::Rts | QpState::Sqd) {
+            super::inline_deque::push_compact(&mut self.ud_dests, dest);
+        }
+        Ok(())
+    }
+
     /// [`Self::post_send`] of a work request whose gather list (or READ
     /// scatter list) is `sgl` (`wr.sge` ignored; up to
     /// [`QpConfig::max_send_sge`] entries, each checked now).
     pub fn post_send_sgl(
+        &mut self,
+        wr: SendWr,
+        sgl: Option<&[Sge]>,
+        mrs: &MrTable,
+    ) -> Result<(), QpError> {
+        match self.cfg.service {
+            Service::Rc => {}
+            // IBA 9.8.2 / rxe `validate_send_wr`: UC has SEND and RDMA WRITE only.
+            Service::Uc if wr.op.needs_response() => {
+                return Err(QpError::InvalidWr("UC has no READ or ATOMIC"))
+            }
+            Service::Uc => {}
+            Service::Ud => return Err(QpError::InvalidWr("UD needs a destination: post_send_ud")),
+        }
+        self.post_checked(wr, sgl, mrs)
+    }
+
+    /// Queues a send work request the service allows (or flushes it in ERR).
+    fn post_checked(
         &mut self,
         wr: SendWr,
         sgl: Option<&[Sge]>,
@@ -416,6 +522,7 @@ impl Qp {
         self.state = QpState::Err;
         let q = self.cfg.qpn;
         self.req.flush(failing, q, &mut self.out.cq);
+        self.ud_dests.clear();
         self.resp.flush(q, &mut self.out.cq);
         self.comp.rto_deadline = None;
         self.out.push_event(QpEvent::Error);
@@ -492,9 +599,15 @@ impl Qp {
         // The packet stays where the requester built it (returned as is, only
         // looked at here): a `TxPacket` is ~300 bytes, and moving it out of the
         // `Option` and back in cost two copies per packet.
-        let t = self
+        let mut t = self
             .req
             .next_packet(now_ns, &self.cfg, sqd, self.comp.acked_lsn);
+        if self.cfg.service != Service::Rc {
+            if let Some(p) = &mut t {
+                self.unreliable_sent(p);
+            }
+            return t;
+        }
         if let Some(p) = &t {
             self.comp.on_sent(now_ns, &self.cfg);
             self.out.counters.tx_packets += 1;
@@ -503,6 +616,53 @@ impl Qp {
             }
         }
         t
+    }
+
+    /// A UC or UD packet the requester built, made what its service sends (IBA 9.8):
+    /// the service's opcode, no AckReq, for UD the work request's destination (BTH
+    /// DestQP, the DETH with the Q_Key rule of IBA 10.2.4.4 and this QP as source,
+    /// [`TxPacket::ah`]); it counts as acknowledged now (nothing will acknowledge it:
+    /// no window gate, no retransmit timer), and its WQE completes with success
+    /// when its last packet is handed out (rxe `rxe_xmit_packet`).
+    #[cold]
+    fn unreliable_sent(&mut self, p: &mut TxPacket) {
+        let svc = self.cfg.service;
+        let op = p.repr.bth.opcode;
+        p.repr.bth.opcode = op.in_service(svc).unwrap_or(op);
+        p.repr.bth.ack_req = false;
+        if svc == Service::Ud {
+            if let Some(d) = self.ud_dests.front() {
+                p.repr.bth.dest_qp = d.remote_qpn;
+                p.repr.deth = Some(DethRepr {
+                    qkey: d.effective_qkey(self.cfg.qkey),
+                    src_qp: self.cfg.qpn,
+                });
+                p.ah = Some(d.ah);
+            }
+        }
+        self.comp.acked_lsn = p.lsn.wrapping_add(p.lsn_len);
+        self.out.counters.tx_packets += 1;
+        if op.is_last() || op.is_only() {
+            if let Some(w) = self.req.pop_front() {
+                if w.wr.signaled {
+                    self.out.push_wc(WorkCompletion {
+                        wr_id: w.wr.wr_id,
+                        status: WcStatus::Success,
+                        opcode: w.wr.op.wc_opcode(),
+                        byte_len: w.wr.sge.len,
+                        imm: None,
+                        qp_num: self.cfg.qpn,
+                        solicited: false,
+                        src_qp: 0,
+                        grh: false,
+                    });
+                }
+                self.comp.una = w.end_psn();
+            }
+            if svc == Service::Ud {
+                self.ud_dests.pop_front();
+            }
+        }
     }
 
     /// Handles a received frame already parsed by [`crate::wire::parse_frame`] (ICRC
@@ -528,17 +688,24 @@ impl Qp {
         mem: &mut M,
         srq: Option<&mut Srq>,
     ) {
+        let op = f.bth.opcode;
+        // A packet of another service is not for this QP (rxe `check_type_state`);
+        // a CNP slows any QP.
         if f.bth.dest_qp != self.cfg.qpn
             || matches!(self.state, QpState::Reset | QpState::Init | QpState::Err)
+            || (op.service() != self.cfg.service && op != Opcode::Cnp)
         {
             self.out.counters.count_error(|c| &mut c.rx_dropped_state);
+            return;
+        }
+        if self.cfg.service == Service::Ud {
+            self.on_rx_ud(f, mrs, mem, srq);
             return;
         }
         if self.peer_ip.is_some_and(|ip| ip != f.ip.src) {
             self.out.counters.count_error(|c| &mut c.rx_wrong_source);
             return;
         }
-        let op = f.bth.opcode;
         match op {
             Opcode::Cnp => self.out.push_event(QpEvent::CnpReceived),
             Opcode::Acknowledge
@@ -564,9 +731,13 @@ impl Qp {
                     .push_echo(QpEvent::ProbeResponse { n_hops: 0 }, f.ccext.as_ref());
             }
             _ if op.is_request() => {
-                let v =
+                let v = if self.cfg.service == Service::Uc {
                     self.resp
-                        .on_request(f, &self.cfg, mrs, mem, &mut self.ext, &mut self.out, srq);
+                        .on_uc_request(f, &self.cfg, mrs, mem, &mut self.out, srq)
+                } else {
+                    self.resp
+                        .on_request(f, &self.cfg, mrs, mem, &mut self.ext, &mut self.out, srq)
+                };
                 self.resp_output = self.resp.has_output();
                 if v == Verdict::Error {
                     self.enter_error(None);
@@ -594,6 +765,31 @@ impl Qp {
                 }
             }
             _ => self.out.counters.count_error(|c| &mut c.rx_dropped_state),
+        }
+    }
+
+    /// A UD packet for this QP (any source, any PSN; IBA 9.8, rxe `check_keys`): a
+    /// SEND whose DETH carries this QP's Q_Key is placed; any other is dropped and
+    /// counted.
+    #[cold]
+    fn on_rx_ud<M: MemorySpace + ?Sized>(
+        &mut self,
+        f: &RoceFrame<'_>,
+        mrs: &MrTable,
+        mem: &mut M,
+        srq: Option<&mut Srq>,
+    ) {
+        match f.deth {
+            Some(d) if d.qkey == self.cfg.qkey && f.bth.opcode.is_send() => {
+                let v = self
+                    .resp
+                    .on_ud_send(f, &self.cfg, mrs, mem, &mut self.out, srq);
+                if v == Verdict::Error {
+                    self.enter_error(None);
+                }
+            }
+            Some(_) => self.out.count_unreliable(|c| &mut c.rx_qkey_mismatch),
+            None => self.out.counters.count_error(|c| &mut c.rx_dropped_state),
         }
     }
 

@@ -275,6 +275,8 @@ impl Requester {
                 imm: None,
                 qp_num: qpn,
                 solicited: false,
+                src_qp: 0,
+                grh: false,
             });
         }
         self.rnr_until = 0;
@@ -377,6 +379,7 @@ impl Requester {
             lsn,
             lsn_len,
             retransmit,
+            ah: None,
         })
     }
 }

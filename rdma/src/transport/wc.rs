@@ -53,7 +53,8 @@ pub enum WcOpcode {
     RecvRdmaWithImm = 129,
 }
 
-/// A work completion (`ibv_wc`, the fields this transport fills).
+/// A work completion (`ibv_wc`, the fields this transport fills). 32 bytes, as
+/// before the UD fields (`src_qp`, `grh`) were added: they fill its padding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
     /// The caller's id from the work request.
@@ -73,6 +74,12 @@ pub struct WorkCompletion {
     /// solicited completions only waits for (`ibv_req_notify_cq(3)`, IBA
     /// 11.4.2.2). False for every other completion.
     pub solicited: bool,
+    /// The sender's QP number (`ibv_wc.src_qp`): a UD receive's DETH source QP
+    /// (IBA 11.4.2.1); 0 for every other completion.
+    pub src_qp: u32,
+    /// The receive buffer starts with the 40-byte GRH slot (`IBV_WC_GRH` in
+    /// `ibv_wc.wc_flags`, IBA 11.4.1.2): every UD receive. False otherwise.
+    pub grh: bool,
 }
 
 impl WorkCompletion {
@@ -86,6 +93,8 @@ impl WorkCompletion {
         imm: None,
         qp_num: 0,
         solicited: false,
+        src_qp: 0,
+        grh: false,
     };
 }
 
@@ -203,6 +212,37 @@ impl SendWr {
             sge,
             signaled: true,
             solicited: false,
+        }
+    }
+}
+
+/// An address handle of the NIC's (`ibv_ah`): the transport carries it from a UD work
+/// request to the packet it sends ([`super::TxPacket::ah`]) and never looks inside;
+/// the NIC resolves it to the destination's IP and MAC. Never 0, so that an
+/// `Option<AhId>` takes 4 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AhId(pub core::num::NonZeroU32);
+
+/// Where a UD work request goes (`ibv_send_wr.wr.ud`: `ah`, `remote_qpn`,
+/// `remote_qkey`), given beside the work request to [`super::Qp::post_send_ud`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest {
+    /// The NIC's address handle of the destination port.
+    pub ah: AhId,
+    /// The destination QP (24 bits).
+    pub remote_qpn: u32,
+    /// The destination's Q_Key; with its high bit set the sending QP's own Q_Key is
+    /// sent instead (IBA 10.2.4.4, rxe `init_req_packet`).
+    pub remote_qkey: u32,
+}
+
+impl UdDest {
+    /// The Q_Key the DETH carries when the sending QP's own is `own` (IBA 10.2.4.4).
+    pub fn effective_qkey(&self, own: u32) -> u32 {
+        if self.remote_qkey & 0x8000_0000 != 0 {
+            own
+        } else {
+            self.remote_qkey
         }
     }
 }

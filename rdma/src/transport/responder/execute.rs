@@ -51,7 +51,7 @@ impl Responder {
 
     /// SEND bytes into the receive WQE at the RQ's head; its last packet completes
     /// it (`IBV_WC_RECV`, with the immediate if any).
-    fn execute_send<M: MemorySpace + ?Sized>(
+    pub(super) fn execute_send<M: MemorySpace + ?Sized>(
         &mut self,
         f: &RoceFrame<'_>,
         wqe: RecvWqe,
@@ -98,7 +98,7 @@ impl Responder {
     /// WRITE bytes into the region at `va`; a last packet with an immediate
     /// completes the RQ's head (`IBV_WC_RECV_RDMA_WITH_IMM`). `w` is (va, rkey,
     /// bytes remaining, message length).
-    fn execute_write<M: MemorySpace + ?Sized>(
+    pub(super) fn execute_write<M: MemorySpace + ?Sized>(
         &mut self,
         f: &RoceFrame<'_>,
         (va, rkey, remaining, total): (u64, u32, u32, u32),

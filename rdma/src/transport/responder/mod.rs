@@ -30,6 +30,7 @@ use std::collections::VecDeque;
 
 mod execute;
 mod recv;
+mod unreliable;
 
 /// The message being received, between its FIRST and LAST packets.
 #[derive(Debug, Clone, Copy)]
@@ -207,6 +208,9 @@ pub(super) struct Responder {
     pub ack_coalesce: u16,
     /// A PSN sequence NAK went out for the current gap.
     nak_sent: bool,
+    /// UC: the rest of the current message is dropped, up to the next FIRST or
+    /// ONLY packet (IBA 9.8.3, rxe `drop_msg`).
+    drop_msg: bool,
     /// Posted receive WQEs.
     pub rq: VecDeque<RecvWqe>,
     /// The scatter lists of the receive WQEs with several SGEs.
@@ -231,6 +235,7 @@ impl Responder {
             epsn: cfg.rq_psn,
             msn: 0,
             nak_sent: false,
+            drop_msg: false,
             unacked: 0,
             ack_coalesce: 1,
             cur: None,
@@ -702,6 +707,7 @@ impl Responder {
             lsn,
             lsn_len: charge,
             retransmit: false,
+            ah: None,
         })
     }
 }
@@ -724,6 +730,8 @@ fn recv_wc(
         imm,
         qp_num: qpn,
         solicited,
+        src_qp: 0,
+        grh: false,
     }
 }
 
