@@ -108,8 +108,8 @@ pub struct TxPacket {
     /// The destination of a UD packet: the address handle its work request named
     /// (the NIC builds the frame's IP and MAC from it; the BTH DestQP and the DETH
     /// are already in `repr`). `None` for every other packet: the QP's connected
-    /// peer. Four bytes in what was the struct's tail padding, so a `TxPacket` is
-    /// the size it was (296 bytes).
+    /// peer. Four bytes in what was the struct's tail padding: it adds nothing (the
+    /// DETH slot of [`RoceRepr`] does: 16 bytes, a `TxPacket` went from 296 to 312).
     pub ah: Option<super::wc::AhId>,
 }
 
