@@ -56,6 +56,7 @@ struct Expect {
     atomic: Option<AtomicEthRepr>,
     atomic_ack: Option<u64>,
     imm: Option<u32>,
+    deth: Option<DethRepr>,
 }
 
 fn golden_set() -> Vec<(Vec<u8>, Expect)> {
@@ -86,6 +87,20 @@ fn golden_set() -> Vec<(Vec<u8>, Expect)> {
         Opcode::CompareSwap,
         Opcode::FetchAdd,
         Opcode::Cnp,
+        Opcode::UcSendFirst,
+        Opcode::UcSendMiddle,
+        Opcode::UcSendLast,
+        Opcode::UcSendLastImm,
+        Opcode::UcSendOnly,
+        Opcode::UcSendOnlyImm,
+        Opcode::UcWriteFirst,
+        Opcode::UcWriteMiddle,
+        Opcode::UcWriteLast,
+        Opcode::UcWriteLastImm,
+        Opcode::UcWriteOnly,
+        Opcode::UcWriteOnlyImm,
+        Opcode::UdSendOnly,
+        Opcode::UdSendOnlyImm,
     ] {
         let syndromes: &[AethSyndrome] = if op == Opcode::Acknowledge {
             &[
@@ -102,7 +117,7 @@ fn golden_set() -> Vec<(Vec<u8>, Expect)> {
         for &syn in syndromes {
             let this_psn = if op == Opcode::Cnp { 0 } else { psn };
             let mut bth = BthRepr::new(op, qp, this_psn);
-            bth.ack_req = op.is_last() || op.is_only();
+            bth.ack_req = op.service() == Service::Rc && (op.is_last() || op.is_only());
             let mut r = RoceRepr::new(bth);
             let mut e = Expect {
                 opcode: op as u8,
@@ -125,6 +140,14 @@ fn golden_set() -> Vec<(Vec<u8>, Expect)> {
                 };
                 r.reth = Some(x);
                 e.reth = Some(x);
+            }
+            if op.has_deth() {
+                let d = DethRepr {
+                    qkey: 0x8765_4321 ^ psn,
+                    src_qp: 0x00_1234 + (psn & 0xFF),
+                };
+                r.deth = Some(d);
+                e.deth = Some(d);
             }
             if op.has_aeth() {
                 let msn = 0x00_0100 + (psn & 0xFF);
@@ -210,6 +233,8 @@ fn tshark_decodes_every_opcode() {
         "infiniband.atomicacketh.origremdt",
         "infiniband.immdt",
         "udp.dstport",
+        "infiniband.deth.q_key",
+        "infiniband.deth.srcqp",
     ];
     let mut cmd = Command::new("tshark");
     cmd.arg("-r")
@@ -271,6 +296,9 @@ fn tshark_decodes_every_opcode() {
             );
         }
         assert_eq!(num(c[12]), 4791, "{ctx}");
+        // UD: tshark finds the DETH where IBA 9.3.2 puts it.
+        assert_eq!(opt(c[13]), e.deth.map(|d| u64::from(d.qkey)), "{ctx}");
+        assert_eq!(opt(c[14]), e.deth.map(|d| u64::from(d.src_qp)), "{ctx}");
     }
 }
 
