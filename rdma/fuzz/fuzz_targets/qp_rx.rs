@@ -7,7 +7,22 @@ use rdma::transport::*;
 use rdma::wire::{parse_frame, ParseOptions};
 
 fuzz_target!(|data: &[u8]| {
-    let cfg = QpConfig { qpn: 0x11, dest_qpn: 0x22, pmtu: 256, cc_ext: data.first().is_some_and(|b| b & 1 != 0), ..Default::default() };
+    // Byte 0: bit 0 the CC extension (RC only), bits 1-2 the service (1 UC, 2 UD).
+    let b0 = data.first().copied().unwrap_or(0);
+    let service = match (b0 >> 1) & 3 {
+        1 => Service::Uc,
+        2 => Service::Ud,
+        _ => Service::Rc,
+    };
+    let cfg = QpConfig {
+        qpn: 0x11,
+        dest_qpn: 0x22,
+        pmtu: 256,
+        cc_ext: service == Service::Rc && b0 & 1 != 0,
+        service,
+        qkey: 0x1111_0000,
+        ..Default::default()
+    };
     let mut qp = Qp::new(cfg).unwrap();
     qp.modify(QpState::Init).unwrap();
     qp.modify(QpState::Rtr).unwrap();
@@ -28,7 +43,16 @@ fuzz_target!(|data: &[u8]| {
     {
         let len = if op.is_atomic() { 8 } else { 700 };
         let w = SendWr { wr_id: i as u64, op, sge: s(0x2000 + 0x400 * i as u64, len), signaled: true, solicited: false };
-        qp.post_send(w, &mrs).unwrap();
+        match service {
+            Service::Rc => qp.post_send(w, &mrs).unwrap(),
+            // UC refuses READ/ATOMIC, UD everything but a short SEND.
+            Service::Uc => { let _ = qp.post_send(w, &mrs); }
+            Service::Ud => {
+                let d = UdDest { ah: AhId(1.try_into().unwrap()), remote_qpn: 0x22, remote_qkey: 0x8000_0000 };
+                let w = SendWr { sge: s(0x2000, 200), ..w };
+                let _ = qp.post_send_ud(w, d, None, &mrs);
+            }
+        }
     }
     let mut now = 0;
     while qp.poll_tx(now).is_some() {}
