@@ -198,165 +198,101 @@ impl Opcode {
         Opcode::from_u8((self as u8) | s as u8).ok()
     }
 
-    /// Carries a RETH (WRITE First/Only, READ Request).
+    /// Carries a RETH (WRITE First/Only, READ Request; UC WRITE First/Only).
     #[inline]
     pub fn has_reth(self) -> bool {
-        matches!(
-            self,
-            Opcode::WriteFirst
-                | Opcode::WriteOnly
-                | Opcode::WriteOnlyImm
-                | Opcode::ReadRequest
-                | Opcode::UcWriteFirst
-                | Opcode::UcWriteOnly
-                | Opcode::UcWriteOnlyImm
-        )
+        self.info(RETH)
     }
 
     /// Carries a DETH (UD, IBA 9.3.2).
     #[inline]
     pub fn has_deth(self) -> bool {
-        matches!(self, Opcode::UdSendOnly | Opcode::UdSendOnlyImm)
+        self.info(DETH)
     }
 
     /// Carries an AETH (READ Response First/Last/Only, Acknowledge, Atomic Acknowledge).
     #[inline]
     pub fn has_aeth(self) -> bool {
-        matches!(
-            self,
-            Opcode::ReadResponseFirst
-                | Opcode::ReadResponseLast
-                | Opcode::ReadResponseOnly
-                | Opcode::Acknowledge
-                | Opcode::AtomicAcknowledge
-        )
+        self.info(AETH)
     }
 
     /// Carries an ImmDt.
     #[inline]
     pub fn has_immdt(self) -> bool {
-        matches!(
-            self,
-            Opcode::SendLastImm
-                | Opcode::SendOnlyImm
-                | Opcode::WriteLastImm
-                | Opcode::WriteOnlyImm
-                | Opcode::UcSendLastImm
-                | Opcode::UcSendOnlyImm
-                | Opcode::UcWriteLastImm
-                | Opcode::UcWriteOnlyImm
-                | Opcode::UdSendOnlyImm
-        )
+        self.info(IMMDT)
     }
 
     /// Carries an AtomicETH.
     #[inline]
     pub fn has_atomic_eth(self) -> bool {
-        matches!(self, Opcode::CompareSwap | Opcode::FetchAdd)
+        self.info(ATOMIC_ETH)
     }
 
     /// Carries an AtomicAckETH.
     #[inline]
     pub fn has_atomic_ack_eth(self) -> bool {
-        self == Opcode::AtomicAcknowledge
+        self.info(ATOMIC_ACK_ETH)
     }
 
     /// May carry a payload.
     #[inline]
     pub fn has_payload(self) -> bool {
-        self.is_send() || self.is_write() || self.is_read_response()
+        self.info(SEND | WRITE | READ_RESPONSE)
     }
 
-    /// Any SEND opcode (RC, UC or UD). The mask keeps the UC/UD service bits
-    /// (0x20, 0x40) and clears nothing else: CNP and probes (bit 7) stay out.
+    /// Any SEND opcode (RC, UC or UD).
     #[inline]
     pub fn is_send(self) -> bool {
-        (self as u8) & 0x9F <= 0x05
+        self.info(SEND)
     }
 
     /// Any RDMA WRITE opcode (RC or UC).
     #[inline]
     pub fn is_write(self) -> bool {
-        ((self as u8) & 0x9F).wrapping_sub(0x06) <= 0x05
+        self.info(WRITE)
     }
 
     /// Any READ response opcode.
     #[inline]
     pub fn is_read_response(self) -> bool {
-        (0x0D..=0x10).contains(&(self as u8))
+        self.info(READ_RESPONSE)
     }
 
     /// A request the responder processes (SEND, WRITE, READ Request, ATOMIC; UC and
     /// UD requests too).
+    #[inline]
     pub fn is_request(self) -> bool {
-        (self as u8) & 0x9F <= 0x0C || self.has_atomic_eth()
+        self.info(REQUEST)
     }
 
     /// A response the requester processes (READ responses, ACK, ATOMIC ACK).
+    #[inline]
     pub fn is_response(self) -> bool {
-        (0x0D..=0x12).contains(&(self as u8))
+        self.info(RESPONSE)
     }
 
     /// First packet of a multi-packet message.
     #[inline]
     pub fn is_first(self) -> bool {
-        matches!(
-            self,
-            Opcode::SendFirst
-                | Opcode::WriteFirst
-                | Opcode::ReadResponseFirst
-                | Opcode::UcSendFirst
-                | Opcode::UcWriteFirst
-        )
+        self.info(FIRST)
     }
 
     /// Middle packet of a multi-packet message.
     #[inline]
     pub fn is_middle(self) -> bool {
-        matches!(
-            self,
-            Opcode::SendMiddle
-                | Opcode::WriteMiddle
-                | Opcode::ReadResponseMiddle
-                | Opcode::UcSendMiddle
-                | Opcode::UcWriteMiddle
-        )
+        self.info(MIDDLE)
     }
 
     /// Last packet of a multi-packet message.
     #[inline]
     pub fn is_last(self) -> bool {
-        matches!(
-            self,
-            Opcode::SendLast
-                | Opcode::SendLastImm
-                | Opcode::WriteLast
-                | Opcode::WriteLastImm
-                | Opcode::ReadResponseLast
-                | Opcode::UcSendLast
-                | Opcode::UcSendLastImm
-                | Opcode::UcWriteLast
-                | Opcode::UcWriteLastImm
-        )
+        self.info(LAST)
     }
 
     /// Single-packet message.
     #[inline]
     pub fn is_only(self) -> bool {
-        matches!(
-            self,
-            Opcode::SendOnly
-                | Opcode::SendOnlyImm
-                | Opcode::WriteOnly
-                | Opcode::WriteOnlyImm
-                | Opcode::ReadResponseOnly
-                | Opcode::UcSendOnly
-                | Opcode::UcSendOnlyImm
-                | Opcode::UcWriteOnly
-                | Opcode::UcWriteOnlyImm
-                | Opcode::UdSendOnly
-                | Opcode::UdSendOnlyImm
-        )
+        self.info(ONLY)
     }
 
     /// Length of the extension headers after the BTH that the opcode implies (DETH,
@@ -364,31 +300,120 @@ impl Opcode {
     /// excluded.
     #[inline]
     pub fn ext_len(self) -> usize {
-        let mut n = 0;
-        if self.has_deth() {
-            n += 8;
-        }
-        if self.has_reth() {
-            n += 16;
-        }
-        if self.has_aeth() {
-            n += 4;
-        }
-        if self.has_immdt() {
-            n += 4;
-        }
-        if self.has_atomic_eth() {
-            n += 28;
-        }
-        if self.has_atomic_ack_eth() {
-            n += 8;
-        }
-        if self == Opcode::Cnp {
-            n += 16;
-        }
-        n
+        usize::from(EXT_LEN[self as usize])
+    }
+
+    /// Whether any of the `bits` of [`OPCODE_INFO`] is set for this opcode: one load
+    /// from a 512-byte table, whatever the service (the RC receive path asks several
+    /// of these per packet, and a `matches!` over opcodes spread across 0x00-0x65
+    /// compiled to compare chains).
+    #[inline(always)]
+    fn info(self, bits: u16) -> bool {
+        OPCODE_INFO[self as usize] & bits != 0
     }
 }
+
+// What each opcode carries and is ([`OPCODE_INFO`] bits).
+const RETH: u16 = 1 << 0;
+const DETH: u16 = 1 << 1;
+const AETH: u16 = 1 << 2;
+const IMMDT: u16 = 1 << 3;
+const ATOMIC_ETH: u16 = 1 << 4;
+const ATOMIC_ACK_ETH: u16 = 1 << 5;
+const SEND: u16 = 1 << 6;
+const WRITE: u16 = 1 << 7;
+const READ_RESPONSE: u16 = 1 << 8;
+const REQUEST: u16 = 1 << 9;
+const RESPONSE: u16 = 1 << 10;
+const FIRST: u16 = 1 << 11;
+const MIDDLE: u16 = 1 << 12;
+const LAST: u16 = 1 << 13;
+const ONLY: u16 = 1 << 14;
+const CNP_RESERVED: u16 = 1 << 15;
+
+/// The properties of an RC opcode by its low five bits (IBA 9.2.1 table 38; the
+/// UC and UD twins share them, the service bits aside).
+const fn rc_info(op: u8) -> u16 {
+    match op {
+        0x00 => SEND | REQUEST | FIRST,
+        0x01 => SEND | REQUEST | MIDDLE,
+        0x02 => SEND | REQUEST | LAST,
+        0x03 => SEND | REQUEST | LAST | IMMDT,
+        0x04 => SEND | REQUEST | ONLY,
+        0x05 => SEND | REQUEST | ONLY | IMMDT,
+        0x06 => WRITE | REQUEST | FIRST | RETH,
+        0x07 => WRITE | REQUEST | MIDDLE,
+        0x08 => WRITE | REQUEST | LAST,
+        0x09 => WRITE | REQUEST | LAST | IMMDT,
+        0x0A => WRITE | REQUEST | ONLY | RETH,
+        0x0B => WRITE | REQUEST | ONLY | RETH | IMMDT,
+        0x0C => REQUEST | RETH,
+        0x0D => READ_RESPONSE | RESPONSE | FIRST | AETH,
+        0x0E => READ_RESPONSE | RESPONSE | MIDDLE,
+        0x0F => READ_RESPONSE | RESPONSE | LAST | AETH,
+        0x10 => READ_RESPONSE | RESPONSE | ONLY | AETH,
+        0x11 => RESPONSE | AETH,
+        0x12 => RESPONSE | AETH | ATOMIC_ACK_ETH,
+        0x13 | 0x14 => REQUEST | ATOMIC_ETH,
+        _ => 0,
+    }
+}
+
+/// [`Opcode`]'s classifiers as one table indexed by the opcode byte (0 for bytes
+/// that are no opcode of ours).
+const OPCODE_INFO: [u16; 256] = {
+    let mut t = [0u16; 256];
+    let mut v = 0usize;
+    while v < 256 {
+        let b = v as u8;
+        t[v] = match b >> 5 {
+            // RC, and the RC-like CNP below.
+            0 => rc_info(b),
+            // UC: SEND and RDMA WRITE (0x20-0x2B).
+            1 if b & 0x1F <= 0x0B => rc_info(b & 0x1F),
+            // UD: SEND Only, with or without immediate (0x64, 0x65).
+            3 if b == 0x64 || b == 0x65 => rc_info(b & 0x1F) | DETH,
+            _ => 0,
+        };
+        v += 1;
+    }
+    t[Opcode::Cnp as usize] = CNP_RESERVED;
+    t
+};
+
+/// [`Opcode::ext_len`] by opcode byte.
+const EXT_LEN: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut v = 0usize;
+    while v < 256 {
+        let f = OPCODE_INFO[v];
+        let mut n = 0u8;
+        if f & DETH != 0 {
+            n += 8;
+        }
+        if f & RETH != 0 {
+            n += 16;
+        }
+        if f & AETH != 0 {
+            n += 4;
+        }
+        if f & IMMDT != 0 {
+            n += 4;
+        }
+        if f & ATOMIC_ETH != 0 {
+            n += 28;
+        }
+        if f & ATOMIC_ACK_ETH != 0 {
+            n += 8;
+        }
+        if f & CNP_RESERVED != 0 {
+            n += 16;
+        }
+        t[v] = n;
+        v += 1;
+    }
+    t
+};
 
 /// A zero-copy view of a BTH.
 #[derive(Debug, Clone)]
