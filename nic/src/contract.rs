@@ -20,7 +20,9 @@ use std::sync::Arc;
 use cc::CcKind;
 use crossbeam_channel::Sender;
 use dpdk::ExtBuf;
-use rdma::transport::{Access, QpError, QpState, RecvWr, SendWr, Sge, WorkCompletion};
+use rdma::transport::{
+    Access, AhId, QpError, QpState, RecvWr, SendWr, Service, Sge, UdDest, WorkCompletion,
+};
 
 use crate::control::ArpConfig;
 use crate::counters::SharedCounters;
@@ -163,6 +165,11 @@ pub struct QpOptions {
     /// (`ibv_qp_init_attr.srq`; `SharedReceiveQueue::id`), in its PD and on
     /// its engine; None: its own receive queue.
     pub srq: Option<u32>,
+    /// The transport service (`ibv_qp_init_attr.qp_type`): RC, UC (SEND and
+    /// WRITE, no acknowledgements) or UD (datagrams to address handles).
+    pub service: Service,
+    /// The Q_Key of a UD QP (`ibv_qp_attr.qkey`, IBA 10.2.4.4).
+    pub qkey: u32,
 }
 
 impl Default for QpOptions {
@@ -180,6 +187,8 @@ impl Default for QpOptions {
             max_recv_sge: 1,
             max_inline_data: 0,
             srq: None,
+            service: Service::Rc,
+            qkey: 0,
         }
     }
 }
@@ -272,6 +281,9 @@ pub enum Doorbell {
     Send(SendWr),
     /// `post_recv`.
     Recv(RecvWr),
+    /// `post_send` on a UD QP (`wr.ud`): SEND or SEND with immediate to
+    /// one destination (IBA 9.8), in one slot as the others.
+    SendUd(UdWr),
     /// Part of the SGE list of the work request in the first `Send` or
     /// `Recv` slot after it: a request with several SGEs takes
     /// `n.div_ceil(GATHER_PER_SLOT)` of these before its own slot, all
@@ -282,6 +294,42 @@ pub enum Doorbell {
         /// How many of `sges` are used.
         n: u8,
     },
+}
+
+/// A UD send work request ([`Doorbell::SendUd`]): what a [`SendWr`] of a
+/// SEND says, and where it goes. UD has no RDMA or atomic operation, so
+/// this is smaller than a `SendWr` beside a [`UdDest`] and keeps a doorbell
+/// slot at one cache line.
+#[derive(Debug, Clone, Copy)]
+pub struct UdWr {
+    /// Caller's id.
+    pub wr_id: u64,
+    /// The payload (ignored when the request carries an SGE list).
+    pub sge: Sge,
+    /// `IBV_WR_SEND_WITH_IMM`'s immediate.
+    pub imm: Option<u32>,
+    /// Address handle, remote QPN and Q_Key.
+    pub dest: UdDest,
+    /// Completes with a work completion.
+    pub signaled: bool,
+    /// Sets the BTH SE bit.
+    pub solicited: bool,
+}
+
+impl UdWr {
+    /// The [`SendWr`] the transport queues.
+    pub fn send_wr(&self) -> SendWr {
+        SendWr {
+            wr_id: self.wr_id,
+            op: match self.imm {
+                Some(i) => rdma::transport::SendOp::SendImm(i),
+                None => rdma::transport::SendOp::Send,
+            },
+            sge: self.sge,
+            signaled: self.signaled,
+            solicited: self.solicited,
+        }
+    }
 }
 
 /// SGEs one [`Doorbell::Sges`] slot carries.
@@ -502,6 +550,25 @@ pub enum Command {
         qpn: u32,
         /// The description.
         reply: Reply<String>,
+    },
+    /// Learn address handle `ah` (`ibv_create_ah`): UD packets sent to it
+    /// go to `ip` through the next hop `mac`. Every engine of the device
+    /// learns it under the same id.
+    CreateAh {
+        /// Its id (the device's, [`crate::verbs::AddressHandle`]).
+        ah: AhId,
+        /// Destination IPv4 address.
+        ip: [u8; 4],
+        /// Next hop's MAC (resolved before the command).
+        mac: [u8; 6],
+        /// Done.
+        reply: Reply<()>,
+    },
+    /// Forget address handle `ah` (`ibv_destroy_ah`); packets already built
+    /// are not affected, later UD sends to it are dropped (counted).
+    DestroyAh {
+        /// Its id.
+        ah: AhId,
     },
     /// Give a CQ a ring of another depth (`ibv_resize_cq(3)`): the engine
     /// moves the completions queued in the old ring (`old`, the program's

@@ -110,6 +110,9 @@ counters! {
     tx_drop_no_mbuf,
     /// Frames not sent: the port's TX queue was full.
     tx_drop_queue_full,
+    /// UD datagrams not sent: their address handle was destroyed while
+    /// the work request waited (the send completes; UD is unreliable).
+    tx_drop_no_ah,
     /// Work completions with an error status.
     completion_errors,
     /// Capture records dropped because the capture ring was full.

@@ -60,6 +60,8 @@ pub struct Device {
     pub(crate) max_frame: usize,
     /// Host mode: the kernel interface whose neighbour table resolves peers.
     pub(crate) kernel_iface: Option<crate::host::KernelIface>,
+    /// The address handles' ids in use (`Device::create_ah`).
+    pub(crate) ah_ids: Arc<crate::verbs::AhIds>,
 }
 
 impl Device {
@@ -370,6 +372,7 @@ impl Device {
             mac,
             ip: cfg.ip,
             next_pd: AtomicU32::new(1),
+            ah_ids: Arc::default(),
             max_frame,
             kernel_iface: cfg.kernel_iface.clone(),
         }

@@ -68,6 +68,22 @@ pub enum VerbsError {
     /// queue of its own (`ibv_post_recv`: EINVAL).
     #[error("the QP receives from a shared receive queue: post to the SRQ")]
     ReceivesFromSrq,
+    /// A work request the QP's transport service does not have (a UD send
+    /// on a connected QP, a connected one on a UD QP; `ibv_post_send`: EINVAL).
+    #[error("{0}")]
+    WrongService(&'static str),
+    /// A UD message longer than the path MTU (IBA 9.8: one packet per
+    /// datagram; `ibv_post_send`: EINVAL).
+    #[error("a UD message of {len} bytes is longer than the path MTU ({mtu})")]
+    DatagramTooLong {
+        /// The message's length.
+        len: u64,
+        /// The QP's path MTU.
+        mtu: u32,
+    },
+    /// Every address handle id is in use (2^32 - 1 of them).
+    #[error("no address handle id left")]
+    NoAddressHandleLeft,
     /// An SGE outside its region.
     #[error("an SGE lies outside its memory region")]
     OutsideRegion,

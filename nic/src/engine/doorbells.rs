@@ -129,6 +129,11 @@ impl Engine {
                 Doorbell::Recv(wr) => qp
                     .post_recv_sgl(wr, sgl, &self.mrs)
                     .map_err(|e| (e, wr.wr_id, WcOpcode::Recv, s.recv_cq)),
+                Doorbell::SendUd(u) => {
+                    let wr = u.send_wr();
+                    qp.post_send_ud(wr, u.dest, sgl, &self.mrs)
+                        .map_err(|e| (e, wr.wr_id, wr.op.wc_opcode(), s.send_cq))
+                }
                 Doorbell::Sges { .. } => unreachable!("gathered() returns the request"),
             };
             match r {

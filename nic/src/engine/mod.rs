@@ -141,6 +141,14 @@ impl QpSlot {
     }
 }
 
+/// Where an address handle's datagrams go (`ibv_ah`, resolved at its
+/// creation as rxe does): the destination's IP and the next hop's MAC.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AhRoute {
+    ip: [u8; 4],
+    mac: [u8; 6],
+}
+
 /// The engine. Built on the caller's thread, then moved to its poll-mode
 /// thread by [`Engine::run`].
 pub struct Engine {
@@ -188,6 +196,9 @@ pub struct Engine {
     cqs: Vec<cq::CqRing>,
     /// Shared receive queues, by id (srq.rs).
     srqs: Vec<Option<srq::SrqSlot>>,
+    /// The device's address handles, by [`rdma::transport::AhId`] - 1: where
+    /// a UD datagram goes (`Command::CreateAh`).
+    ahs: Vec<Option<AhRoute>>,
     /// Async events, the link state, slots of destroyed QPs (lifecycle.rs).
     life: lifecycle::Lifecycle,
     qps: Vec<Option<Box<QpSlot>>>,
@@ -336,6 +347,7 @@ impl Engine {
             mr_mem: Vec::new(),
             cqs: Vec::new(),
             srqs: Vec::new(),
+            ahs: Vec::new(),
             life: lifecycle::Lifecycle::new(),
             qps: (0..MAX_QPS).map(|_| None).collect(),
             connected: Vec::with_capacity(MAX_QPS),

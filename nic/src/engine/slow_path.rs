@@ -3,7 +3,7 @@
 //! ([`Command`]). It may allocate; the per-packet path never waits for it.
 
 use cc::{CcKind, CongestionControl, PathConfig};
-use rdma::transport::{Qp, QpConfig, QpState};
+use rdma::transport::{Qp, QpConfig, QpState, Service};
 use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders};
 use rdma::wire::{bth, EthernetAddress, HeaderTemplate, Ipv4Address};
 
@@ -93,6 +93,19 @@ impl Engine {
                     let _ = reply.send(self.set_retry(qpn, timeout_ns, retry_cnt, rnr_retry));
                 }
                 Command::ResolveMac { ip, reply } => self.resolve_mac(ip, reply, now),
+                Command::CreateAh { ah, ip, mac, reply } => {
+                    let i = ah.0.get() as usize - 1;
+                    if self.ahs.len() <= i {
+                        self.ahs.resize(i + 1, None);
+                    }
+                    self.ahs[i] = Some(super::AhRoute { ip, mac });
+                    let _ = reply.send(Ok(()));
+                }
+                Command::DestroyAh { ah } => {
+                    if let Some(a) = self.ahs.get_mut(ah.0.get() as usize - 1) {
+                        *a = None;
+                    }
+                }
                 Command::QueryQp { qpn, reply } => {
                     let r = match self.slot(qpn) {
                         Some(s) => Ok(s.core.qp.as_ref().map_or(s.idle_state, |q| q.state())),
@@ -413,11 +426,17 @@ impl Engine {
             max_send_sge: s.opts.max_send_sge,
             max_recv_sge: s.opts.max_recv_sge,
             srq: s.opts.srq.is_some(),
+            service: s.opts.service,
+            qkey: s.opts.qkey,
             ..QpConfig::default()
         };
         let transport = |source| EngineError::Transport { qpn, source };
         let mut qp = Qp::new(cfg).map_err(transport)?;
-        qp.set_peer_ip(remote.ip);
+        // A UD QP takes datagrams from anyone (its `remote` is itself: its
+        // packets go where their address handles say).
+        if s.opts.service != Service::Ud {
+            qp.set_peer_ip(remote.ip);
+        }
         let last = if s.stop_at_rtr { 2 } else { 3 };
         for st in &[QpState::Init, QpState::Rtr, QpState::Rts][..last] {
             qp.modify(*st).map_err(transport)?;
@@ -435,7 +454,13 @@ impl Engine {
         }
         // A template that cannot be built (never expected: the QPN was checked by
         // the QP above) leaves the QP on the general build_frame path.
-        s.tpl = HeaderTemplate::new(s.core.fb, remote.qpn, bth::DEFAULT_PKEY).ok();
+        // RC only: the template bakes in one destination QP and the RC
+        // header shapes; UC and UD frames take the general path.
+        s.tpl = if s.opts.service == Service::Rc {
+            HeaderTemplate::new(s.core.fb, remote.qpn, bth::DEFAULT_PKEY).ok()
+        } else {
+            None
+        };
         if s.opts.cc == CcKind::None {
             s.core.backoff = Some(GoBackNBackoff::new(cfg.pmtu));
         }

@@ -13,7 +13,7 @@ use rdma::transport::sgl::{self, MAX_SGE};
 use rdma::transport::{Sge, TxPacket};
 use rdma::wire::frame::FrameBuilder;
 use rdma::wire::transport_hdrs::AethSyndrome;
-use rdma::wire::{HeaderTemplate, Opcode};
+use rdma::wire::{EthernetAddress, HeaderTemplate, Ipv4Address, Opcode};
 
 use super::qp_work::timer_key;
 use super::{Engine, PacketIo, CAPTURE_SNAP};
@@ -104,6 +104,7 @@ impl Engine {
         };
         let mut out = MbufSink {
             tpl: s.tpl.as_ref(),
+            ahs: &self.ahs,
             mr_mem: &self.mr_mem,
             pools: &mut self.pools,
             txb: &mut self.txb,
@@ -125,6 +126,7 @@ impl Engine {
         };
         let mut out = MbufSink {
             tpl: s.tpl.as_ref(),
+            ahs: &self.ahs,
             mr_mem: &self.mr_mem,
             pools: &mut self.pools,
             txb: &mut self.txb,
@@ -138,6 +140,16 @@ impl Engine {
             now,
             &mut out,
         );
+        // UC and UD sends complete when their last packet leaves (no
+        // acknowledgement will come to move the completion).
+        if s.core
+            .qp
+            .as_ref()
+            .is_some_and(|q| q.pending_completions() > 0)
+        {
+            self.after_qp_work(i, now);
+            return;
+        }
         super::poll::sync_counters(s, &mut self.qp_sums);
     }
 }
@@ -147,6 +159,8 @@ impl Engine {
 /// port's shaper and counted.
 struct MbufSink<'a> {
     tpl: Option<&'a HeaderTemplate>,
+    /// The device's address handles: where a UD datagram goes.
+    ahs: &'a [Option<super::AhRoute>],
     mr_mem: &'a [Option<Arc<ExtBuf>>],
     pools: &'a mut TxPools,
     txb: &'a mut Burst,
@@ -162,6 +176,23 @@ impl FrameSink for MbufSink<'_> {
         if pkt.repr.bth.opcode == Opcode::Cnp {
             self.counters.tx_cnps += 1;
         }
+        // A UD datagram goes where its address handle says (the QP's own
+        // headers name no peer).
+        let routed;
+        let fb = match pkt.ah {
+            None => fb,
+            Some(ah) => {
+                let Some(r) = self.ahs.get(ah.0.get() as usize - 1).copied().flatten() else {
+                    self.counters.tx_drop_no_ah += 1;
+                    return None;
+                };
+                let mut f = *fb;
+                f.net.dst_mac = EthernetAddress(r.mac);
+                f.net.dst_ip = Ipv4Address(r.ip);
+                routed = f;
+                &routed
+            }
+        };
         let payload = match pkt.payload {
             QpPayload::None => Payload::None,
             QpPayload::Local { lkey: key, va, len } | QpPayload::Remote { rkey: key, va, len } => {

@@ -61,18 +61,21 @@ use rdma::transport::sgl::MAX_SGE;
 use rdma::transport::{Access, QpState};
 
 use crate::contract::{doorbell_slots, Command, CommandTx, Reply, MAX_HOPS};
-pub use crate::contract::{AsyncEvent, DeviceConfig, QpOptions, QpTransition, RemoteQp};
+pub use crate::contract::{AsyncEvent, DeviceConfig, QpOptions, QpTransition, RemoteQp, UdWr};
 use crate::counters::Counters;
 pub use crate::device::Device;
 pub use crate::error::VerbsError;
 use crate::notify::CqNotify;
 
+mod ah;
 mod cq;
 mod mr;
 mod qp;
 mod srq;
 mod staging;
 
+pub use ah::AddressHandle;
+pub(crate) use ah::AhIds;
 pub use cq::{AsyncEvents, CompletionQueue};
 use mr::MrInner;
 pub use mr::{MemoryRegion, SgRef};

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use rdma::transport::sgl::MAX_SGE;
-use rdma::transport::{QpState, RecvWr, SendOp, SendWr, Sge};
+use rdma::transport::{QpState, RecvWr, SendOp, SendWr, Service, Sge};
 
 use super::staging::Staging;
 use super::{request, QpOptions, QpTransition, RemoteQp, SgRef, VerbsError};
 use crate::contract::{
-    push_request, Command, CommandTx, Doorbell, DoorbellSlot, EngineShared, Reply,
+    push_request, Command, CommandTx, Doorbell, DoorbellSlot, EngineShared, Reply, UdWr,
 };
 
 /// An RC queue pair handle: posts work requests to the engine.
@@ -231,6 +231,59 @@ impl QueuePair {
             self.shared.ring_doorbell(self.qpn);
         }
         result
+    }
+
+    /// Posts a UD datagram (`ibv_post_send` on a UD QP, `wr.ud`): a SEND,
+    /// with or without immediate, of at most the path MTU (IBA 9.8), to
+    /// `wr.dest` (an [`super::AddressHandle`]'s id, the remote QPN and
+    /// Q_Key). `sgl` as [`Self::post_send_sges`]; empty: `wr.sge`. It
+    /// completes once its packet is handed to the port.
+    pub fn post_send_ud(&mut self, wr: UdWr, sgl: &[Sge]) -> Result<(), VerbsError> {
+        if self.opts.service != Service::Ud {
+            return Err(VerbsError::WrongService(
+                "a UD destination on a connected QP",
+            ));
+        }
+        if !matches!(self.state, QpState::Rts | QpState::Err) {
+            return Err(self.not_ready());
+        }
+        let max = usize::from(self.opts.max_send_sge.max(1));
+        if sgl.len() > max {
+            return Err(VerbsError::TooManySges {
+                given: sgl.len(),
+                max,
+            });
+        }
+        let len: u64 = match sgl {
+            [] => u64::from(wr.sge.len),
+            l => l.iter().map(|s| u64::from(s.len)).sum(),
+        };
+        if len > u64::from(self.opts.mtu) {
+            return Err(VerbsError::DatagramTooLong {
+                len,
+                mtu: self.opts.mtu,
+            });
+        }
+        match sgl {
+            [] => self.ring(Doorbell::SendUd(wr)),
+            [one] => self.ring(Doorbell::SendUd(UdWr { sge: *one, ..wr })),
+            _ => self.ring_with_sges(Doorbell::SendUd(wr), sgl),
+        }
+    }
+
+    /// The transport service it was created with.
+    pub fn service(&self) -> Service {
+        self.opts.service
+    }
+
+    /// What a UD QP's move to RTR ([`Self::modify_qp`],
+    /// [`QpTransition::Rtr`]) or [`Self::connect`] takes: itself. A UD QP
+    /// has no peer; its datagrams go where their address handles say.
+    pub fn ud_self(&self) -> RemoteQp {
+        RemoteQp {
+            mac: Some(self.mac),
+            ..self.remote_info()
+        }
     }
 
     /// Posts a receive buffer for an incoming SEND (from INIT on, as in
