@@ -428,7 +428,6 @@ impl Engine {
             srq: s.opts.srq.is_some(),
             service: s.opts.service,
             qkey: s.opts.qkey,
-            ..QpConfig::default()
         };
         let transport = |source| EngineError::Transport { qpn, source };
         let mut qp = Qp::new(cfg).map_err(transport)?;
