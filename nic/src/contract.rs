@@ -551,6 +551,15 @@ pub enum Command {
         /// The description.
         reply: Reply<String>,
     },
+    /// Set a UD QP's Q_Key (`ibv_modify_qp` with `IBV_QP_QKEY`).
+    SetQkey {
+        /// QPN.
+        qpn: u32,
+        /// The Q_Key.
+        qkey: u32,
+        /// Done.
+        reply: Reply<()>,
+    },
     /// Learn address handle `ah` (`ibv_create_ah`): UD packets sent to it
     /// go to `ip` through the next hop `mac`. Every engine of the device
     /// learns it under the same id.

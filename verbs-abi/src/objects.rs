@@ -72,6 +72,8 @@ pub enum Kind {
     Channel,
     /// An [`Srq`].
     Srq,
+    /// An [`Ah`].
+    Ah,
 }
 
 /// The longest a destroy waits for its object's references and
@@ -539,6 +541,15 @@ pub struct Qp {
     pub lock: Spin,
     /// The handle and the state, under `lock`.
     pub inner: UnsafeCell<QpInner>,
+}
+
+/// An address handle (`ibv_create_ah`): where a UD QP's datagrams go.
+#[repr(C)]
+pub struct Ah {
+    /// What the program sees.
+    pub ibv: ibv_ah,
+    /// The NIC's handle (None once destroyed).
+    pub ah: Option<nic::verbs::AddressHandle>,
 }
 
 /// A shared receive queue (`ibv_create_srq`).

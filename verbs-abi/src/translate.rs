@@ -171,12 +171,106 @@ pub fn rc_transition_masks(from: ibv_qp_state, to: ibv_qp_state) -> Option<(u32,
     }
 }
 
+/// [`rc_transition_masks`] for a QP of `qp_type`: RC, UC (no READ/atomic
+/// or retry attributes: IBA 10.3.1 table 91's UC column) or UD (a Q_Key, no
+/// path: its datagrams carry their address). None: no such transition or
+/// QP type.
+pub fn transition_masks(
+    qp_type: ibv_qp_type,
+    from: ibv_qp_state,
+    to: ibv_qp_state,
+) -> Option<(u32, u32)> {
+    let state = IBV_QP_STATE;
+    let common = IBV_QP_CUR_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+    match qp_type {
+        IBV_QPT_RC => rc_transition_masks(from, to),
+        IBV_QPT_UC => match (from, to) {
+            (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => Some((
+                state,
+                state
+                    | common
+                    | IBV_QP_ACCESS_FLAGS
+                    | IBV_QP_AV
+                    | IBV_QP_PATH_MTU
+                    | IBV_QP_RQ_PSN
+                    | IBV_QP_SQ_PSN
+                    | IBV_QP_DEST_QPN
+                    | IBV_QP_ALT_PATH
+                    | IBV_QP_PATH_MIG_STATE,
+            )),
+            (IBV_QPS_RESET, IBV_QPS_INIT) => {
+                let m = state | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+                Some((m, m))
+            }
+            (IBV_QPS_INIT, IBV_QPS_INIT) => Some((
+                0,
+                state | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+            )),
+            (IBV_QPS_INIT, IBV_QPS_RTR) => {
+                let req = state | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+                Some((
+                    req,
+                    req | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
+                ))
+            }
+            (IBV_QPS_RTR, IBV_QPS_RTS) => Some((
+                state | IBV_QP_SQ_PSN,
+                state
+                    | IBV_QP_SQ_PSN
+                    | IBV_QP_CUR_STATE
+                    | IBV_QP_ACCESS_FLAGS
+                    | IBV_QP_ALT_PATH
+                    | IBV_QP_PATH_MIG_STATE,
+            )),
+            (IBV_QPS_RTS, IBV_QPS_RTS) => Some((
+                0,
+                state
+                    | IBV_QP_CUR_STATE
+                    | IBV_QP_ACCESS_FLAGS
+                    | IBV_QP_ALT_PATH
+                    | IBV_QP_PATH_MIG_STATE,
+            )),
+            _ => None,
+        },
+        IBV_QPT_UD => match (from, to) {
+            (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => {
+                Some((state, state | common | IBV_QP_QKEY | IBV_QP_SQ_PSN))
+            }
+            (IBV_QPS_RESET, IBV_QPS_INIT) => {
+                let m = state | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+                Some((m, m))
+            }
+            (IBV_QPS_INIT, IBV_QPS_INIT) => {
+                Some((0, state | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+            }
+            (IBV_QPS_INIT, IBV_QPS_RTR) => Some((state, state | IBV_QP_PKEY_INDEX | IBV_QP_QKEY)),
+            (IBV_QPS_RTR, IBV_QPS_RTS) => Some((
+                state | IBV_QP_SQ_PSN,
+                state | IBV_QP_SQ_PSN | IBV_QP_CUR_STATE | IBV_QP_QKEY,
+            )),
+            (IBV_QPS_RTS, IBV_QPS_RTS) => Some((0, state | IBV_QP_CUR_STATE | IBV_QP_QKEY)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Checks an `ibv_modify_qp` call on an RC QP in state `cur`: the target
 /// state (`attr_state` with IBV_QP_STATE in `mask`, else `cur`), or EINVAL
 /// when the transition does not exist, a required attribute is missing or
 /// one it does not take is given (what `ibv_modify_qp(3)` documents and
 /// the kernel's `ib_modify_qp_is_ok` enforces).
 pub fn check_modify(
+    cur: ibv_qp_state,
+    attr_state: ibv_qp_state,
+    mask: u32,
+) -> Result<ibv_qp_state, i32> {
+    check_modify_of(IBV_QPT_RC, cur, attr_state, mask)
+}
+
+/// [`check_modify`] for a QP of `qp_type` ([`transition_masks`]).
+pub fn check_modify_of(
+    qp_type: ibv_qp_type,
     cur: ibv_qp_state,
     attr_state: ibv_qp_state,
     mask: u32,
@@ -189,7 +283,7 @@ pub fn check_modify(
     if mask & IBV_QP_STATE == 0 && mask == 0 {
         return Err(EINVAL);
     }
-    let (required, allowed) = rc_transition_masks(cur, to).ok_or(EINVAL)?;
+    let (required, allowed) = transition_masks(qp_type, cur, to).ok_or(EINVAL)?;
     if mask & required != required || mask & !allowed != 0 {
         return Err(EINVAL);
     }
@@ -251,7 +345,9 @@ pub fn fill_wc(wc: &WorkCompletion, out: &mut ibv_wc) {
     out.vendor_err = 0;
     out.byte_len = wc.byte_len;
     out.qp_num = wc.qp_num;
-    out.src_qp = 0;
+    // A UD receive: the sender's QPN, and a GRH in the first 40 bytes of
+    // the buffer (IBV_WC_GRH).
+    out.src_qp = wc.src_qp;
     out.pkey_index = 0;
     out.slid = 0;
     out.sl = 0;
@@ -265,6 +361,9 @@ pub fn fill_wc(wc: &WorkCompletion, out: &mut ibv_wc) {
             out.__bindgen_anon_1.imm_data = 0;
             out.wc_flags = 0;
         }
+    }
+    if wc.grh {
+        out.wc_flags |= IBV_WC_GRH;
     }
 }
 
@@ -317,6 +416,7 @@ pub fn errno_of(e: &VerbsError) -> i32 {
             _ => EINVAL,
         },
         VerbsError::MrShared(_) => EBUSY,
+        VerbsError::NoAddressHandleLeft => ENOMEM,
         _ => EINVAL,
     }
 }

@@ -93,6 +93,18 @@ impl Engine {
                     let _ = reply.send(self.set_retry(qpn, timeout_ns, retry_cnt, rnr_retry));
                 }
                 Command::ResolveMac { ip, reply } => self.resolve_mac(ip, reply, now),
+                Command::SetQkey { qpn, qkey, reply } => {
+                    let r = self.slot_by_qpn(qpn).and_then(|s| {
+                        s.opts.qkey = qkey;
+                        match s.core.qp.as_mut() {
+                            Some(q) => q
+                                .set_qkey(qkey)
+                                .map_err(|source| EngineError::Transport { qpn, source }),
+                            None => Ok(()),
+                        }
+                    });
+                    let _ = reply.send(r);
+                }
                 Command::CreateAh { ah, ip, mac, reply } => {
                     let i = ah.0.get() as usize - 1;
                     if self.ahs.len() <= i {

@@ -271,6 +271,35 @@ impl QueuePair {
         }
     }
 
+    /// [`Self::post_send_ud`] of `data` copied now (`IBV_SEND_INLINE`, at
+    /// most `QpOptions::max_inline_data` bytes; `wr.sge` ignored).
+    pub fn post_send_ud_inline(&mut self, wr: UdWr, data: &[u8]) -> Result<(), VerbsError> {
+        let max = self.opts.max_inline_data as usize;
+        if data.len() > max {
+            return Err(VerbsError::TooLong {
+                len: data.len(),
+                max,
+            });
+        }
+        if self.opts.service != Service::Ud {
+            return Err(VerbsError::WrongService(
+                "a UD destination on a connected QP",
+            ));
+        }
+        let sge = self.stage(SendOp::Send, data)?;
+        self.post_send_ud(UdWr { sge, ..wr }, &[])
+    }
+
+    /// Sets a UD QP's Q_Key (`ibv_modify_qp` with `IBV_QP_QKEY`): the one
+    /// datagrams must carry to be received, and the one sent when a work
+    /// request's has its high bit set (IBA 10.2.4.4).
+    pub fn set_qkey(&mut self, qkey: u32) -> Result<(), VerbsError> {
+        let qpn = self.qpn;
+        self.request(|reply| Command::SetQkey { qpn, qkey, reply })?;
+        self.opts.qkey = qkey;
+        Ok(())
+    }
+
     /// The transport service it was created with.
     pub fn service(&self) -> Service {
         self.opts.service

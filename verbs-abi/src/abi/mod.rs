@@ -9,7 +9,7 @@
 //!
 //! Files: `device` (the device list, contexts, queries), `memory` (PDs,
 //! regions), `cq` (channels, CQs, polling), `qp` (QPs, posting),
-//! `srq` (shared receive queues), `rest` (async events, unimplemented
+//! `srq` (shared receive queues), `ah` (address handles), `rest` (async events, unimplemented
 //! calls, helpers), `ex` (the
 //! extended QP and CQ: `ibv_wr_*`, `ibv_start_poll`; `ibv_resize_cq`,
 //! `ibv_rereg_mr`).
@@ -85,6 +85,7 @@ pub(crate) fn minus_one(e: i32) -> c_int {
     -1
 }
 
+mod ah;
 mod cq;
 mod device;
 mod ex;
@@ -93,6 +94,7 @@ mod qp;
 mod rest;
 mod srq;
 
+pub(crate) use ah::ah_id;
 pub(crate) use cq::*;
 pub(crate) use device::*;
 pub(crate) use ex::{ctx_create_cq_ex, ctx_create_qp_ex};

@@ -6,7 +6,7 @@ use libc::{EINVAL, EOPNOTSUPP};
 use nic::contract::{QpOptions, QpTransition, RemoteQp};
 use nic::verbs::VerbsError;
 use rdma::transport::sgl::MAX_SGE;
-use rdma::transport::{RecvWr, SendOp, SendWr, Sge};
+use rdma::transport::{RecvWr, SendOp, SendWr, Service, Sge, UdDest};
 use std::ffi::c_int;
 use std::ptr::null_mut;
 
@@ -25,10 +25,13 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
         // SAFETY: the caller's attributes (checked non-NULL); `cap` is
         // written back below, as ibv_create_qp(3) says.
         let a = unsafe { &mut *attr };
-        if a.qp_type != IBV_QPT_RC {
-            // UD, UC, XRC, raw packet: not implemented by this NIC.
-            return null_with(EOPNOTSUPP);
-        }
+        let service = match a.qp_type {
+            IBV_QPT_RC => Service::Rc,
+            IBV_QPT_UC => Service::Uc,
+            IBV_QPT_UD => Service::Ud,
+            // XRC, raw packet, driver QPs: not implemented by this NIC.
+            _ => return null_with(EOPNOTSUPP),
+        };
         // A QP on an SRQ of the same PD takes its receives from it
         // (ibv_create_qp(3); its own max_recv_wr/max_recv_sge are ignored);
         // the SRQ counts it as a child (destroy_srq: EBUSY while it lives).
@@ -80,6 +83,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
             max_recv_sge: cap.max_recv_sge.max(1) as u8,
             max_inline_data: cap.max_inline_data,
             srq,
+            service,
             ..QpOptions::default()
         };
         let made = {
@@ -123,7 +127,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
                 handle: qpn,
                 qp_num: qpn,
                 state: IBV_QPS_RESET,
-                qp_type: IBV_QPT_RC,
+                qp_type: a.qp_type,
                 ..Default::default()
             },
             ex: Default::default(),
@@ -190,12 +194,13 @@ pub(crate) extern "C" fn rsnic_ibv_destroy_qp(q: *mut ibv_qp) -> c_int {
 /// Applies a checked `ibv_modify_qp` to the engine's QP.
 pub(crate) fn modify(
     inner: &mut QpInner,
+    qp_type: ibv_qp_type,
     attr: &ibv_qp_attr,
     mask: u32,
     backend: &Backend,
 ) -> Result<(), i32> {
     let cur = inner.state;
-    let to = check_modify(cur, attr.qp_state, mask)?;
+    let to = check_modify_of(qp_type, cur, attr.qp_state, mask)?;
     if mask & IBV_QP_CUR_STATE != 0 && attr.cur_qp_state != cur {
         return Err(EINVAL);
     }
@@ -236,10 +241,23 @@ pub(crate) fn modify(
     }
     let h = inner.qp.as_mut().ok_or(EINVAL)?;
     let engine = |r: Result<(), VerbsError>| r.map_err(|e| errno_of(&e));
+    if mask & IBV_QP_QKEY != 0 && !matches!(to, IBV_QPS_RESET | IBV_QPS_ERR) {
+        engine(h.set_qkey(attr.qkey))?;
+    }
     match (cur, to) {
         (_, IBV_QPS_RESET) => engine(h.modify_qp(QpTransition::Reset))?,
         (_, IBV_QPS_ERR) => engine(h.modify_qp(QpTransition::Err))?,
         (IBV_QPS_RESET, IBV_QPS_INIT) => engine(h.modify_qp(QpTransition::Init))?,
+        // A UD QP has no peer: its datagrams carry their address.
+        (IBV_QPS_INIT, IBV_QPS_RTR) if qp_type == IBV_QPT_UD => {
+            let me = h.ud_self();
+            engine(h.modify_qp(QpTransition::Rtr(me)))?;
+        }
+        (IBV_QPS_RTR, IBV_QPS_RTS) if qp_type != IBV_QPT_RC => {
+            // UC and UD never retransmit: no retry attributes.
+            engine(h.set_sq_psn(attr.sq_psn))?;
+            engine(h.modify_qp(QpTransition::Rts))?;
+        }
         (IBV_QPS_INIT, IBV_QPS_RTR) => {
             let mtu = mtu_bytes(attr.path_mtu).ok_or(EINVAL)?;
             let ah = &attr.ah_attr;
@@ -299,6 +317,7 @@ pub(crate) fn modify(
         IBV_QP_SQ_PSN => sq_psn;
         IBV_QP_MAX_DEST_RD_ATOMIC => max_dest_rd_atomic;
         IBV_QP_DEST_QPN => dest_qp_num;
+        IBV_QP_QKEY => qkey;
     }
     Ok(())
 }
@@ -323,7 +342,7 @@ pub(crate) extern "C" fn rsnic_ibv_modify_qp(
         let _g = qp.lock.lock();
         // SAFETY: under the QP's lock.
         let inner = unsafe { &mut *qp.inner.get() };
-        let r = modify(inner, attr, mask as u32, backend);
+        let r = modify(inner, qp.ibv.qp_type, attr, mask as u32, backend);
         set_ibv_state(q, inner.state);
         match r {
             Ok(()) => 0,
@@ -375,7 +394,7 @@ pub(crate) extern "C" fn rsnic_ibv_query_qp(
                     recv_cq: qp.ibv.recv_cq,
                     srq: qp.ibv.srq,
                     cap: inner.cap,
-                    qp_type: IBV_QPT_RC,
+                    qp_type: qp.ibv.qp_type,
                     sq_sig_all: inner.sq_sig_all.into(),
                 });
             }
@@ -531,18 +550,117 @@ pub(crate) extern "C" fn op_post_send(
         let Some(h) = inner.qp.as_mut() else {
             return fail(wr, EINVAL);
         };
-        match post_chain(sig_all, &cap, h, wr) {
+        let posted = match qp.ibv.qp_type {
+            IBV_QPT_UD => post_chain_ud(sig_all, &cap, h, wr),
+            t => post_chain(sig_all, &cap, t == IBV_QPT_UC, h, wr),
+        };
+        match posted {
             Ok(()) => 0,
             Err((at, e)) => fail(at, e),
         }
     })
 }
 
+/// Posts the chain of UD work requests from `wr` through `h`
+/// ([`op_post_send`] on a UD QP), one doorbell each: SEND or SEND with
+/// immediate of at most the path MTU to `wr.ud` (an address handle of the
+/// QP's PD, the remote QPN and Q_Key); anything else is EINVAL, as rxe's
+/// `validate_send_wr` answers.
+fn post_chain_ud(
+    sig_all: bool,
+    cap: &ibv_qp_cap,
+    h: &mut nic::verbs::QueuePair,
+    wr: *mut ibv_send_wr,
+) -> Result<(), (*mut ibv_send_wr, i32)> {
+    let mut cur = wr;
+    let mut list = [Sge::default(); MAX_SGE];
+    let mut inline = [0u8; MAX_INLINE as usize];
+    while !cur.is_null() {
+        // SAFETY: a work request of the caller's chain.
+        let w = unsafe { &*cur };
+        post_one_ud(sig_all, cap, h, w, &mut list, &mut inline).map_err(|e| (cur, e))?;
+        cur = w.next;
+    }
+    Ok(())
+}
+
+/// One UD work request of [`post_chain_ud`].
+fn post_one_ud(
+    sig_all: bool,
+    cap: &ibv_qp_cap,
+    h: &mut nic::verbs::QueuePair,
+    w: &ibv_send_wr,
+    list: &mut [Sge; MAX_SGE],
+    inline: &mut [u8; MAX_INLINE as usize],
+) -> Result<(), i32> {
+    let imm = match send_op(w)? {
+        SendOp::Send => None,
+        SendOp::SendImm(i) => Some(i),
+        _ => return Err(EINVAL),
+    };
+    // SAFETY (union read): plain integers and a pointer; the opcode says
+    // the program set `wr.ud`.
+    let ud = unsafe { w.wr.ud };
+    let ah = ah_id(ud.ah).ok_or(EINVAL)?;
+    let n = usize::try_from(w.num_sge).map_err(|_| EINVAL)?;
+    if (n > 0 && w.sg_list.is_null()) || n > cap.max_send_sge as usize {
+        return Err(EINVAL);
+    }
+    // SAFETY: ibv_post_send(3): `sg_list` holds `num_sge` entries.
+    let sges = if n == 0 {
+        &[][..]
+    } else {
+        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
+    };
+    let u = nic::verbs::UdWr {
+        wr_id: w.wr_id,
+        sge: Sge::default(),
+        imm,
+        dest: UdDest {
+            ah,
+            remote_qpn: ud.remote_qpn,
+            remote_qkey: ud.remote_qkey,
+        },
+        signaled: sig_all || w.send_flags & IBV_SEND_SIGNALED != 0,
+        solicited: w.send_flags & IBV_SEND_SOLICITED != 0,
+    };
+    let r = if w.send_flags & IBV_SEND_INLINE != 0 {
+        let mut len = 0usize;
+        for s in sges {
+            let l = s.length as usize;
+            if len + l > cap.max_inline_data as usize {
+                return Err(EINVAL);
+            }
+            if l > 0 {
+                // SAFETY: an inline SGE is the program's memory, readable for
+                // `length` bytes during the call (no lkey needed).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        s.addr as *const u8,
+                        inline[len..].as_mut_ptr(),
+                        l,
+                    )
+                };
+            }
+            len += l;
+        }
+        h.post_send_ud_inline(u, &inline[..len])
+    } else {
+        for (dst, s) in list.iter_mut().zip(sges) {
+            *dst = sge_of(s);
+        }
+        h.post_send_ud(u, &list[..n])
+    };
+    r.map_err(|e| errno_of(&e))
+}
+
 /// Posts the chain from `wr` through `h` ([`op_post_send`]), the QP's
-/// `sq_sig_all` and capabilities given; the failed request and its errno.
+/// `sq_sig_all` and capabilities given (`uc`: a UC QP, which refuses READ
+/// and ATOMIC); the failed request and its errno.
 fn post_chain(
     sig_all: bool,
     cap: &ibv_qp_cap,
+    uc: bool,
     h: &mut nic::verbs::QueuePair,
     wr: *mut ibv_send_wr,
 ) -> Result<(), (*mut ibv_send_wr, i32)> {
@@ -580,7 +698,12 @@ fn post_chain(
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
             let w = unsafe { &*cur };
-            match prepare(sig_all, cap, w, &mut inline, &mut list) {
+            // UC has SEND and RDMA WRITE only (IBA 9.8.2; rxe: EINVAL).
+            let prepared = match send_op(w) {
+                Ok(op) if uc && op.needs_response() => Err(EINVAL),
+                _ => prepare(sig_all, cap, w, &mut inline, &mut list),
+            };
+            match prepared {
                 Ok(Prepared::Wr(x)) => {
                     batch[n] = x;
                     from[n] = cur;

@@ -112,34 +112,6 @@ pub(crate) extern "C" fn rsnic_ibv_ack_async_event(ev: *mut ibv_async_event) {
 // ------------------------------------------------- not implemented (yet)
 
 #[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_create_ah(_p: *mut ibv_pd, _a: *mut ibv_ah_attr) -> *mut c_void {
-    // Address handles serve UD QPs, which this NIC does not have.
-    null_with(EOPNOTSUPP)
-}
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_create_ah_from_wc(
-    _p: *mut ibv_pd,
-    _w: *mut ibv_wc,
-    _g: *mut c_void,
-    _port: u8,
-) -> *mut c_void {
-    null_with(EOPNOTSUPP)
-}
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_init_ah_from_wc(
-    _c: *mut ibv_context,
-    _port: u8,
-    _w: *mut ibv_wc,
-    _g: *mut c_void,
-    _a: *mut ibv_ah_attr,
-) -> c_int {
-    minus_one(EOPNOTSUPP)
-}
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_destroy_ah(_a: *mut c_void) -> c_int {
-    EINVAL
-}
-#[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_attach_mcast(
     _q: *mut ibv_qp,
     _g: *const ibv_gid,
