@@ -23,7 +23,7 @@
 #          (default 50000) SENDs of 4 KiB, both ends asleep in poll() on their
 #          completion channel, which must never return EINTR (issue 40, item 8:
 #          the TAP PMD's per-frame signal goes to the engine's thread)
-#   pairs: devinfo, perftest, ibv_rc_pingpong and ibv_srq_pingpong in two namespaces;
+#   pairs: devinfo, perftest (RC, -c UC, -c UD), ibv_rc/srq/uc/ud_pingpong in two namespaces;
 #          VERBS_ITERS iterations per test (default 200), VERBS_ALL_ITERS per
 #          size of the -a runs (default 100)
 #   quick: eintr, devinfo, one bw, one lat, pingpong;  all: abi + eintr + pairs
@@ -342,5 +342,16 @@ pair "ibv_rc_pingpong -g 0 -e" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -e -n 
 pair "ibv_rc_pingpong -g 0 -N -c" "$PP" 18515 ibv_rc_pingpong -d rsnic0 -g 0 -N -c -n 500 -- ibv_rc_pingpong -d rsnic0 -g 0 -N -c -n 500 10.99.0.2
 # -- 4. ibv_srq_pingpong: 16 QPs on one shared receive queue, data checked
 pair "ibv_srq_pingpong -g 0 -q 16 -c" "$PP" 18515 ibv_srq_pingpong -d rsnic0 -g 0 -q 16 -c -n 200 -- ibv_srq_pingpong -d rsnic0 -g 0 -q 16 -c -n 200 10.99.0.2
+# -- 5. UC and UD: the pingpongs check the data (UD: the 40-byte GRH in front
+#       of it, address handles), perftest's -c UC/UD. UD messages fit the MTU;
+#       UC SENDs of 4 KiB keep the receiver's queue ahead of a sender that
+#       nothing paces (UC has no ACKs and a lost packet loses the message)
+pair "ibv_uc_pingpong -g 0 -c" "$PP" 18515 ibv_uc_pingpong -d rsnic0 -g 0 -c -n 200 -- ibv_uc_pingpong -d rsnic0 -g 0 -c -n 200 10.99.0.2
+pair "ibv_ud_pingpong -g 0 -s 1024 -c" "$PP" 18515 ibv_ud_pingpong -d rsnic0 -g 0 -s 1024 -c -n 200 -- ibv_ud_pingpong -d rsnic0 -g 0 -s 1024 -c -n 200 10.99.0.2
+if [ "$what" != quick ]; then
+  bw ib_send_bw "-c UD -s 1024 -n $ITERS"
+  bw ib_send_bw "-c UC -s 4096 -n $ITERS"
+  bw ib_write_bw "-c UC -s 65536 -n $ITERS"
+fi
 
 finish

@@ -26,18 +26,7 @@ impl Engine {
         if s.core.feed_events(now).fatal {
             s.fatal_pending = true;
         }
-        // Completions, as long as both CQs have room (a full CQ holds them
-        // in the QP instead of losing them, and the QP waits in `cq_waiting`
-        // until the program makes room).
-        if !move_completions(&mut self.cqs, &mut self.counters, s) && !s.cq_waiting {
-            s.cq_waiting = true;
-            self.cq_waiting.push(i as u32);
-            let (send, recv) = (s.send_cq, s.recv_cq);
-            let full = [send, recv]
-                .into_iter()
-                .find(|&c| self.cqs[c as usize].slots() == 0);
-            self.report_cq_full(full.unwrap_or(send), false);
-        }
+        self.deliver_completions(i);
         self.report_qp_error(i);
         self.requeue(i, now);
         let Some(s) = self.qps[i].as_deref_mut() else {
@@ -46,6 +35,24 @@ impl Engine {
         super::poll::sync_counters(s, &mut self.qp_sums);
         if s.doorbell_blocked {
             self.take_doorbells(i);
+        }
+    }
+
+    /// QP `i`'s completions into its CQs, as long as both have room (a
+    /// full CQ holds them in the QP instead of losing them, and the QP
+    /// waits in `cq_waiting` until the program makes room).
+    pub(super) fn deliver_completions(&mut self, i: usize) {
+        let Some(s) = self.qps[i].as_deref_mut() else {
+            return;
+        };
+        if !move_completions(&mut self.cqs, &mut self.counters, s) && !s.cq_waiting {
+            s.cq_waiting = true;
+            self.cq_waiting.push(i as u32);
+            let (send, recv) = (s.send_cq, s.recv_cq);
+            let full = [send, recv]
+                .into_iter()
+                .find(|&c| self.cqs[c as usize].slots() == 0);
+            self.report_cq_full(full.unwrap_or(send), false);
         }
     }
 

@@ -21,6 +21,7 @@ use crate::counters::Counters;
 use crate::io::{build_frame, build_frame_tpl, ExtPart, Payload, TxPools};
 use crate::port_shaper::PortShaper;
 use crate::scheduler::Decision;
+use rdma::transport::Service;
 
 /// Ethernet preamble, inter-frame gap and FCS: what the wire adds to a frame.
 const WIRE_OVERHEAD: u64 = 24;
@@ -140,17 +141,19 @@ impl Engine {
             now,
             &mut out,
         );
-        // UC and UD sends complete when their last packet leaves (no
-        // acknowledgement will come to move the completion).
-        if s.core
-            .qp
-            .as_ref()
-            .is_some_and(|q| q.pending_completions() > 0)
-        {
-            self.after_qp_work(i, now);
-            return;
-        }
         super::poll::sync_counters(s, &mut self.qp_sums);
+        // UC and UD sends complete when their last packet leaves (no
+        // acknowledgement will come to move the completion). An RC QP's
+        // completions move on the receive path, and its place in the round
+        // robin is send_data's alone.
+        if s.opts.service != Service::Rc
+            && s.core
+                .qp
+                .as_ref()
+                .is_some_and(|q| q.pending_completions() > 0)
+        {
+            self.deliver_completions(i);
+        }
     }
 }
 

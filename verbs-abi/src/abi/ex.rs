@@ -36,7 +36,7 @@ use libc::{EINVAL, ENOENT, ENOSPC, EOPNOTSUPP};
 use nic::contract::doorbell_slots;
 use nic::verbs::VerbsError;
 use rdma::transport::sgl::MAX_SGE;
-use rdma::transport::{SendOp, SendWr, Sge, WorkCompletion};
+use rdma::transport::{SendOp, SendWr, Sge, UdDest, WorkCompletion};
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_uint, c_void};
 use std::mem::{offset_of, size_of};
@@ -140,6 +140,8 @@ struct Staged {
     n: u32,
     /// Inline data: `inline[at..at + len]` of the batch.
     inline: Option<(u32, u32)>,
+    /// A UD QP's destination (`ibv_wr_set_ud_addr`).
+    ud: Option<UdDest>,
 }
 
 /// The `ibv_wr_*` state of an extended QP: the QP's lock while a batch is
@@ -226,6 +228,7 @@ fn begin(q: *mut ibv_qp_ex, op: SendOp) {
             first: 0,
             n: 0,
             inline: None,
+            ud: None,
         });
     })
 }
@@ -406,24 +409,31 @@ extern "C" fn wr_set_inline_data_list(q: *mut ibv_qp_ex, n: usize, list: *const 
 }
 
 /// `ibv_wr_set_ud_addr`: the destination of the last work request of a UD
-/// QP. An RC or UC QP has no per-request address: the batch fails with
-/// EINVAL. A UD QP cannot be created yet (its engine support lands
-/// separately); when it can, this needs only the AH's lookup (the `ibv_ah`
-/// of `rsnic_ibv_create_ah` -> its destination) and the destination's
-/// field in the staged request: until then it records EOPNOTSUPP.
-extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, _ah: *mut ibv_ah, _qpn: u32, _qkey: u32) {
+/// QP (its address handle, QP number and Q_Key). An RC or UC QP has no
+/// per-request address, and a handle that is not a live one of ours names
+/// none: the batch fails with EINVAL.
+extern "C" fn wr_set_ud_addr(
+    q: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
     guard((), || {
         // SAFETY: reached only through the ops of a QP of ours.
         let Some(b) = (unsafe { open_batch(q) }) else {
             return;
         };
-        if b.wrs.is_empty() {
+        if b.err != 0 {
+            return;
+        }
+        let (IBV_QPT_UD, Some(ah), Some(w)) = (b.qp_type, ah_id(ah), b.wrs.last_mut()) else {
             return b.fail(EINVAL);
-        }
-        match b.qp_type {
-            IBV_QPT_UD => b.fail(EOPNOTSUPP),
-            _ => b.fail(EINVAL),
-        }
+        };
+        w.ud = Some(UdDest {
+            ah,
+            remote_qpn,
+            remote_qkey,
+        });
     })
 }
 
@@ -523,7 +533,11 @@ fn post_batch(h: &mut nic::verbs::QueuePair, b: &WrBatch) -> c_int {
     let mut go = || -> Result<(), i32> {
         for w in &b.wrs {
             let (first, k) = (w.first as usize, w.n as usize);
-            if let Some((at, len)) = w.inline {
+            if b.qp_type == IBV_QPT_UD {
+                flush(h, &run[..n])?;
+                n = 0;
+                post_ud(h, b, w)?;
+            } else if let Some((at, len)) = w.inline {
                 flush(h, &run[..n])?;
                 n = 0;
                 let data = &b.inline[at as usize..(at + len) as usize];
@@ -553,6 +567,32 @@ fn post_batch(h: &mut nic::verbs::QueuePair, b: &WrBatch) -> c_int {
         Ok(()) => 0,
         Err(e) => e,
     }
+}
+
+/// One staged request of a UD QP: a SEND (with or without immediate) to
+/// the destination `ibv_wr_set_ud_addr` gave it (none: EINVAL).
+fn post_ud(h: &mut nic::verbs::QueuePair, b: &WrBatch, w: &Staged) -> Result<(), i32> {
+    let imm = match w.wr.op {
+        SendOp::Send => None,
+        SendOp::SendImm(i) => Some(i),
+        _ => return Err(EINVAL),
+    };
+    let u = nic::verbs::UdWr {
+        wr_id: w.wr.wr_id,
+        sge: Sge::default(),
+        imm,
+        dest: w.ud.ok_or(EINVAL)?,
+        signaled: w.wr.signaled,
+        solicited: w.wr.solicited,
+    };
+    let r = match w.inline {
+        Some((at, len)) => h.post_send_ud_inline(u, &b.inline[at as usize..(at + len) as usize]),
+        None => {
+            let first = w.first as usize;
+            h.post_send_ud(u, &b.sges[first..first + w.n as usize])
+        }
+    };
+    r.map_err(|e| errno_of(&e))
 }
 
 /// `verbs_context.create_qp_ex` (`ibv_create_qp_ex(3)`): the checks of
@@ -829,18 +869,22 @@ extern "C" fn cq_read_imm_data(c: *mut ibv_cq_ex) -> u32 {
 extern "C" fn cq_read_qp_num(c: *mut ibv_cq_ex) -> u32 {
     cur(c).qp_num
 }
+/// A UD receive's sender (0 on other services, as `ibv_wc.src_qp`).
+extern "C" fn cq_read_src_qp(c: *mut ibv_cq_ex) -> u32 {
+    cur(c).src_qp
+}
 extern "C" fn cq_read_zero32(_c: *mut ibv_cq_ex) -> u32 {
     0
 }
 extern "C" fn cq_read_zero8(_c: *mut ibv_cq_ex) -> u8 {
     0
 }
+/// IBV_WC_WITH_IMM and, for a UD receive, IBV_WC_GRH (as `fill_wc`).
 extern "C" fn cq_read_wc_flags(c: *mut ibv_cq_ex) -> c_uint {
-    if cur(c).imm.is_some() {
-        IBV_WC_WITH_IMM
-    } else {
-        0
-    }
+    let w = cur(c);
+    let imm = if w.imm.is_some() { IBV_WC_WITH_IMM } else { 0 };
+    let grh = if w.grh { IBV_WC_GRH } else { 0 };
+    imm | grh
 }
 
 /// `verbs_context.create_cq_ex` (`ibv_create_cq_ex(3)`): `comp_mask`
@@ -899,7 +943,7 @@ pub(crate) extern "C" fn ctx_create_cq_ex(
                 (*x).read_qp_num = Some(cq_read_qp_num);
             }
             if want(IBV_WC_EX_WITH_SRC_QP) {
-                (*x).read_src_qp = Some(cq_read_zero32);
+                (*x).read_src_qp = Some(cq_read_src_qp);
             }
             if want(IBV_WC_EX_WITH_SLID) {
                 (*x).read_slid = Some(cq_read_zero32);

@@ -158,6 +158,183 @@ static int post(struct ibv_qp *qp, enum ibv_wr_opcode op, struct ibv_mr *l, size
 	return ibv_post_send(qp, &wr, &bad);
 }
 
+/* UD and UC (issue 40, item 4) on one port, through the NIC's loopback:
+ * Q_Keys and the modify masks of each service, address handles, the
+ * 40-byte GRH in front of a UD receive, datagrams of a wrong Q_Key dropped,
+ * a reply through ibv_create_ah_from_wc, the path MTU as a datagram's
+ * limit; UC SEND and WRITE with immediate, READ refused. */
+static void ud_uc_checks(struct ibv_mr *m0, struct ibv_mr *m1, char *b0, char *b1)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr ua = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+				       .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2,
+						.max_recv_sge = 2, .max_inline_data = 64 } };
+	struct ibv_qp *u1 = ibv_create_qp(pd, &ua), *u2 = ibv_create_qp(pd, &ua);
+	CHECK(cq && u1 && u2 && u1->qp_type == IBV_QPT_UD && u1->qp_num != u2->qp_num, "two UD QPs");
+	if (!cq || !u1 || !u2)
+		return;
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1, .qkey = 0x11111111,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	errno = 0;
+	CHECK(ibv_modify_qp(u1, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT) == EINVAL,
+	      "UD to INIT without a Q_Key: EINVAL");
+	CHECK(ibv_modify_qp(u1, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY |
+					    IBV_QP_ACCESS_FLAGS) == EINVAL,
+	      "UD to INIT with access flags (not a UD attribute): EINVAL");
+	int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+	CHECK(ibv_modify_qp(u1, &a, mask) == 0 && ibv_modify_qp(u2, &a, mask) == 0, "UD to INIT with a Q_Key");
+	a.qp_state = IBV_QPS_RTR;
+	a.dest_qp_num = 5;
+	CHECK(ibv_modify_qp(u1, &a, IBV_QP_STATE | IBV_QP_DEST_QPN) == EINVAL,
+	      "UD to RTR with a destination QPN (a connected QP's attribute): EINVAL");
+	CHECK(ibv_modify_qp(u1, &a, IBV_QP_STATE) == 0 && ibv_modify_qp(u2, &a, IBV_QP_STATE) == 0, "UD to RTR");
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 1;
+	CHECK(ibv_modify_qp(u1, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0 &&
+		      ibv_modify_qp(u2, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0,
+	      "UD to RTS (no retry attributes)");
+
+	struct ibv_ah_attr aa = { .is_global = 0, .port_num = 1 };
+	errno = 0;
+	CHECK(ibv_create_ah(pd, &aa) == NULL && errno == EINVAL, "create_ah without a GRH (RoCE needs one): NULL/EINVAL");
+	aa.is_global = 1;
+	aa.grh.dgid = gid;
+	aa.grh.hop_limit = 64;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	CHECK(ah != NULL && ah->pd == pd, "create_ah to our own GID");
+
+	struct ibv_wc wc;
+	struct ibv_sge rs = { .addr = (uintptr_t)b1, .length = 40 + 256, .lkey = m1->lkey };
+	struct ibv_recv_wr r = { .wr_id = 901, .sg_list = &rs, .num_sge = 1 }, *rb;
+	struct ibv_sge ss[2] = { { .addr = (uintptr_t)b0, .length = 100, .lkey = m0->lkey },
+				 { .addr = (uintptr_t)b0 + 1000, .length = 28, .lkey = m0->lkey } };
+	struct ibv_send_wr s = { .wr_id = 902, .sg_list = ss, .num_sge = 2, .opcode = IBV_WR_SEND_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(0x5eed) }, *sb;
+	s.wr.ud.ah = ah;
+	s.wr.ud.remote_qpn = u2->qp_num;
+	s.wr.ud.remote_qkey = 0x22222222; /* wrong: u2 drops it */
+	for (int i = 0; i < 1128; i++)
+		b0[i] = (char)(i * 7 + 3);
+	memset(b1, 0, 40 + 256);
+	int ok = ibv_post_recv(u2, &r, &rb) == 0 && ibv_post_send(u1, &s, &sb) == 0 && wait_wc(cq, &wc) == 1 &&
+		 wc.wr_id == 902 && wc.status == IBV_WC_SUCCESS;
+	s.wr.ud.remote_qkey = 0x11111111;
+	s.wr_id = 903;
+	ok = ok && ibv_post_send(u1, &s, &sb) == 0;
+	int got_send = 0, got_recv = 0;
+	for (int i = 0; ok && i < 2 && wait_wc(cq, &wc) == 1; i++) {
+		if (wc.wr_id == 903 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND)
+			got_send = 1;
+		if (wc.wr_id == 901 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV)
+			got_recv = wc.byte_len == 40 + 128 && (wc.wc_flags & IBV_WC_GRH) &&
+				   (wc.wc_flags & IBV_WC_WITH_IMM) && ntohl(wc.imm_data) == 0x5eed &&
+				   wc.src_qp == u1->qp_num && wc.qp_num == u2->qp_num;
+	}
+	ok = ok && got_send && got_recv && !memcmp(b1 + 40, b0, 100) && !memcmp(b1 + 140, b0 + 1000, 28);
+	/* RoCE v2 over IPv4: the GRH area holds the IPv4 header in its last 20
+	 * bytes (rdma-core's ibv_init_ah_from_wc reads it there). */
+	ok = ok && (unsigned char)b1[20] == 0x45 && !memcmp(b1 + 32, gid.raw + 12, 4) && !memcmp(b1 + 36, gid.raw + 12, 4);
+	CHECK(ok, "UD SEND with immediate of 2 SGEs: the datagram of a wrong Q_Key dropped, the next received "
+		  "behind a 40-byte GRH (IPv4 header in its last 20 bytes), src_qp, IBV_WC_GRH (send %d, recv %d)",
+	      got_send, got_recv);
+
+	struct ibv_ah *back = ok ? ibv_create_ah_from_wc(pd, &wc, (struct ibv_grh *)b1, 1) : NULL;
+	struct ibv_ah_attr fa;
+	memset(&fa, 0, sizeof(fa));
+	CHECK(back && ibv_init_ah_from_wc(ctx, 1, &wc, (struct ibv_grh *)b1, &fa) == 0 && fa.is_global &&
+		      !memcmp(fa.grh.dgid.raw, gid.raw, 16),
+	      "create_ah_from_wc / init_ah_from_wc: the sender's GID");
+	struct ibv_wc nogrh = wc;
+	nogrh.wc_flags &= ~IBV_WC_GRH;
+	errno = 0;
+	CHECK(ibv_create_ah_from_wc(pd, &nogrh, (struct ibv_grh *)b1, 1) == NULL && errno == EINVAL,
+	      "create_ah_from_wc of a completion without IBV_WC_GRH: NULL/EINVAL");
+	if (back) {
+		/* The reply: inline, to the address handle of the request. */
+		rs.addr = (uintptr_t)b1 + 1024;
+		r.wr_id = 904;
+		char word[] = "pong";
+		struct ibv_sge is = { .addr = (uintptr_t)word, .length = 5 };
+		struct ibv_send_wr ps = { .wr_id = 905, .sg_list = &is, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE };
+		ps.wr.ud.ah = back;
+		ps.wr.ud.remote_qpn = wc.src_qp;
+		ps.wr.ud.remote_qkey = 0x11111111;
+		got_recv = got_send = 0;
+		ok = ibv_post_recv(u1, &r, &rb) == 0 && ibv_post_send(u2, &ps, &sb) == 0;
+		for (int i = 0; ok && i < 2 && wait_wc(cq, &wc) == 1; i++) {
+			got_send |= wc.wr_id == 905 && wc.status == IBV_WC_SUCCESS;
+			got_recv |= wc.wr_id == 904 && wc.status == IBV_WC_SUCCESS && wc.byte_len == 45 &&
+				    wc.src_qp == u2->qp_num && !memcmp(b1 + 1024 + 40, "pong", 5);
+		}
+		CHECK(got_send && got_recv, "the inline reply through the AH made from the completion");
+		CHECK(ibv_destroy_ah(back) == 0, "destroy_ah");
+	}
+	struct ibv_port_attr pa;
+	ibv_query_port(ctx, 1, &pa);
+	int mtu = 128 << pa.active_mtu;
+	struct ibv_sge big = { .addr = (uintptr_t)b0, .length = (uint32_t)mtu + 1, .lkey = m0->lkey };
+	s.sg_list = &big;
+	s.num_sge = 1;
+	sb = NULL;
+	CHECK(ibv_post_send(u1, &s, &sb) == EINVAL && sb == &s, "UD SEND of the path MTU (%d) + 1 bytes: EINVAL", mtu);
+	s.sg_list = ss;
+	s.opcode = IBV_WR_RDMA_WRITE;
+	CHECK(ibv_post_send(u1, &s, &sb) == EINVAL, "RDMA WRITE on a UD QP: EINVAL");
+	CHECK(ibv_destroy_qp(u1) == 0 && ibv_destroy_qp(u2) == 0 && ibv_destroy_ah(ah) == 0, "UD teardown");
+
+	/* UC: connected, no ACKs; SEND and WRITE, never READ or atomics. */
+	struct ibv_qp_init_attr ca = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UC,
+				       .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_qp *c1 = ibv_create_qp(pd, &ca), *c2 = ibv_create_qp(pd, &ca);
+	CHECK(c1 && c2 && c1->qp_type == IBV_QPT_UC, "two UC QPs");
+	if (!c1 || !c2)
+		return;
+	struct ibv_qp_attr ia = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				  .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+	ok = ibv_modify_qp(c1, &ia, mask) == 0 && ibv_modify_qp(c2, &ia, mask) == 0;
+	struct ibv_qp_attr ra = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .rq_psn = 7,
+				  .min_rnr_timer = 12,
+				  .ah_attr = { .is_global = 1, .port_num = 1, .grh = { .dgid = gid, .hop_limit = 1 } } };
+	mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	ra.dest_qp_num = c2->qp_num;
+	CHECK(ok && ibv_modify_qp(c1, &ra, mask | IBV_QP_MIN_RNR_TIMER) == EINVAL,
+	      "UC to RTR with an RNR timer (an RC attribute): EINVAL");
+	ok = ibv_modify_qp(c1, &ra, mask) == 0;
+	ra.dest_qp_num = c1->qp_num;
+	ok = ok && ibv_modify_qp(c2, &ra, mask) == 0;
+	struct ibv_qp_attr ta = { .qp_state = IBV_QPS_RTS, .sq_psn = 7, .retry_cnt = 7 };
+	CHECK(ok && ibv_modify_qp(c1, &ta, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_RETRY_CNT) == EINVAL,
+	      "UC to RTS with a retry count: EINVAL");
+	ok = ibv_modify_qp(c1, &ta, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0 &&
+	     ibv_modify_qp(c2, &ta, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0;
+	CHECK(ok, "UC connected (INIT, RTR, RTS)");
+	memset(b1 + 2048, 0, 3000);
+	rs = (struct ibv_sge){ .addr = (uintptr_t)b1 + 6000, .length = 16, .lkey = m1->lkey };
+	r = (struct ibv_recv_wr){ .wr_id = 910, .sg_list = &rs, .num_sge = 1 };
+	struct ibv_sge ws = { .addr = (uintptr_t)b0, .length = 3000, .lkey = m0->lkey };
+	struct ibv_send_wr w = { .wr_id = 911, .sg_list = &ws, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(77) };
+	w.wr.rdma.remote_addr = (uintptr_t)b1 + 2048;
+	w.wr.rdma.rkey = m1->rkey;
+	got_send = got_recv = 0;
+	ok = ibv_post_recv(c2, &r, &rb) == 0 && ibv_post_send(c1, &w, &sb) == 0;
+	for (int i = 0; ok && i < 2 && wait_wc(cq, &wc) == 1; i++) {
+		got_send |= wc.wr_id == 911 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE;
+		got_recv |= wc.wr_id == 910 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+			    ntohl(wc.imm_data) == 77 && wc.byte_len == 3000 && wc.src_qp == 0;
+	}
+	CHECK(got_send && got_recv && !memcmp(b1 + 2048, b0, 3000),
+	      "UC WRITE with immediate of 3000 B (3 packets): data placed, RECV_RDMA_WITH_IMM");
+	w.opcode = IBV_WR_RDMA_READ;
+	sb = NULL;
+	CHECK(ibv_post_send(c1, &w, &sb) == EINVAL && sb == &w, "RDMA READ on a UC QP: EINVAL, bad_wr set");
+	w.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+	CHECK(ibv_post_send(c1, &w, &sb) == EINVAL, "an atomic on a UC QP: EINVAL");
+	CHECK(ibv_destroy_qp(c1) == 0 && ibv_destroy_qp(c2) == 0 && ibv_destroy_cq(cq) == 0, "UC teardown");
+}
+
 int main(int argc, char **argv)
 {
 	long cycles = argc > 1 ? atol(argv[1]) : 100000;
@@ -259,11 +436,8 @@ int main(int argc, char **argv)
 	      "create_cq on comp_vector num_comp_vectors (%d): EINVAL", ctx->num_comp_vectors);
 	errno = 0;
 	CHECK(ibv_create_cq(ctx, 16, NULL, NULL, -1) == NULL && errno == EINVAL, "create_cq on comp_vector -1: EINVAL");
-	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_XRC_SEND,
 				       .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 } };
-	errno = 0;
-	CHECK(ibv_create_qp(pd, &ia) == NULL && errno == EOPNOTSUPP, "UD QP: NULL/EOPNOTSUPP");
-	ia.qp_type = IBV_QPT_XRC_SEND;
 	errno = 0;
 	CHECK(ibv_create_qp(pd, &ia) == NULL && errno == EOPNOTSUPP, "XRC QP: NULL/EOPNOTSUPP");
 	ia.qp_type = IBV_QPT_RC;
@@ -612,6 +786,8 @@ int main(int argc, char **argv)
 		      wait_wc(p.cq, &wc) == 1 && wc.status == IBV_WC_LOC_PROT_ERR,
 	      "WRITE with a wrong lkey: IBV_WC_LOC_PROT_ERR (%s)", ibv_wc_status_str(wc.status));
 	destroy_pair(&p);
+
+	ud_uc_checks(m0, m1, buf[0], buf[1]);
 
 	/* Completion events. */
 	{

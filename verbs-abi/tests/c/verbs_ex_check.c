@@ -447,6 +447,107 @@ int main(void)
 	ibv_destroy_qp(a);
 	ibv_destroy_qp(b);
 
+	/* ---- a UD QP through ibv_create_qp_ex and the ibv_wr_* builders:
+	 * wr_set_ud_addr names the destination, the extended CQ reads src_qp
+	 * and IBV_WC_GRH */
+	{
+		struct ibv_cq_init_attr_ex ca = { .cqe = 32,
+						  .wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM |
+							      IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP };
+		struct ibv_cq_ex *ux = ibv_create_cq_ex(ctx, &ca);
+		struct ibv_cq *uc = ux ? ibv_cq_ex_to_cq(ux) : NULL;
+		struct ibv_qp_init_attr_ex a = {
+			.send_cq = uc, .recv_cq = uc, .qp_type = IBV_QPT_UD, .pd = pd,
+			.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 1,
+				 .max_inline_data = 64 },
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+			.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE,
+		};
+		errno = 0;
+		CHECK(uc && !ibv_create_qp_ex(ctx, &a) && errno == EOPNOTSUPP,
+		      "create_qp_ex UD with send_ops RDMA_WRITE: NULL/EOPNOTSUPP");
+		a.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+		struct ibv_qp *u1 = uc ? ibv_create_qp_ex(ctx, &a) : NULL, *u2 = uc ? ibv_create_qp_ex(ctx, &a) : NULL;
+		struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x0abc0abc };
+		int ok = u1 && u2;
+		int im = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+		ok = ok && !ibv_modify_qp(u1, &at, im) && !ibv_modify_qp(u2, &at, im);
+		at.qp_state = IBV_QPS_RTR;
+		ok = ok && !ibv_modify_qp(u1, &at, IBV_QP_STATE) && !ibv_modify_qp(u2, &at, IBV_QP_STATE);
+		at.qp_state = IBV_QPS_RTS;
+		ok = ok && !ibv_modify_qp(u1, &at, IBV_QP_STATE | IBV_QP_SQ_PSN) &&
+		     !ibv_modify_qp(u2, &at, IBV_QP_STATE | IBV_QP_SQ_PSN);
+		struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1, .grh = { .dgid = gid, .hop_limit = 64 } };
+		struct ibv_ah *ah = ok ? ibv_create_ah(pd, &aa) : NULL;
+		CHECK(ok && ah, "two UD QPs of create_qp_ex in RTS, an address handle");
+		if (ok && ah) {
+			struct ibv_qp_ex *x1 = ibv_qp_to_qp_ex(u1);
+			ibv_wr_start(x1);
+			x1->wr_id = 1;
+			ibv_wr_send(x1);
+			ibv_wr_set_sge(x1, m0->lkey, (uintptr_t)buf[0], 8);
+			CHECK(ibv_wr_complete(x1) == EINVAL, "a UD SEND without wr_set_ud_addr: EINVAL");
+			ibv_wr_start(x1);
+			ibv_wr_send(x1);
+			ibv_wr_set_ud_addr(x1, NULL, u2->qp_num, 0x0abc0abc);
+			ibv_wr_set_sge(x1, m0->lkey, (uintptr_t)buf[0], 8);
+			CHECK(ibv_wr_complete(x1) == EINVAL, "wr_set_ud_addr with a NULL address handle: EINVAL");
+			for (int i = 0; i < 2; i++)
+				post_recv(u2, 50 + i, buf[1] + 30000 + 1024 * i, 40 + 512, m1->lkey);
+			memcpy(buf[0] + 40000, "datagram via ibv_wr", 20);
+			ibv_wr_start(x1);
+			x1->wr_id = 60;
+			x1->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_send_imm(x1, htonl(0xfeed));
+			ibv_wr_set_ud_addr(x1, ah, u2->qp_num, 0x0abc0abc);
+			ibv_wr_set_sge(x1, m0->lkey, (uintptr_t)buf[0] + 40000, 20);
+			x1->wr_id = 61;
+			ibv_wr_send(x1);
+			ibv_wr_set_ud_addr(x1, ah, u2->qp_num, 0x0abc0abc);
+			ibv_wr_set_inline_data(x1, "inline datagram", 16);
+			int rc = ibv_wr_complete(x1);
+			int sends = 0, first = 0, second = 0;
+			struct timespec t0, t;
+			struct ibv_poll_cq_attr pa = { 0 };
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			while (rc == 0 && sends + first + second < 4) {
+				clock_gettime(CLOCK_MONOTONIC, &t);
+				if (t.tv_sec - t0.tv_sec > 5)
+					break;
+				if (ibv_start_poll(ux, &pa))
+					continue;
+				do {
+					unsigned flags = ibv_wc_read_wc_flags(ux);
+					if (ux->status != IBV_WC_SUCCESS)
+						continue;
+					if (ux->wr_id == 60 || ux->wr_id == 61)
+						sends++;
+					if (ux->wr_id == 50)
+						first = ibv_wc_read_byte_len(ux) == 60 && (flags & IBV_WC_GRH) &&
+							(flags & IBV_WC_WITH_IMM) && ntohl(ibv_wc_read_imm_data(ux)) == 0xfeed &&
+							ibv_wc_read_src_qp(ux) == u1->qp_num &&
+							!memcmp(buf[1] + 30000 + 40, "datagram via ibv_wr", 20);
+					if (ux->wr_id == 51)
+						second = ibv_wc_read_byte_len(ux) == 56 && (flags & IBV_WC_GRH) &&
+							 ibv_wc_read_src_qp(ux) == u1->qp_num &&
+							 !memcmp(buf[1] + 31024 + 40, "inline datagram", 16);
+				} while (ibv_next_poll(ux) == 0);
+				ibv_end_poll(ux);
+			}
+			CHECK(rc == 0 && sends == 2 && first && second,
+			      "a batch of a UD SEND_WITH_IMM (SGE) and an inline SEND: received behind the GRH, "
+			      "src_qp and IBV_WC_GRH through the extended CQ (rc %d, sends %d, %d %d)",
+			      rc, sends, first, second);
+			ibv_destroy_ah(ah);
+		}
+		if (u1)
+			ibv_destroy_qp(u1);
+		if (u2)
+			ibv_destroy_qp(u2);
+		if (uc)
+			ibv_destroy_cq(uc);
+	}
+
 	/* ---- ibv_resize_cq */
 	{
 		struct ibv_cq *small = ibv_create_cq(ctx, 4, NULL, NULL, 0);
