@@ -163,23 +163,131 @@ impl Vma {
     /// Whether its pages can be moved onto a memfd without the program
     /// noticing: private anonymous memory (the heap, `malloc`'s and
     /// `mmap(MAP_PRIVATE|MAP_ANONYMOUS)`'s), not the main stack (a
-    /// mapping inside it would stop its growth), not huge pages.
+    /// mapping inside it would stop its growth), not huge pages; or pages
+    /// an earlier registration moved.
     fn movable(&self) -> bool {
-        !self.shared
+        let anon = !self.shared
             && self.inode == 0
-            && self.read
-            && (self.path.is_empty() || self.path == "[heap]" || self.path.starts_with("[anon:"))
+            && (self.path.is_empty() || self.path == "[heap]" || self.path.starts_with("[anon:"));
+        // Pages moved for a region since deregistered (the registry forgot
+        // them; they are still on that memfd): moved again, onto a new one.
+        let ours = self.shared && self.path.starts_with("/memfd:rsnic-mr");
+        self.read && (anon || ours)
     }
 }
 
 /// The program's mappings that overlap `lo..hi`, in order.
 pub(crate) fn vmas(lo: usize, hi: usize) -> io::Result<Vec<Vma>> {
-    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    match query_vmas(lo, hi) {
+        Ok(v) => return Ok(v),
+        // Kernels before 6.11 have no PROCMAP_QUERY: read the whole file.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTTY | libc::EINVAL)) => {}
+        Err(e) => return Err(e),
+    }
+    let maps = read_maps()?;
     Ok(maps
         .lines()
         .filter_map(Vma::parse)
         .filter(|v| v.start < hi && v.end > lo)
         .collect())
+}
+
+/// `struct procmap_query` (Linux 6.11 uapi `linux/fs.h`).
+#[repr(C)]
+#[derive(Default)]
+struct ProcmapQuery {
+    size: u64,
+    query_flags: u64,
+    query_addr: u64,
+    vma_start: u64,
+    vma_end: u64,
+    vma_flags: u64,
+    vma_page_size: u64,
+    vma_offset: u64,
+    inode: u64,
+    dev_major: u32,
+    dev_minor: u32,
+    vma_name_size: u32,
+    build_id_size: u32,
+    vma_name_addr: u64,
+    build_id_addr: u64,
+}
+
+/// `PROCMAP_QUERY`: `_IOWR('f', 17, struct procmap_query)`.
+const PROCMAP_QUERY: libc::c_ulong = (3 << 30) | (104 << 16) | ((b'f' as libc::c_ulong) << 8) | 17;
+
+/// The mappings over `lo..hi` through `PROCMAP_QUERY` ioctls on
+/// `/proc/self/maps`, one per mapping in the range (the whole file of a
+/// DPDK process, about a thousand mappings, costs milliseconds to
+/// generate); stops at the first hole (the caller finds it).
+fn query_vmas(lo: usize, hi: usize) -> io::Result<Vec<Vma>> {
+    const _: () = assert!(std::mem::size_of::<ProcmapQuery>() == 104);
+    let f = std::fs::File::open("/proc/self/maps")?;
+    let mut out = Vec::new();
+    let mut at = lo;
+    while at < hi {
+        let mut name = [0u8; 256];
+        let mut q = ProcmapQuery {
+            size: 104,
+            query_addr: at as u64,
+            vma_name_size: name.len() as u32,
+            vma_name_addr: name.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        // SAFETY: a valid descriptor, a correctly sized query and a name
+        // buffer of the size it says.
+        let r = unsafe { libc::ioctl(f.as_raw_fd(), PROCMAP_QUERY, &mut q) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                break; // a hole at `at`
+            }
+            return Err(e);
+        }
+        let n = (q.vma_name_size as usize).saturating_sub(1).min(name.len());
+        let mut path = String::from_utf8_lossy(&name[..n]).into_owned();
+        if q.vma_page_size as usize != PAGE {
+            // Huge pages: never moved (Vma::movable).
+            path = format!("[hugetlb]{path}");
+        }
+        out.push(Vma {
+            start: q.vma_start as usize,
+            end: q.vma_end as usize,
+            read: q.vma_flags & 1 != 0,
+            write: q.vma_flags & 2 != 0,
+            shared: q.vma_flags & 8 != 0,
+            offset: q.vma_offset,
+            major: q.dev_major,
+            minor: q.dev_minor,
+            inode: q.inode,
+            path,
+        });
+        at = q.vma_end as usize;
+    }
+    Ok(out)
+}
+
+/// `/proc/self/maps`, read in few large reads: the kernel walks the
+/// mappings again at each read, and a DPDK process has about a thousand
+/// (one read of 4 KiB each made a registration cost milliseconds).
+fn read_maps() -> io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open("/proc/self/maps")?;
+    let mut buf = Vec::with_capacity(256 * 1024);
+    loop {
+        if buf.capacity() - buf.len() < 64 * 1024 {
+            buf.reserve(256 * 1024);
+        }
+        let at = buf.len();
+        let room = buf.capacity() - at;
+        buf.resize(at + room, 0);
+        let n = f.read(&mut buf[at..])?;
+        buf.truncate(at + n);
+        if n == 0 {
+            break;
+        }
+    }
+    String::from_utf8(buf).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
 }
 
 /// The part of `vmas` over `lo..hi`: an error unless they cover every
@@ -385,7 +493,7 @@ pub(crate) type ForkPlan = Vec<(usize, usize, i32, usize)>;
 /// pages it registered once), from `/proc/self/maps`, as a [`ForkPlan`]
 /// whose source is the range itself (the child still has it).
 pub(crate) fn fork_plan() -> ForkPlan {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+    let Ok(maps) = read_maps() else {
         return Vec::new();
     };
     maps.lines()

@@ -18,7 +18,8 @@
  * ranges with write access are EFAULT, read-only with read access only
  * works; a MAP_SHARED buffer (not moved) works; a forked child gets a
  * private copy of registered pages; ibv_rereg_mr with a new translation
- * whose buffer is then freed.
+ * whose buffer is then freed; a range registered, deregistered, registered
+ * again and unmapped.
  * Exits 0 only if every check passed; prints one line per check.
  */
 #define _GNU_SOURCE
@@ -409,6 +410,23 @@ int main(void)
 	      st);
 	if (fm)
 		ibv_dereg_mr(fm);
+
+	/* Registered, deregistered, registered again, then unmapped: the second
+	 * registration moves the pages again (they are still on the first
+	 * one's memfd), so the engine still has them. */
+	char *g = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	memset(g, 'g', 8192);
+	struct ibv_mr *g1 = ibv_reg_mr(pd, g, 8192, access_all);
+	if (g1)
+		ibv_dereg_mr(g1);
+	struct ibv_mr *g2 = ibv_reg_mr(pd, g, 8192, access_all);
+	munmap(g, 8192);
+	memset(local + LEN, 0, 8192);
+	int gr = g2 && one(1, g2->rkey, (uintptr_t)g, LEN, 8192);
+	CHECK(gr && local[LEN] == 'g' && local[LEN + 8191] == 'g',
+	      "registered, deregistered, registered again and unmapped: READ completes with the bytes");
+	if (g2)
+		ibv_dereg_mr(g2);
 
 	/* ibv_rereg_mr to a new buffer, which the program then frees. */
 	char *a1 = malloc(LEN), *a2 = malloc(LEN);
