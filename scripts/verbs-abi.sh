@@ -15,6 +15,8 @@
 #          cycles of every object with RSS flat (default 100000);
 #          verbs_ex_check.c: ibv_create_qp_ex + ibv_wr_*, ibv_create_cq_ex,
 #          ibv_resize_cq, ibv_rereg_mr, every errno of a bad call; then
+#          verbs-abi/tests/c/verbs_free_check.c: registered buffers freed and
+#          unmapped while the peer WRITEs, READs and does atomics (issue 44);
 #          verbs-abi/tests/c/verbs_stress.c, plain and under AddressSanitizer:
 #          8 threads, STRESS_OPS verbs (default 100000), STRESS_RACES rounds of
 #          get_cq_event racing destroy_cq (default 10000), fork, descriptors,
@@ -88,6 +90,18 @@ if [ "$what" = all ] || [ "$what" = abi ]; then
     record "C extended verbs (verbs_ex_check.c)" ok "$(grep -c '^ok ' "$LOG/verbs_ex_check.log") checks in $(( $(date +%s) - start )) s"
   else
     record "C extended verbs (verbs_ex_check.c)" FAIL "rc $rc: $(grep -E '^FAIL|panic|rsnic:' "$LOG/verbs_ex_check.log" | head -3 | tr '\n' ' ')"
+  fi
+  # Registered memory that outlives the program's mistakes (issue 44 item 1):
+  # buffers freed and unmapped while the peer WRITEs, READs and does atomics.
+  gcc -O2 -Wall -Wno-use-after-free -o "$LOG/verbs_free_check" verbs-abi/tests/c/verbs_free_check.c -libverbs
+  start=$(date +%s)
+  timeout 120 "$EXEC" --dev net_ring0 --ip 10.0.0.9 -- "$LOG/verbs_free_check" >"$LOG/verbs_free_check.log" 2>&1
+  rc=$?
+  grep -aE '^(ok|FAIL) ' "$LOG/verbs_free_check.log" | sed 's/^/  /'
+  if [ $rc -eq 0 ]; then
+    record "C freed registered memory (verbs_free_check.c)" ok "$(grep -ac '^ok ' "$LOG/verbs_free_check.log") checks in $(( $(date +%s) - start )) s"
+  else
+    record "C freed registered memory (verbs_free_check.c)" FAIL "rc $rc: $(grep -aE '^FAIL|panic|rsnic:' "$LOG/verbs_free_check.log" | head -3 | tr '\n' ' ')"
   fi
   # Lifetimes, races and hygiene (issue 44): verbs_stress.c plain, then
   # built with AddressSanitizer (a CQ handed out after its destroy is a

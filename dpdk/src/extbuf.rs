@@ -67,6 +67,8 @@ enum Owned {
     Boxed { _data: Box<[u8]> },
     /// [`ExtBuf::zeroed_pages`]'s.
     Pages { _pages: Pages },
+    /// [`ExtBuf::with_owner`]'s: whatever keeps the memory mapped.
+    Other { _owner: Box<dyn Send + Sync> },
 }
 
 /// The page size [`ExtBuf::zeroed_pages`] aligns to.
@@ -185,6 +187,24 @@ impl ExtBuf {
     /// attached mbuf reads the memory until the driver frees it).
     pub unsafe fn from_raw(base: *mut u8, len: usize) -> ExtBuf {
         Self::with_block(Block::new(None, None, base, len))
+    }
+
+    /// Memory that `owner` keeps valid (`len` bytes at `base`, e.g. a
+    /// mapping `owner` unmaps when dropped): attachable like
+    /// [`ExtBuf::new`]'s, and `owner` is dropped with the last reference
+    /// (the handle's, or the last attached mbuf's, on whichever thread
+    /// frees it), so the memory outlives every frame that points into it.
+    ///
+    /// # Safety
+    /// `base..base + len` must be valid for reads and writes as long as
+    /// `owner` lives.
+    pub unsafe fn with_owner(base: *mut u8, len: usize, owner: Box<dyn Send + Sync>) -> ExtBuf {
+        Self::with_block(Block::new(
+            Some(Owned::Other { _owner: owner }),
+            None,
+            base,
+            len,
+        ))
     }
 
     /// Another handle on the same memory with a reference count of its

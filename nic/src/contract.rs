@@ -384,6 +384,11 @@ pub enum Command {
     RegMr {
         /// Its protection domain.
         pd: u32,
+        /// Its virtual address (what work requests and peers name; the
+        /// address of `mem` itself, except for a program's range shared
+        /// with the engine, `crate::shmem`, whose bytes the engine reaches
+        /// through its own mapping).
+        va: u64,
         /// The memory.
         mem: Arc<ExtBuf>,
         /// Access flags.

@@ -22,6 +22,7 @@ pub mod park;
 pub mod pcapng;
 pub mod port_shaper;
 pub mod shard;
+pub mod shmem;
 mod sync;
 #[allow(unsafe_code)]
 mod sys;

@@ -41,7 +41,7 @@ mod tx;
 use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
-use dpdk::{Burst, Eal, ExtBuf, Mempool, Port, TscClock};
+use dpdk::{Burst, Eal, Mempool, Port, TscClock};
 use qpcore::{QpCore, PACING_BURST_BYTES, ROCE_DSCP};
 use rdma::transport::{MrTable, QpState};
 use rdma::wire::{HeaderTemplate, ParseOptions};
@@ -192,7 +192,7 @@ pub struct Engine {
     shared: Arc<EngineShared>,
     cmd: Receiver<Command>,
     mrs: MrTable,
-    mr_mem: Vec<Option<Arc<ExtBuf>>>,
+    mr_mem: Vec<Option<crate::sys::MrMem>>,
     cqs: Vec<cq::CqRing>,
     /// Shared receive queues, by id (srq.rs).
     srqs: Vec<Option<srq::SrqSlot>>,

@@ -320,11 +320,26 @@ impl Engine {
         // Receiver side of the CC (DCQCN notification point, Rx-HPCC
         // NewINT), then the transport.
         match s.opts.srq {
-            None => s.core.receive(f, now, &self.mrs, &mut RawMemory),
+            None => s.core.receive(
+                f,
+                now,
+                &self.mrs,
+                &mut RawMemory {
+                    regions: &self.mr_mem,
+                },
+            ),
             Some(k) => {
                 let srq = self.srqs.get_mut(k as usize).and_then(Option::as_mut);
                 let srq = srq.map(|q| &mut q.srq);
-                let limit = s.core.receive_srq(f, now, &self.mrs, &mut RawMemory, srq);
+                let limit = s.core.receive_srq(
+                    f,
+                    now,
+                    &self.mrs,
+                    &mut RawMemory {
+                        regions: &self.mr_mem,
+                    },
+                    srq,
+                );
                 if limit {
                     self.life.queue(
                         crate::contract::AsyncEvent::SrqLimitReached { srq: k },

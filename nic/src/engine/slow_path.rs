@@ -25,11 +25,12 @@ impl Engine {
             match cmd {
                 Command::RegMr {
                     pd,
+                    va,
                     mem,
                     access,
                     reply,
                 } => {
-                    let _ = reply.send(self.reg_mr(pd, mem, access));
+                    let _ = reply.send(self.reg_mr(pd, va, mem, access));
                 }
                 Command::DeregMr { lkey, reply } => {
                     let r = self.dereg_mr(lkey);
@@ -153,18 +154,23 @@ impl Engine {
     fn reg_mr(
         &mut self,
         pd: u32,
+        va: u64,
         mem: std::sync::Arc<dpdk::ExtBuf>,
         access: rdma::transport::Access,
     ) -> Result<(u32, u32), EngineError> {
         let mr = self
             .mrs
-            .register_in(pd, mem.base_ptr() as u64, mem.len() as u64, access)
+            .register_in(pd, va, mem.len() as u64, access)
             .ok_or(EngineError::MrTableFull)?;
         let i = ((mr.lkey >> 8) - 1) as usize;
         if self.mr_mem.len() <= i {
             self.mr_mem.resize(i + 1, None);
         }
-        self.mr_mem[i] = Some(mem);
+        self.mr_mem[i] = Some(crate::sys::MrMem {
+            key: mr.lkey,
+            va,
+            mem,
+        });
         Ok((mr.lkey, mr.rkey))
     }
 

@@ -4,9 +4,7 @@
 //! bytes), and the frame is built into an mbuf (through the QP's header
 //! template) and sent in bursts.
 
-use std::sync::Arc;
-
-use dpdk::{Burst, ExtBuf};
+use dpdk::Burst;
 use qpcore::FrameSink;
 use rdma::transport::qp::Payload as QpPayload;
 use rdma::transport::sgl::{self, MAX_SGE};
@@ -21,6 +19,7 @@ use crate::counters::Counters;
 use crate::io::{build_frame, build_frame_tpl, ExtPart, Payload, TxPools};
 use crate::port_shaper::PortShaper;
 use crate::scheduler::Decision;
+use crate::sys::MrMem;
 use rdma::transport::Service;
 
 /// Ethernet preamble, inter-frame gap and FCS: what the wire adds to a frame.
@@ -164,7 +163,7 @@ struct MbufSink<'a> {
     tpl: Option<&'a HeaderTemplate>,
     /// The device's address handles: where a UD datagram goes.
     ahs: &'a [Option<super::AhRoute>],
-    mr_mem: &'a [Option<Arc<ExtBuf>>],
+    mr_mem: &'a [Option<MrMem>],
     pools: &'a mut TxPools,
     txb: &'a mut Burst,
     shaper: &'a mut PortShaper,
@@ -233,15 +232,11 @@ impl FrameSink for MbufSink<'_> {
 /// rkey: both name the region's slot in `mr_mem`), `None` if the region is
 /// gone (deregistered while a packet from it was in flight).
 #[inline]
-fn window(mr_mem: &[Option<Arc<ExtBuf>>], key: u32, va: u64, len: u32) -> Option<ExtPart<'_>> {
-    let mem = key
-        .checked_shr(8)
-        .and_then(|k| k.checked_sub(1))
-        .and_then(|k| mr_mem.get(k as usize))
-        .and_then(Option::as_ref)?;
+fn window(mr_mem: &[Option<MrMem>], key: u32, va: u64, len: u32) -> Option<ExtPart<'_>> {
+    let (r, offset) = MrMem::find(mr_mem, key, va, len as usize)?;
     Some(ExtPart {
-        mem,
-        offset: va.checked_sub(mem.base_ptr() as u64)? as usize,
+        mem: &r.mem,
+        offset,
         len: len as usize,
     })
 }
@@ -251,7 +246,7 @@ fn window(mr_mem: &[Option<Arc<ExtBuf>>], key: u32, va: u64, len: u32) -> Option
 /// `None` if a region is gone or the list is shorter than the range.
 #[inline]
 fn gather_windows<'a>(
-    mr_mem: &'a [Option<Arc<ExtBuf>>],
+    mr_mem: &'a [Option<MrMem>],
     gather: &[Sge],
     offset: u32,
     len: u32,

@@ -38,7 +38,9 @@
 //! - [`futex`]: the futex a parked thread sleeps on ([`crate::park`]);
 //! - [`sched`]: the timer slack and scheduler slice of a thread that parks,
 //!   and the CPU a thread runs on;
-//! - [`netlink`]: host mode's rtnetlink socket (slow path).
+//! - [`netlink`]: host mode's rtnetlink socket (slow path);
+//! - [`shmem`]: memfds, the program's mappings and moving its pages onto a
+//!   memfd ([`crate::shmem`], slow path).
 //!
 //! `memory` and `eventfd` use nothing of the crate; `region` adds methods to the
 //! verbs' types and nothing imports from it.
@@ -49,9 +51,10 @@ pub(crate) mod memory;
 pub(crate) mod netlink;
 mod region;
 pub(crate) mod sched;
+pub(crate) mod shmem;
 
 pub(crate) use eventfd::EventFd;
 pub(crate) use futex::Futex;
-pub(crate) use memory::{in_flight, RawMemory};
+pub(crate) use memory::{in_flight, MrMem, RawMemory};
 pub(crate) use netlink::NetlinkSocket;
 pub(crate) use sched::{current_cpu, set_slice_ns, set_timer_slack_ns};

@@ -82,7 +82,29 @@ impl Device {
         // SAFETY: the caller's contract is `from_raw`'s: valid until
         // deregistration, which waits until no mbuf refers to it.
         let mem = unsafe { ExtBuf::from_raw(addr, len) };
-        self.reg_mr_in(pd, mem, len, access, true)
+        self.reg_mr_in((pd, addr as u64, mem), len, access, true, None)
+    }
+
+    /// Registers a program's range shared with the engine
+    /// ([`crate::shmem::share`] of `len` bytes at `addr`) in protection
+    /// domain `pd`, at virtual address `addr`: the engine reads and writes
+    /// the range through its own view, which lives until the region is
+    /// deregistered and no frame refers to it, whatever the program does
+    /// with its own mapping meanwhile. `ibv_reg_mr` over memory moved onto
+    /// a memfd.
+    pub fn reg_shared_mr_in(
+        &self,
+        pd: u32,
+        addr: u64,
+        shared: crate::shmem::Shared,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
+        let crate::shmem::Shared { view, hold } = shared;
+        let (ptr, len) = (view.ptr(), view.len());
+        // SAFETY: the view's memory is valid while the view lives, and the
+        // ExtBuf owns the view (dropped with its last reference).
+        let mem = unsafe { ExtBuf::with_owner(ptr, len, Box::new(view)) };
+        self.reg_mr_in((pd, addr, mem), len, access, false, Some(hold))
     }
 }
 
@@ -101,5 +123,17 @@ impl crate::verbs::ProtectionDomain<'_> {
     ) -> Result<MemoryRegion, VerbsError> {
         // SAFETY: the caller's contract is `Device::reg_user_mr`'s.
         unsafe { self.device().reg_user_mr_in(self.id(), addr, len, access) }
+    }
+
+    /// Registers a program's range shared with the engine in this PD
+    /// ([`Device::reg_shared_mr_in`]).
+    pub fn reg_shared_mr(
+        &self,
+        addr: u64,
+        shared: crate::shmem::Shared,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
+        self.device()
+            .reg_shared_mr_in(self.id(), addr, shared, access)
     }
 }

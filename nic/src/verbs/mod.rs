@@ -191,20 +191,28 @@ impl Device {
     /// ibverbs, the buffer's pointer).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
         let mem = ExtBuf::zeroed_pages(len);
-        self.reg_mr_in(0, mem, len, access, false)
+        let va = mem.base_ptr() as u64;
+        self.reg_mr_in((0, va, mem), len, access, false, None)
     }
 
+    /// Registers `mem` in protection domain `pd` at virtual address `va`
+    /// (its own address, or the program's address of a range the engine
+    /// reaches through its own mapping, [`crate::shmem`]); `hold` is the
+    /// page registry's count of such a range, released after the engines
+    /// let go of the region.
     pub(crate) fn reg_mr_in(
         &self,
-        pd: u32,
-        mem: ExtBuf,
+        (pd, va, mem): (u32, u64, ExtBuf),
         len: usize,
         access: Access,
         caller_memory: bool,
+        hold: Option<crate::shmem::Hold>,
     ) -> Result<MemoryRegion, VerbsError> {
         let mem = Arc::new(mem);
         let mut inner = MrInner {
             mem,
+            va,
+            hold,
             lkey: 0,
             rkey: 0,
             len,
@@ -227,6 +235,7 @@ impl Device {
             };
             let got = self.call(k, |reply| Command::RegMr {
                 pd,
+                va,
                 mem: m2,
                 access,
                 reply,
@@ -433,7 +442,8 @@ impl Device {
             0 => None,
             n => {
                 let mem = ExtBuf::zeroed_pages(n);
-                let mr = self.reg_mr_in(pd, mem, n, Staging::ACCESS, false)?;
+                let va = mem.base_ptr() as u64;
+                let mr = self.reg_mr_in((pd, va, mem), n, Staging::ACCESS, false, None)?;
                 Some(Staging::new(mr, &opts))
             }
         };
@@ -498,7 +508,9 @@ impl ProtectionDomain<'_> {
     /// ([`Device::reg_mr`]).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
         let mem = ExtBuf::zeroed_pages(len);
-        self.dev.reg_mr_in(self.id, mem, len, access, false)
+        let va = mem.base_ptr() as u64;
+        self.dev
+            .reg_mr_in((self.id, va, mem), len, access, false, None)
     }
 
     /// Creates an RC queue pair in this PD ([`Device::create_qp`]): it may

@@ -20,7 +20,14 @@ pub struct MemoryRegion {
 
 /// The registration behind the clones of a [`MemoryRegion`].
 pub(super) struct MrInner {
+    /// Where its bytes are (for a program's range shared with the engine,
+    /// the engine's own mapping of it).
     pub(super) mem: Arc<ExtBuf>,
+    /// Its virtual address (what work requests and peers name).
+    pub(super) va: u64,
+    /// The page registry's count of a shared range (released once the
+    /// engines let go: the field drops after `Drop::drop` deregistered).
+    pub(super) hold: Option<crate::shmem::Hold>,
     pub(super) lkey: u32,
     pub(super) rkey: u32,
     pub(super) len: usize,
@@ -85,7 +92,7 @@ impl MemoryRegion {
     }
     /// Virtual address of byte 0 (what goes into a RETH).
     pub fn va(&self) -> u64 {
-        self.inner.mem.base_ptr() as u64
+        self.inner.va
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
@@ -112,7 +119,14 @@ impl MemoryRegion {
         }
     }
 
-    /// Address of byte 0, for the raw copies in `crate::sys`.
+    /// Whether it is a program's range shared with the engine
+    /// ([`crate::shmem`]): its bytes stay reachable by the engine whatever
+    /// the program does with its own mapping.
+    pub fn is_shared(&self) -> bool {
+        self.inner.hold.is_some()
+    }
+
+    /// Address of byte 0 (in the engine's view), for the raw copies in `crate::sys`.
     pub(crate) fn base_ptr(&self) -> *mut u8 {
         self.inner.mem.base_ptr()
     }

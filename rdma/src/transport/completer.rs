@@ -322,7 +322,7 @@ impl Completer {
                 out.counters.rx_bad_response += 1;
                 return Heard::Done;
             };
-            mem.write_u64(w.wr.sge.addr, a.orig);
+            mem.write_u64_key(w.wr.sge.lkey, w.wr.sge.addr, a.orig);
             self.complete_front(WcStatus::Success, cfg, req, out);
             self.acked_lsn = req.lsn_at(self.una, cfg.pmtu);
             let n = self.acked_lsn.wrapping_sub(before);
@@ -353,11 +353,11 @@ impl Completer {
             let mut rest = f.payload;
             for p in sgl::pieces(sgls.get(w.sgl), off, rest.len() as u32) {
                 let (now_in, later) = rest.split_at(p.len as usize);
-                mem.copy_in(p.addr, now_in);
+                mem.copy_in_key(p.lkey, p.addr, now_in);
                 rest = later;
             }
         } else if !f.payload.is_empty() {
-            mem.copy_in(w.wr.sge.addr + u64::from(off), f.payload);
+            mem.copy_in_key(w.wr.sge.lkey, w.wr.sge.addr + u64::from(off), f.payload);
         }
         if last {
             self.complete_front(WcStatus::Success, cfg, req, out);

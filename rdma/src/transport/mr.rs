@@ -279,6 +279,35 @@ pub trait MemorySpace {
     fn write_u64(&mut self, va: u64, v: u64) {
         self.copy_in(va, &v.to_le_bytes());
     }
+
+    /// [`Self::copy_out`] from the region of `key` (the lkey or rkey whose
+    /// check accepted the range). The transport reaches memory through
+    /// these keyed calls: an implementation whose regions' bytes are not at
+    /// their virtual addresses (the NIC's, where a region of the program's
+    /// memory is reached through the engine's own mapping of it,
+    /// docs/design.md §5.4) translates by the key; the default ignores it.
+    fn copy_out_key(&self, key: u32, va: u64, dst: &mut [u8]) {
+        let _ = key;
+        self.copy_out(va, dst)
+    }
+
+    /// [`Self::copy_in`] into the region of `key` (see [`Self::copy_out_key`]).
+    fn copy_in_key(&mut self, key: u32, va: u64, src: &[u8]) {
+        let _ = key;
+        self.copy_in(va, src)
+    }
+
+    /// [`Self::read_u64`] in the region of `key`.
+    fn read_u64_key(&self, key: u32, va: u64) -> u64 {
+        let mut a = [0u8; 8];
+        self.copy_out_key(key, va, &mut a);
+        u64::from_le_bytes(a)
+    }
+
+    /// [`Self::write_u64`] in the region of `key`.
+    fn write_u64_key(&mut self, key: u32, va: u64, v: u64) {
+        self.copy_in_key(key, va, &v.to_le_bytes());
+    }
 }
 
 /// A flat memory space backed by a `Vec<u8>` starting at virtual address `base`

@@ -1087,11 +1087,12 @@ pub(crate) extern "C" fn rsnic_ibv_rereg_mr(
         let Some(h) = p.pd.as_ref() else {
             return cmd(EINVAL);
         };
-        // SAFETY: ibv_rereg_mr(3)'s contract is ibv_reg_mr's: the new range
-        // stays valid until the region is deregistered or registered again.
-        let fresh = match unsafe { h.reg_user_mr(new_addr.cast(), new_len, acc) } {
+        // The new range is set up as ibv_reg_mr's (moved onto shared
+        // memory where it can be, checked mapped and writable as the
+        // access needs).
+        let fresh = match super::memory::register_range(h, new_addr, new_len, acc) {
             Ok(r) => r,
-            Err(e) => return cmd(errno_of(&e)),
+            Err(e) => return cmd(e),
         };
         // SAFETY: its context outlives it.
         let dev = &unsafe { Context::from_ibv(mr.ibv.context) }.backend.dev;

@@ -5,6 +5,9 @@ use libc::{EBUSY, EINVAL};
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
 
+use nic::verbs::MemoryRegion;
+use rdma::transport::Access;
+
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
     guard(null_mut(), || {
@@ -94,20 +97,14 @@ pub(crate) extern "C" fn rsnic_ibv_reg_mr_iova2(
             Ok(a) => a,
             Err(e) => return null_with(e),
         };
-        if !mapped(addr as usize, len) {
-            // As the kernel's pinning (ib_umem_get) answers: EFAULT.
-            return null_with(libc::EFAULT);
-        }
         // SAFETY: a live PD of ours (checked).
         let pd = unsafe { &*p.cast::<Pd>() };
         let Some(h) = pd.pd.as_ref() else {
             return null_with(EINVAL);
         };
-        // SAFETY: ibv_reg_mr(3)'s contract: the buffer stays valid until
-        // ibv_dereg_mr, which returns only once the engine let go of it.
-        let mr = match unsafe { h.reg_user_mr(addr.cast(), len, acc) } {
+        let mr = match register_range(h, addr, len, acc) {
             Ok(m) => m,
-            Err(e) => return null_with(errno_of(&e)),
+            Err(e) => return null_with(e),
         };
         let b = Box::new(Mr {
             ibv: ibv_mr {
@@ -127,33 +124,43 @@ pub(crate) extern "C" fn rsnic_ibv_reg_mr_iova2(
     })
 }
 
-/// `ibv_dereg_mr(3)`: 0 or the errno. The region is freed only once the
-/// engine let go of it; on a failure it stays registered and usable.
-/// Whether every page of `addr..addr + len` is mapped (`mincore(2)` fails
-/// with ENOMEM on a range with a hole), checked 16 MiB at a time. A
-/// region over a hole would crash the engine's thread at the first access
-/// to it; `ibv_reg_mr` fails with EFAULT instead, as the kernel's pinning
-/// of such a range does.
-fn mapped(addr: usize, len: usize) -> bool {
-    const PAGE: usize = 4096;
-    const CHUNK: usize = 4096 * PAGE;
-    let Some(end) = addr.checked_add(len) else {
-        return false;
-    };
-    let mut at = addr & !(PAGE - 1);
-    let mut vec = [0u8; CHUNK / PAGE];
-    while at < end {
-        let n = (end - at).min(CHUNK);
-        // SAFETY: mincore only reads the page tables; `vec` has room for
-        // the status of `n` bytes' pages.
-        if unsafe { libc::mincore(at as *mut c_void, n, vec.as_mut_ptr()) } != 0 {
-            return false;
+/// Registers `len` bytes at `addr` in `pd` for `ibv_reg_mr` and
+/// `ibv_rereg_mr`'s new translation (docs/verbs.md, "Registered memory"):
+/// - every page must be mapped and readable, and writable when `acc` lets
+///   the NIC write (local write, remote write, remote atomic): else EFAULT,
+///   as the kernel's pinning (`ib_umem_get`) answers;
+/// - the pages of private anonymous memory (malloc's, the heap, anonymous
+///   mmaps) are moved onto a memfd the engine maps too (`nic::shmem`):
+///   the program freeing or unmapping them costs it its view only, the
+///   engine keeps its own until the region is deregistered;
+/// - other mappings (file-backed, shared, hugetlb, the main thread's
+///   stack) cannot be moved without the program noticing: the region uses
+///   the program's pages directly, as before, and the program must keep
+///   them mapped until `ibv_dereg_mr` (on a PCI port, whose NIC needs DMA
+///   mappings of what it sends from, such a range is EINVAL).
+pub(crate) fn register_range(
+    pd: &nic::verbs::ProtectionDomain<'_>,
+    addr: *mut c_void,
+    len: usize,
+    acc: Access,
+) -> Result<MemoryRegion, c_int> {
+    let write = acc.intersects(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC);
+    match nic::shmem::share(addr as usize, len, write) {
+        Ok(shared) => pd
+            .reg_shared_mr(addr as u64, shared, acc)
+            .map_err(|e| errno_of(&e)),
+        Err(nic::shmem::ShareError::Unmovable) => {
+            // SAFETY: ibv_reg_mr(3)'s contract: the buffer stays valid
+            // until ibv_dereg_mr, which returns only once the engine let go
+            // of it (checked mapped with the access it needs above).
+            unsafe { pd.reg_user_mr(addr.cast(), len, acc) }.map_err(|e| errno_of(&e))
         }
-        at += n;
+        Err(e) => Err(e.errno()),
     }
-    true
 }
 
+/// `ibv_dereg_mr(3)`: 0 or the errno. The region is freed only once the
+/// engine let go of it; on a failure it stays registered and usable.
 #[no_mangle]
 pub(crate) extern "C" fn rsnic_ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
     guard(libc::EIO, || {

@@ -37,7 +37,7 @@ impl Responder {
                 return;
             }
             Target::Atomic(a) => {
-                self.execute_atomic(f, a.va, a.compare, a.swap_add, mem, out);
+                self.execute_atomic(f, (a.rkey, a.va), a.compare, a.swap_add, mem, out);
                 return;
             }
         }
@@ -66,11 +66,15 @@ impl Responder {
             let mut rest = f.payload;
             for p in sgl::pieces(self.recv_sgl(&wqe), offset, len) {
                 let (now_in, later) = rest.split_at(p.len as usize);
-                mem.copy_in(p.addr, now_in);
+                mem.copy_in_key(p.lkey, p.addr, now_in);
                 rest = later;
             }
         } else if len > 0 {
-            mem.copy_in(wqe.wr.sge.addr + u64::from(offset), f.payload);
+            mem.copy_in_key(
+                wqe.wr.sge.lkey,
+                wqe.wr.sge.addr + u64::from(offset),
+                f.payload,
+            );
         }
         if f.bth.opcode.is_last() || f.bth.opcode.is_only() {
             // Held (an SRQ's) or the QP's oldest: check_resource found it.
@@ -108,7 +112,7 @@ impl Responder {
     ) {
         let len = f.payload.len() as u32;
         if len > 0 {
-            mem.copy_in(va, f.payload);
+            mem.copy_in_key(rkey, va, f.payload);
         }
         if f.bth.opcode.is_last() || f.bth.opcode.is_only() {
             self.cur = None;
@@ -184,7 +188,7 @@ impl Responder {
     fn execute_atomic<M: MemorySpace + ?Sized>(
         &mut self,
         f: &RoceFrame<'_>,
-        va: u64,
+        (rkey, va): (u32, u64),
         compare: u64,
         swap_add: u64,
         mem: &mut M,
@@ -192,7 +196,7 @@ impl Responder {
     ) {
         let p = f.bth.psn;
         self.flush_ack(out);
-        let orig = mem.read_u64(va);
+        let orig = mem.read_u64_key(rkey, va);
         let new = if f.bth.opcode == Opcode::CompareSwap {
             if orig == compare {
                 swap_add
@@ -202,7 +206,7 @@ impl Responder {
         } else {
             orig.wrapping_add(swap_add)
         };
-        mem.write_u64(va, new);
+        mem.write_u64_key(rkey, va, new);
         self.msn = psn::add(self.msn, 1);
         let msn = self.msn;
         self.push_out(RespItem::AtomicAck { psn: p, msn, orig }, out);

@@ -99,11 +99,11 @@ impl Responder {
             let mut rest = data;
             for p in sgl::pieces(self.recv_sgl(wqe), offset, data.len() as u32) {
                 let (now_in, later) = rest.split_at(p.len as usize);
-                mem.copy_in(p.addr, now_in);
+                mem.copy_in_key(p.lkey, p.addr, now_in);
                 rest = later;
             }
         } else if !data.is_empty() {
-            mem.copy_in(wqe.wr.sge.addr + u64::from(offset), data);
+            mem.copy_in_key(wqe.wr.sge.lkey, wqe.wr.sge.addr + u64::from(offset), data);
         }
     }
 
