@@ -313,6 +313,17 @@ impl Port {
         Ok(port)
     }
 
+    /// Whether the port is a device on a bus (a PCI NIC, probed by the EAL
+    /// or `rte_dev_probe`), which reads the frames it sends by DMA: an mbuf
+    /// attached to memory DPDK did not allocate would hand it an address
+    /// that is not an IOVA it may use (unless that memory was registered
+    /// with `rte_extmem_register` and mapped with `rte_dev_dma_map`).
+    /// Virtual devices (`net_tap`, `net_ring`, `net_af_packet`, `net_null`,
+    /// `net_af_xdp`) and ring pairs copy with the CPU: false.
+    pub fn dma_from_mbufs_only(&self) -> bool {
+        matches!(self.inner.backing, Backing::Probed) && !is_vdev_name(&self.inner.name)
+    }
+
     /// The kernel interface under this port, for a `net_af_xdp` port (the
     /// interface is shared with the kernel: host mode).
     pub fn kernel_iface(&self) -> Option<&str> {

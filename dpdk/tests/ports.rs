@@ -100,6 +100,7 @@ fn ring_pair_moves_100k_packets_intact_and_in_order() {
     let start = pool.in_use();
     {
         let (mut a, mut b) = Port::ring_pair(eal, "t100k", 1024).unwrap();
+        assert!(!a.dma_from_mbufs_only() && !b.dma_from_mbufs_only());
         let (_arx, mut atx) = a.configure_single(&pool).unwrap();
         let (mut brx, _btx) = b.configure_single(&pool).unwrap();
         const TOTAL: u64 = 100_000;
@@ -157,6 +158,10 @@ fn null_pmd_bursts_are_full_and_tx_frees() {
         assert_eq!(s.rx_packets, 3200);
         assert_eq!(s.tx_packets, 3200);
         p.mac().expect("net_null has a MAC address");
+        assert!(
+            !p.dma_from_mbufs_only(),
+            "a virtual device copies with the CPU: registered memory may be attached"
+        );
         assert!(p.link().unwrap().up, "a started net_null port is up");
     }
     assert_eq!(pool.in_use(), start, "mbuf leak");

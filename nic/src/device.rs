@@ -466,9 +466,16 @@ fn start_capture(
 /// already, since ARP replies for the NIC would reach the kernel, not it;
 /// and, where its driver cannot send chained mbufs (`net_af_xdp` in DPDK
 /// 22.11, dpdk::Port::tx_multi_seg), every payload is copied into the
-/// frame (`copy_threshold`), so that frames leave in one segment.
+/// frame (`copy_threshold`), so that frames leave in one segment. On a
+/// device that reads frames by DMA (a PCI NIC, `Port::dma_from_mbufs_only`)
+/// every payload is copied into the mbufs too: registered memory is the
+/// program's (or its memfd's) pages, not DPDK memory with an IOVA the NIC
+/// may read (issue 44 item 1, the copy path; docs/verbs.md).
 fn adopt(port: &Port, cfg: &DeviceConfig) -> Result<DeviceConfig, crate::host::HostError> {
     let mut cfg = cfg.clone();
+    if port.dma_from_mbufs_only() {
+        cfg.copy_threshold = usize::MAX;
+    }
     if let Some(name) = port.kernel_iface() {
         if cfg.kernel_iface.is_none() {
             cfg.kernel_iface = Some(crate::host::KernelIface::new(name)?);
