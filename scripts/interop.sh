@@ -72,7 +72,7 @@ QP_TIMEOUT=18
 # finishes each run in a few seconds.
 iters() { # TEST SIZE
   case "$1:$2" in
-    *_bw:64) echo 200 ;; *_bw:4096) echo 100 ;; *_bw:65536) echo 20 ;;
+    *_bw:64) echo 200 ;; *_bw:1024 | *_bw:4096) echo 100 ;; *_bw:65536) echo 20 ;;
     *_lat:64) echo 100 ;; *_lat:4096) echo 50 ;; *_lat:65536) echo 10 ;;
   esac
 }
@@ -223,10 +223,11 @@ if [ "$what" = all ] || [ "$what" = matrix ]; then
 fi
 # Perftest on the host under rsnic-exec (librsnic_verbs.so) against perftest
 # on rxe: both exit 0 and print their row (read_lat's server prints none).
-run_verbs() { # TEST ROLE(of the host) SIZE
-  local t=$1 role=$2 size=$3 n id why="" t0=$SECONDS
+run_verbs() { # TEST ROLE(of the host) SIZE [SERVICE: UC or UD, perftest's -c; default RC]
+  local t=$1 role=$2 size=$3 svc=${4:-RC} n id why="" t0=$SECONDS
   n=$(iters "$t" "$size")
-  id=verbs-$t-$role-$size
+  id=verbs-$t-$svc-$role-$size
+  local conn="-c $svc"
   local peer="" hpeer=""
   if [ "$role" = server ]; then peer=10.0.0.254; else hpeer=$GUEST_IP; fi
   # perftest sets max_rd_atomic to the peer's outstanding reads (its device's
@@ -234,9 +235,9 @@ run_verbs() { # TEST ROLE(of the host) SIZE
   # ibv_modify_qp refuses (EINVAL, as hardware does), so rxe's side asks for 16.
   local outs=""
   case $t in read_*) outs="-o 16" ;; esac
-  local gscript="$guest_pre timeout 60 ib_$t -d rxe0 -x 1 -F -u $QP_TIMEOUT $outs -s $size -n $n $peer; rc=\$?; [ \$rc = 0 ] || { cat /proc/loadavg; dmesg | tail -3; }; exit \$rc"
+  local gscript="$guest_pre timeout 60 ib_$t -d rxe0 -x 1 -F -u $QP_TIMEOUT $conn $outs -s $size -n $n $peer; rc=\$?; [ \$rc = 0 ] || { cat /proc/loadavg; dmesg | tail -3; }; exit \$rc"
   local host=(ip netns exec rxe-ns timeout 90 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP --
-              "ib_$t" -d rsnic0 -x 0 -F -u $QP_TIMEOUT -s "$size" -n "$n" $hpeer)
+              "ib_$t" -d rsnic0 -x 0 -F -u $QP_TIMEOUT $conn -s "$size" -n "$n" $hpeer)
   local hp host_rc guest_rc
   if [ "$role" = server ]; then
     "${host[@]}" >"$W/$id.host" 2>&1 &
@@ -264,21 +265,27 @@ run_verbs() { # TEST ROLE(of the host) SIZE
   local took=$((SECONDS - t0))
   mkdir -p target/interop-verbs && cp "$W/$id.host" "$W/$id.guest" target/interop-verbs/ 2>/dev/null
   if [ -z "$why" ]; then
-    printf 'interop: verbs %-9s perftest-on-rsnic %-6s %6s B x %-3s ok   %s (%s s)\n' "$t" "$role" "$size" "$n" "$hrow" "$took"
-    rows+=("| verbs: ib_$t on rsnic | $role | $size | $n | pass | $hrow |")
+    printf 'interop: verbs %-9s %s perftest-on-rsnic %-6s %6s B x %-3s ok   %s (%s s)\n' "$t" "$svc" "$role" "$size" "$n" "$hrow" "$took"
+    rows+=("| verbs: ib_$t -c $svc on rsnic | $role | $size | $n | pass | $hrow |")
   else
     fails=$((fails + 1))
-    printf 'interop: verbs %-9s perftest-on-rsnic %-6s %6s B x %-3s FAIL %s (%s s)\n' "$t" "$role" "$size" "$n" "$why" "$took"
-    rows+=("| verbs: ib_$t on rsnic | $role | $size | $n | **fail** | ${why:0:80} |")
+    printf 'interop: verbs %-9s %s perftest-on-rsnic %-6s %6s B x %-3s FAIL %s (%s s)\n' "$t" "$svc" "$role" "$size" "$n" "$why" "$took"
+    rows+=("| verbs: ib_$t -c $svc on rsnic | $role | $size | $n | **fail** | ${why:0:80} |")
     tail -5 "$W/$id.host" | sed 's/^/    host: /'
     tail -5 "$W/$id.guest" | sed 's/^/    guest: /'
   fi
 }
 if [ "$what" = all ] || [ "$what" = verbs ]; then
-  for t in ${VERBS_TESTS:-write_bw read_bw send_bw write_lat read_lat send_lat}; do
+  for t in ${VERBS_TESTS-write_bw read_bw send_bw write_lat read_lat send_lat}; do
     for role in server client; do
       with_retry run_verbs "$t" "$role" 4096
     done
+  done
+  # UC and UD (issue 40): a UD message fits the path MTU (1024 on these TAPs)
+  for role in server client; do
+    with_retry run_verbs send_bw "$role" 1024 UD
+    with_retry run_verbs send_bw "$role" 4096 UC
+    with_retry run_verbs write_bw "$role" 4096 UC
   done
 fi
 if [ "$what" = all ] || [ "$what" = lossy ]; then
