@@ -14,7 +14,7 @@
 # host run unmodified on rsnic through librsnic_verbs.so (rsnic-exec, issue
 # 22) against the same binaries on rxe in the guest, both roles.
 #
-# usage: scripts/interop.sh [matrix|lossy|switch|verbs|all|retx]   (default all; retx,
+# usage: scripts/interop.sh [matrix|lossy|switch|verbs|agree|all|retx]   (default all; retx,
 #        not in all: the retransmit ratio of --cc none into the guest, RETX_N=2200)
 # env:   INTEROP_MATRIX_OUT=FILE  also write the matrix there (markdown)
 set -uo pipefail
@@ -28,7 +28,7 @@ GUEST_MAC=52:54:00:00:00:02
 what=${1:-all}
 [ -x "$B" ] || cargo build --release -q -p bench --bin roce-perf
 EXEC=$PWD/target/release/rsnic-exec
-if [ "$what" = all ] || [ "$what" = verbs ]; then
+if [ "$what" = all ] || [ "$what" = verbs ] || [ "$what" = agree ]; then
   [ -x "$EXEC" ] && [ -f target/release/librsnic_verbs.so ] || cargo build --release -q -p verbs-abi -p rsnic-exec
 fi
 W=$(mktemp -d /tmp/rsnic-interop.XXXXXX)
@@ -287,6 +287,76 @@ if [ "$what" = all ] || [ "$what" = verbs ]; then
     with_retry run_verbs send_bw "$role" 4096 UC
     with_retry run_verbs write_bw "$role" 4096 UC
   done
+fi
+# ibv_{ud,uc,srq}_pingpong -c (the data checked) between rsnic and rxe, both
+# roles: each exits 0 and prints its "bytes in ... seconds" line.
+run_pingpong() { # PROGRAM ROLE(of the host) ARGS...
+  local p=$1 role=$2 id why="" t0=$SECONDS
+  shift 2
+  id=pp-$p-$role
+  local gpeer="" hpeer=""
+  if [ "$role" = server ]; then gpeer=10.0.0.254; else hpeer=$GUEST_IP; fi
+  local gscript="$guest_pre timeout 60 $p -d rxe0 -g 1 $* $gpeer"
+  local host=(ip netns exec rxe-ns timeout 90 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP -- "$p" -d rsnic0 -g 0 "$@" $hpeer)
+  local hp host_rc guest_rc
+  if [ "$role" = server ]; then
+    "${host[@]}" >"$W/$id.host" 2>&1 &
+    hp=$!
+    listening || why="$p on rsnic never listened"
+    guest_start "$id" "$gscript"
+  else
+    guest_start "$id" "$gscript"
+    sleep 4
+    "${host[@]}" >"$W/$id.host" 2>&1 &
+    hp=$!
+  fi
+  wait $hp; host_rc=$?
+  $G wait rxe0 "$id" 90 >"$W/$id.guest"; guest_rc=$?
+  local hrow grow
+  hrow=$(grep -E 'bytes in [0-9.]+ seconds' "$W/$id.host" | head -1)
+  grow=$(grep -E 'bytes in [0-9.]+ seconds' "$W/$id.guest" | head -1)
+  mkdir -p target/interop-verbs && cp "$W/$id.host" "$W/$id.guest" target/interop-verbs/ 2>/dev/null
+  [ $host_rc = 0 ] && [ -n "$hrow" ] || why="$why host $p rc=$host_rc: $(tail -1 "$W/$id.host")"
+  [ $guest_rc = 0 ] && [ -n "$grow" ] || why="$why guest $p rc=$guest_rc: $(tail -1 "$W/$id.guest")"
+  if [ -z "$why" ]; then
+    printf 'interop: %s on rsnic %-6s ok   %s (%s s)\n' "$p $*" "$role" "$hrow" "$((SECONDS - t0))"
+    rows+=("| $p $* on rsnic | $role | - | - | pass | $hrow |")
+  else
+    fails=$((fails + 1))
+    printf 'interop: %s on rsnic %-6s FAIL %s\n' "$p $*" "$role" "$why"
+    rows+=("| $p $* on rsnic | $role | - | - | **fail** | ${why:0:80} |")
+    tail -4 "$W/$id.host" | sed 's/^/    host: /'
+    tail -4 "$W/$id.guest" | sed 's/^/    guest: /'
+  fi
+}
+if [ "$what" = all ] || [ "$what" = verbs ]; then
+  for role in server client; do
+    with_retry run_pingpong ibv_ud_pingpong "$role" -s 1024 -c -n 100
+    with_retry run_pingpong ibv_uc_pingpong "$role" -c -n 100
+    with_retry run_pingpong ibv_srq_pingpong "$role" -q 4 -c -n 100
+  done
+fi
+# The same verbs on both devices (verbs-abi/tests/c/verbs_agree.c, built
+# into the guest's image): two QPs of one device through its loopback, RC,
+# UC and UD; rxe's transcript and rsnic's must be the same.
+if [ "$what" = all ] || [ "$what" = agree ]; then
+  gcc -O2 -Wall -o "$W/verbs_agree" verbs-abi/tests/c/verbs_agree.c -libverbs
+  $G run rxe0 "timeout 60 verbs_agree rxe0" 90 | grep -v '^== ' >"$W/agree.rxe"; grc=${PIPESTATUS[0]}
+  ip netns exec rxe-ns timeout 60 "$EXEC" --dev net_ring0 --ip 10.9.9.1 -- "$W/verbs_agree" rsnic0 >"$W/agree.rsnic" 2>&1; hrc=$?
+  mkdir -p target/interop-verbs && cp "$W/agree.rxe" "$W/agree.rsnic" target/interop-verbs/
+  # '#' lines are the program's comments on known differences: not compared.
+  if [ $grc = 0 ] && [ $hrc = 0 ] && diff -u <(grep -v '^#' "$W/agree.rxe") <(grep -v '^#' "$W/agree.rsnic") >"$W/agree.diff"; then
+    n=$(grep -vc '^#' "$W/agree.rsnic")
+    echo "interop: verbs_agree: rsnic and rxe report the same $n completions and checks"
+    grep '^#' "$W/agree.rsnic" | sed 's/^# /    known difference: /'
+    rows+=("| verbs_agree.c on rsnic and on rxe | - | - | - | pass | $n lines the same |")
+  else
+    fails=$((fails + 1))
+    echo "interop: verbs_agree: FAIL (rxe rc $grc, rsnic rc $hrc; rxe's transcript, then the diff)"
+    sed 's/^/    rxe: /' "$W/agree.rxe" | head -40
+    sed 's/^/    /' "$W/agree.diff" | head -60
+    rows+=("| verbs_agree.c on rsnic and on rxe | - | - | - | **fail** | see the log |")
+  fi
 fi
 if [ "$what" = all ] || [ "$what" = lossy ]; then
   # 1 % loss on both bridge ports, so both directions lose frames: tc netem

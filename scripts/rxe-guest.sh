@@ -162,8 +162,11 @@ build_locked() {
   K=$(kernel_version) || true
   [ -n "$K" ] || die "no Debian amd64 kernel in /lib/modules (apt-get install linux-image-amd64)"
   [ -f "/boot/vmlinuz-$K" ] || die "/boot/vmlinuz-$K missing"
-  # Rebuilt when the kernel or this script (the guest's init) changes.
-  stamp="$K $(sha256sum "$0" | cut -c1-16)"
+  # Rebuilt when the kernel, this script (the guest's init) or verbs_agree.c
+  # changes.
+  local agree
+  agree=$(cd "$(dirname "$0")/.." && pwd)/verbs-abi/tests/c/verbs_agree.c
+  stamp="$K $(sha256sum "$0" | cut -c1-16) $(sha256sum "$agree" | cut -c1-16)"
   if [ -f "$D/image/initramfs.gz" ] && [ "$(cat "$D/image/stamp" 2>/dev/null)" = "$stamp" ]; then
     return 0
   fi
@@ -187,10 +190,13 @@ build_locked() {
   done
   cp /lib/modules/"$K"/modules.order /lib/modules/"$K"/modules.builtin* "$R/lib/modules/$K/" 2>/dev/null || true
   depmod -b "$R" "$K"
+  # verbs_agree: the same verbs on rxe as on rsnic (scripts/interop.sh agree).
+  gcc -O2 -Wall -o "$R/usr/bin/verbs_agree" "$agree" -libverbs || die "cannot build $agree (apt-get install gcc libibverbs-dev)"
   progs="/usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_bw /usr/bin/ib_write_lat
          /usr/bin/ib_read_lat /usr/bin/ib_send_lat /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong
+         /usr/bin/ibv_uc_pingpong /usr/bin/ibv_ud_pingpong /usr/bin/ibv_srq_pingpong
          /usr/bin/rdma /sbin/ip /bin/ip"
-  libs=""
+  libs=$(ldd "$R/usr/bin/verbs_agree" | awk '/=>/{print $3} /ld-linux/{print $1}')
   for p in $progs; do
     [ -e "$p" ] || continue
     mkdir -p "$R$(dirname "$p")"

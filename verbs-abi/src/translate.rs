@@ -362,9 +362,17 @@ pub fn fill_wc(wc: &WorkCompletion, out: &mut ibv_wc) {
             out.wc_flags = 0;
         }
     }
-    if wc.grh {
+    if wc.grh || received_roce(wc) {
         out.wc_flags |= IBV_WC_GRH;
     }
+}
+
+/// A successful receive of any service: every RoCE packet carries a GRH (its
+/// IP header), and rxe and mlx5 say so in `wc_flags` for RC and UC receives
+/// too (IBV_WC_GRH); only a UD receive also has it in the buffer.
+#[inline]
+pub fn received_roce(wc: &WorkCompletion) -> bool {
+    wc.status == rdma::transport::WcStatus::Success && (wc.opcode as u32) & IBV_WC_RECV != 0
 }
 
 /// `ibv_wc_status_str(3)`'s strings (libibverbs' wording).

@@ -103,7 +103,7 @@ impl Completer {
                 status,
                 opcode: w.wr.op.wc_opcode(),
                 byte_len,
-                imm: None,
+                imm: w.wr.op.completion_imm(),
                 qp_num: cfg.qpn,
                 solicited: false,
                 src_qp: 0,

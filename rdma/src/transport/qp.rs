@@ -650,7 +650,7 @@ impl Qp {
                         status: WcStatus::Success,
                         opcode: w.wr.op.wc_opcode(),
                         byte_len: w.wr.sge.len,
-                        imm: None,
+                        imm: w.wr.op.completion_imm(),
                         qp_num: self.cfg.qpn,
                         solicited: false,
                         src_qp: 0,

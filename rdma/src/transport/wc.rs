@@ -162,6 +162,13 @@ pub enum SendOp {
 }
 
 impl SendOp {
+    /// The `imm` of this operation's send completion: `Some(0)` for an
+    /// operation with immediate, whose completion says so
+    /// (IBV_WC_WITH_IMM, the value 0) as rxe's and mlx5's do; None otherwise.
+    pub fn completion_imm(&self) -> Option<u32> {
+        matches!(self, SendOp::SendImm(_) | SendOp::WriteImm { .. }).then_some(0)
+    }
+
     /// The completion opcode of this operation.
     pub fn wc_opcode(&self) -> WcOpcode {
         match self {

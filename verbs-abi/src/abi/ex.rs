@@ -883,7 +883,11 @@ extern "C" fn cq_read_zero8(_c: *mut ibv_cq_ex) -> u8 {
 extern "C" fn cq_read_wc_flags(c: *mut ibv_cq_ex) -> c_uint {
     let w = cur(c);
     let imm = if w.imm.is_some() { IBV_WC_WITH_IMM } else { 0 };
-    let grh = if w.grh { IBV_WC_GRH } else { 0 };
+    let grh = if w.grh || crate::translate::received_roce(&w) {
+        IBV_WC_GRH
+    } else {
+        0
+    };
     imm | grh
 }
 
