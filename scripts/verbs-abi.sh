@@ -268,6 +268,19 @@ if [ $rc -eq 0 ] && [ -z "$miss" ]; then
 else
   record "ibv_devinfo -v" FAIL "rc $rc, missing:$miss"
 fi
+# UCX (Debian's ucx-utils, where installed) lists rsnic0 only where
+# /dev/infiniband/uverbs_rsnic0 is a character device (the library's stat and
+# access): rc_verbs and ud_verbs on rsnic0:1.
+if command -v ucx_info >/dev/null; then
+  f=$LOG/ucx_info
+  on_a ucx_info -d >"$f" 2>&1
+  n=$(grep -A1 -E 'Transport: (rc|ud)_verbs' "$f" | grep -c 'Device: rsnic0:1')
+  if [ "$n" = 2 ]; then
+    record "ucx_info -d" ok "rc_verbs and ud_verbs on rsnic0:1"
+  else
+    record "ucx_info -d" FAIL "$n of rc_verbs, ud_verbs on rsnic0:1 (log $f)"
+  fi
+fi
 # A quiet guest: the EAL and the TAP PMD print nothing into the program's
 # output unless RSNIC_LOG asks (they used to: "Could not add multiq qdisc"...).
 on_a ibv_devinfo >/dev/null 2>"$f.stderr"

@@ -295,6 +295,36 @@ fn rkey_and_va_violations_are_nak_0x62() {
     }
 }
 
+/// IBA C9-88: a zero-length RDMA WRITE or READ need carry no valid R_Key or VA, and
+/// the responder checks neither (rxe `check_rkey`): UCX's rc_verbs flushes a QP with a
+/// zero-length WRITE to rkey 0 at VA 0. Both complete, both QPs stay in RTS and no
+/// byte of B changes.
+#[test]
+fn zero_length_write_and_read_check_no_rkey() {
+    for op in [
+        SendOp::Write {
+            remote_va: 0,
+            rkey: 0,
+        },
+        SendOp::Read {
+            remote_va: 0,
+            rkey: 0,
+        },
+    ] {
+        let (mut a, mut b) = pair(256, false, 0);
+        let ak = a.mr.lkey;
+        a.qp.post_send(wr(1, op, A_BASE, 0, ak), &a.mrs).unwrap();
+        let before = b.mem.bytes.clone();
+        exchange(&mut a, &mut b, |_| {});
+        let got: Vec<_> = a.cq.iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(got, vec![(1, WcStatus::Success)], "{op:?}");
+        assert_eq!(a.qp.state(), QpState::Rts, "{op:?}");
+        assert_eq!(b.qp.state(), QpState::Rts, "{op:?}");
+        assert_eq!(b.qp.counters().nak_error_sent, 0, "{op:?}");
+        assert!(b.mem.bytes == before, "{op:?}: B's memory changed");
+    }
+}
+
 #[test]
 fn receive_buffer_deregistered_after_post_is_nak_0x63() {
     let (a, mut b) = pair(256, false, 0);

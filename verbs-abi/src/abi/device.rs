@@ -1,10 +1,10 @@
-//! The devices list, opening and closing a device, and the queries (`ibv_query_device`, `_port`, `_gid`, `_pkey`).
+//! The devices list, opening and closing a device, and the queries (`ibv_query_device`, `_port`, `_gid`, `_pkey`); the device's uverbs node as `stat` and `access` see it.
 
 use super::*;
 use crate::backend::Backend;
 use libc::{EINVAL, ENODEV, ENOMEM};
 use rdma::transport::sgl::MAX_SGE;
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
@@ -19,6 +19,27 @@ unsafe impl Sync for DeviceBox {}
 
 pub(crate) static DEVICE: OnceLock<DeviceBox> = OnceLock::new();
 
+/// The device as rdma-core allocates one: `struct verbs_device` (driver.h)
+/// begins with the `ibv_device` and then the provider's `ops`, which
+/// libmlx5's `mlx5dv_is_supported` reads past the `ibv_device` it is given
+/// (`verbs_get_device(d)->ops == &mlx5_dev_ops`). UCX 1.13 asks it of every
+/// device it opens (uct/ib/mlx5/dv/ib_mlx5dv_md.c:851 and :1255): here it
+/// reads this NULL, no provider's, rather than past our allocation.
+#[repr(C)]
+struct VerbsDevice {
+    device: ibv_device,
+    ops: *const c_void,
+}
+
+/// `ibv_device.dev_name`, the name of a kernel device's uverbs node.
+const DEV_NAME: &str = "uverbs_rsnic0";
+/// `ibv_device.dev_path`: what the uverbs node stands for ([`dev_node_alias`]).
+const DEV_PATH: &CStr = c"/dev/null";
+/// `/dev/infiniband/` + [`DEV_NAME`]: where UCX 1.13 looks for the node of
+/// each device the list gives it (`uct_ib_device_is_accessible`,
+/// uct/ib/base/ib_md.c:1158).
+const DEV_NODE: &CStr = c"/dev/infiniband/uverbs_rsnic0";
+
 pub(crate) fn copy_cstr(dst: &mut [c_char], s: &str) {
     for (d, b) in dst.iter_mut().zip(s.bytes().chain(std::iter::once(0))) {
         *d = b as c_char;
@@ -28,22 +49,68 @@ pub(crate) fn copy_cstr(dst: &mut [c_char], s: &str) {
 pub(crate) fn device() -> *mut ibv_device {
     DEVICE
         .get_or_init(|| {
-            let mut d = Box::new(ibv_device {
-                node_type: IBV_NODE_CA,
-                transport_type: IBV_TRANSPORT_IB,
-                ..Default::default()
+            let mut d = Box::new(VerbsDevice {
+                device: ibv_device {
+                    node_type: IBV_NODE_CA,
+                    transport_type: IBV_TRANSPORT_IB,
+                    ..Default::default()
+                },
+                ops: std::ptr::null(),
             });
-            copy_cstr(&mut d.name, "rsnic0");
-            copy_cstr(&mut d.dev_name, "uverbs_rsnic0");
-            copy_cstr(&mut d.dev_path, "/dev/null");
-            copy_cstr(&mut d.ibdev_path, "/sys/class/infiniband/rsnic0");
-            DeviceBox(Box::into_raw(d))
+            copy_cstr(&mut d.device.name, "rsnic0");
+            copy_cstr(&mut d.device.dev_name, DEV_NAME);
+            copy_cstr(
+                &mut d.device.dev_path,
+                DEV_PATH.to_str().unwrap_or_default(),
+            );
+            copy_cstr(&mut d.device.ibdev_path, "/sys/class/infiniband/rsnic0");
+            // The `ibv_device` is the first field of a `repr(C)` struct.
+            DeviceBox(Box::into_raw(d).cast())
         })
         .0
 }
 
 pub(crate) fn is_our_device(d: *mut ibv_device) -> bool {
     !d.is_null() && d == device()
+}
+
+/// `path`, or [`DEV_PATH`] where `path` is [`DEV_NODE`] and the list has
+/// rsnic0 (not in a forked child, whose list is empty: `guard`).
+fn dev_node_alias(path: *const c_char) -> *const c_char {
+    if path.is_null() || crate::backend::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+        return path;
+    }
+    // SAFETY: the caller's NUL-terminated path (stat(2), access(2)).
+    if unsafe { CStr::from_ptr(path) } == DEV_NODE && Backend::configured().is_ok() {
+        DEV_PATH.as_ptr()
+    } else {
+        path
+    }
+}
+
+/// `stat(2)`, where the device's uverbs node exists: a program that checks
+/// for it before it lists a device finds rsnic0's ([`DEV_NODE`], a
+/// character device: the one `dev_path` names). UCX 1.13 lists no device
+/// without one (`uct_ib_query_md_resources`: `stat` of
+/// `/dev/infiniband/<dev_name>`, `S_ISCHR`, `access(R_OK | W_OK)`,
+/// ib_md.c:1171). Every other path is glibc's own `stat`, which since 2.33
+/// is `fstatat(AT_FDCWD, path, buf, 0)` (io/stat.c).
+#[no_mangle]
+pub(crate) extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's path and buffer, passed on as stat(2) takes them.
+    pure(-1, || unsafe {
+        libc::fstatat(libc::AT_FDCWD, dev_node_alias(path), buf, 0)
+    })
+}
+
+/// `access(2)`, for the node as [`stat`] sees it; every other path as
+/// POSIX defines `access`: `faccessat(AT_FDCWD, path, mode, 0)`.
+#[no_mangle]
+pub(crate) extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: the caller's path, passed on as access(2) takes it.
+    pure(-1, || unsafe {
+        libc::faccessat(libc::AT_FDCWD, dev_node_alias(path), mode, 0)
+    })
 }
 
 #[no_mangle]

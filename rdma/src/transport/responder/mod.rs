@@ -497,7 +497,10 @@ impl Responder {
     }
 
     /// R_Key, range and permission (rxe `check_rkey`) of a message's first packet, and
-    /// ATOMIC alignment. The one place a remote key is checked.
+    /// ATOMIC alignment. The one place a remote key is checked. A zero-length WRITE or
+    /// READ checks none: it need carry no valid R_Key or VA (IBA C9-88, rxe's "a
+    /// zero-byte op is not required to set an addr or rkey"); UCX's rc_verbs flushes a
+    /// QP with a zero-length WRITE to rkey 0 at VA 0 (rc_verbs_ep.c, 1.13).
     fn check_rkey(&self, t: Target, cfg: &QpConfig, mrs: &MrTable) -> Check<Target> {
         let (rkey, va, len, need) = match t {
             Target::Recv { .. } => return Ok(t),
@@ -513,6 +516,9 @@ impl Responder {
                 (a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
             }
         };
+        if len == 0 {
+            return Ok(t);
+        }
         mrs.check_remote_in(cfg.pd, rkey, va, len, need)
             .map(|_| t)
             .map_err(|_| ACCESS)
@@ -586,9 +592,11 @@ impl Responder {
                 return;
             };
             let need = Access::REMOTE_READ;
-            if mrs
-                .check_remote_in(cfg.pd, r.rkey, r.va, u64::from(r.dma_len), need)
-                .is_err()
+            // A zero-length READ carries no key to check (C9-88, `check_rkey`).
+            if r.dma_len != 0
+                && mrs
+                    .check_remote_in(cfg.pd, r.rkey, r.va, u64::from(r.dma_len), need)
+                    .is_err()
             {
                 return;
             }
