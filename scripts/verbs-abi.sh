@@ -25,7 +25,8 @@
 #          (default 50000) SENDs of 4 KiB, both ends asleep in poll() on their
 #          completion channel, which must never return EINTR (issue 40, item 8:
 #          the TAP PMD's per-frame signal goes to the engine's thread)
-#   pairs: devinfo, perftest (RC, -c UC, -c UD), ibv_rc/srq/uc/ud_pingpong in two namespaces;
+#   pairs: devinfo, perftest (RC, -c UC, -c UD), ibv_rc/srq/uc/ud_pingpong, ucx_perftest
+#          (tag_bw, tag_lat, ucp_put_bw over rc_verbs and ud_verbs) in two namespaces;
 #          VERBS_ITERS iterations per test (default 200), VERBS_ALL_ITERS per
 #          size of the -a runs (default 100)
 #   quick: eintr, devinfo, one bw, one lat, pingpong;  all: abi + eintr + pairs
@@ -178,7 +179,7 @@ pair() {
   row=$(grep -E "$pat" "$f.client" | tail -1 | tr -s ' ')
   # read_lat's server prints no row (perftest).
   local srow=1
-  case $name in ib_read_lat*) ;; *) grep -qE "$pat" "$f.server" || srow="" ;; esac
+  case $name in ib_read_lat* | ucx_perftest*) ;; *) grep -qE "$pat" "$f.server" || srow="" ;; esac
   if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ -n "$row" ] && [ -n "$srow" ]; then
     record "$name" ok "$row"
   else
@@ -379,6 +380,20 @@ if [ "$what" != quick ]; then
   bw ib_send_bw "-c UD -s 1024 -n $ITERS"
   bw ib_send_bw "-c UC -s 4096 -n $ITERS"
   bw ib_write_bw "-c UC -s 65536 -n $ITERS"
+fi
+# -- 6. UCX (Debian's ucx-utils, where installed): ucx_perftest's UCP tests
+#       over rc_verbs (ud_verbs only for UCP's wire-up, as UCX_TLS=rc does)
+#       and over ud_verbs alone. UCX 1.13's ud_verbs needs
+#       UCX_UD_VERBS_ETH_DGID_CHECK=n on any device that leaves ibv_wc.sl 0
+#       (docs/verbs.md); the client prints the row.
+if [ "$what" != quick ] && command -v ucx_perftest >/dev/null; then
+  export UCX_NET_DEVICES=rsnic0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n
+  for tls in rc_verbs,ud_verbs:aux ud_verbs; do
+    for t in "tag_bw -s 65536 -n $ITERS" "tag_lat -s 8 -n 1000" "ucp_put_bw -s 65536 -n $ITERS"; do
+      UCX_TLS=$tls pair "ucx_perftest -t $t ($tls)" '^Final:' 13337 ucx_perftest -- ucx_perftest 10.99.0.2 -t $t
+    done
+  done
+  unset UCX_NET_DEVICES UCX_UD_VERBS_ETH_DGID_CHECK
 fi
 
 finish
