@@ -623,12 +623,23 @@ mod tests {
             ..wc
         };
         fill_wc(&wc, &mut out);
-        assert_eq!(out.wc_flags, IBV_WC_WITH_IMM);
+        // Every successful receive: IBV_WC_GRH (RoCE carries one, rxe and
+        // mlx5 say so for RC too).
+        assert_eq!(out.wc_flags, IBV_WC_WITH_IMM | IBV_WC_GRH);
         // SAFETY: a plain integer member.
         assert_eq!(
             unsafe { out.__bindgen_anon_1.imm_data }.to_ne_bytes(),
             [0xa0, 0xb0, 0xc0, 0xd0]
         );
+        // A send completion: no GRH; one of an operation with immediate
+        // says so (imm 0, SendOp::completion_imm).
+        let wc = WorkCompletion {
+            opcode: WcOpcode::Send,
+            imm: Some(0),
+            ..wc
+        };
+        fill_wc(&wc, &mut out);
+        assert_eq!(out.wc_flags, IBV_WC_WITH_IMM);
         assert_eq!(
             wc_status_str(IBV_WC_LOC_PROT_ERR).to_str().unwrap(),
             "local protection error"
