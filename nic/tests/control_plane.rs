@@ -4,6 +4,8 @@
 //! the MAC in the cache; a peer that never answers ends the connect with a
 //! clear error instead of a hang.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use dpdk::{Eal, Port};
@@ -24,19 +26,6 @@ fn config(ip: [u8; 4]) -> DeviceConfig {
     c
 }
 
-/// Waits until `ok` holds for `dev`'s counters (published every ms).
-fn counters_until(dev: &Device, what: &str, ok: impl Fn(&nic::counters::Counters) -> bool) {
-    let end = Instant::now() + Duration::from_secs(5);
-    while !ok(&dev.counters()) {
-        assert!(
-            Instant::now() < end,
-            "{what}; counters:\n{}",
-            dev.counters()
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 #[test]
 fn a_qp_given_only_the_peers_ip_resolves_its_mac_by_arp_and_transfers() {
     let eal = Eal::for_tests();
@@ -45,8 +34,8 @@ fn a_qp_given_only_the_peers_ip_resolves_its_mac_by_arp_and_transfers() {
     let b = Device::open(eal, pb, config([10, 0, 0, 2])).unwrap();
     // Each NIC announced itself with a gratuitous ARP, which the other
     // counted but did not learn (it was not addressed to it).
-    counters_until(&a, "no gratuitous ARP from b", |c| c.rx_arp_requests >= 1);
-    counters_until(&b, "no gratuitous ARP from a", |c| c.rx_arp_requests >= 1);
+    support::counters_until(&a, "no gratuitous ARP from b", |c| c.rx_arp_requests >= 1);
+    support::counters_until(&b, "no gratuitous ARP from a", |c| c.rx_arp_requests >= 1);
 
     let src = a.reg_mr(LEN, Access::LOCAL_WRITE).unwrap();
     let dst = b
@@ -87,17 +76,17 @@ fn a_qp_given_only_the_peers_ip_resolves_its_mac_by_arp_and_transfers() {
 
     // The resolution went over the wire: a asked, b answered (and learnt
     // a from the request addressed to it, so b's own connect hit the cache).
-    counters_until(&a, "a's ARP exchange not counted", |c| {
+    support::counters_until(&a, "a's ARP exchange not counted", |c| {
         c.tx_arp_requests >= 2 && c.rx_arp_replies >= 1 && c.arp_cache_misses == 1
     });
-    counters_until(&b, "b's ARP exchange not counted", |c| {
+    support::counters_until(&b, "b's ARP exchange not counted", |c| {
         c.tx_arp_replies >= 1 && c.arp_cache_hits == 1 && c.arp_cache_misses == 0
     });
     // A second QP to the same peer finds the MAC in the cache.
     let cq2 = a.create_cq(4).unwrap();
     let mut qa2 = a.create_qp(&cq2, &cq2, QpOptions::default()).unwrap();
     qa2.connect(&ip_only(qb.remote_info())).unwrap();
-    counters_until(&a, "second resolution missed the cache", |c| {
+    support::counters_until(&a, "second resolution missed the cache", |c| {
         c.arp_cache_hits == 1 && c.arp_cache_misses == 1 && c.arp_resolve_failures == 0
     });
     assert_eq!(a.resolve_mac([10, 0, 0, 2]).unwrap(), b.mac());
@@ -131,7 +120,7 @@ fn a_peer_that_never_answers_arp_fails_the_connect() {
         err.to_string().contains("no ARP reply from 10.0.0.99"),
         "{err}"
     );
-    counters_until(&a, "failure not counted", |c| {
+    support::counters_until(&a, "failure not counted", |c| {
         // The gratuitous ARP and three requests.
         c.arp_resolve_failures == 1 && c.tx_arp_requests == 4
     });

@@ -81,6 +81,11 @@ impl Engine {
         if self.io.recv(&mut self.rxb, &mut self.counters) == 0 && looped == 0 {
             return;
         }
+        // Receives posted before the frames that need them were sent must be
+        // seen by those frames (UC and UD drop a message that finds no
+        // receive WQE; RC would answer RNR): the doorbells rung since this
+        // turn's step 1 are taken now, after the burst arrived.
+        self.doorbells();
         let mut burst = std::mem::take(&mut self.rxb);
         let mut scratch = std::mem::take(&mut self.scratch);
         let stages: &[(usize, RxPrefetch)] = if self.rx_cross_core {

@@ -324,3 +324,16 @@ macro_rules! per_cc {
         }
     };
 }
+
+/// Waits until `ok` holds for `dev`'s counters (published every ms).
+pub fn counters_until(dev: &Device, what: &str, ok: impl Fn(&nic::counters::Counters) -> bool) {
+    let end = Instant::now() + Duration::from_secs(5);
+    while !ok(&dev.counters()) {
+        assert!(
+            Instant::now() < end,
+            "{what}; counters:\n{}",
+            dev.counters()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
