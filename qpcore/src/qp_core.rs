@@ -188,7 +188,7 @@ impl QpCore {
         &mut self,
         f: &RoceFrame<'_>,
         now: u64,
-        mrs: &MrTable,
+        mrs: &mut MrTable,
         mem: &mut M,
     ) {
         if f.bth.opcode.is_request() {
@@ -207,7 +207,7 @@ impl QpCore {
         &mut self,
         f: &RoceFrame<'_>,
         now: u64,
-        mrs: &MrTable,
+        mrs: &mut MrTable,
         mem: &mut M,
         mut srq: Option<&mut Srq>,
     ) -> bool {
@@ -712,7 +712,7 @@ mod tests {
         let cc_ext = e.core.cc_ext;
         for b in frames {
             let f = parse_frame(b, &opts, |_| cc_ext).unwrap();
-            e.core.receive(&f, now, &e.mrs, &mut e.mem);
+            e.core.receive(&f, now, &mut e.mrs, &mut e.mem);
         }
         e.core.feed_events(now);
         e.core.move_completions(cq);

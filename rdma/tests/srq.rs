@@ -130,13 +130,13 @@ impl World {
                 any = true;
                 let n = p.build_frame(&fb(1, 2), &self.a_mem, &mut buf).unwrap();
                 let f = parse_frame(&buf[..n], &ParseOptions::default(), |_| false).unwrap();
-                self.b[k].on_rx_srq(&f, now, &self.b_mrs, &mut self.b_mem, Some(&mut self.srq));
+                self.b[k].on_rx_srq(&f, now, &mut self.b_mrs, &mut self.b_mem, Some(&mut self.srq));
             }
             while let Some(p) = self.b[k].poll_tx(now) {
                 any = true;
                 let n = p.build_frame(&fb(2, 1), &self.b_mem, &mut buf).unwrap();
                 let f = parse_frame(&buf[..n], &ParseOptions::default(), |_| false).unwrap();
-                self.a[k].on_rx(&f, now, &self.a_mrs, &mut self.a_mem);
+                self.a[k].on_rx(&f, now, &mut self.a_mrs, &mut self.a_mem);
             }
             while let Some(c) = self.b[k].poll_cq() {
                 self.b_wcs.push(c);

@@ -620,12 +620,12 @@ fn probe_roundtrip_echoes_int_hops() {
         panic!()
     };
     let f = rdma::wire::parse_frame(&buf[..len], &Default::default(), |_| true).unwrap();
-    b.qp.on_rx(&f, 10, &b.mrs, &mut b.mem);
+    b.qp.on_rx(&f, 10, &mut b.mrs, &mut b.mem);
     let r = b.qp.poll_tx(20).unwrap();
     assert_eq!(r.repr.bth.opcode, rdma::wire::Opcode::ProbeResponse);
     let n = r.build_frame(&b.fb, &b.mem, &mut buf).unwrap();
     let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| true).unwrap();
-    a.qp.on_rx(&f, 30, &a.mrs, &mut a.mem);
+    a.qp.on_rx(&f, 30, &mut a.mrs, &mut a.mem);
     match a.qp.poll_event() {
         Some((QpEvent::ProbeResponse { n_hops }, Some(hops))) => {
             assert_eq!(n_hops, 2);
@@ -670,7 +670,7 @@ fn ack_echoes_int_hops_of_the_data_packet() {
         panic!()
     };
     let f = rdma::wire::parse_frame(&buf[..len], &Default::default(), |_| true).unwrap();
-    b.qp.on_rx(&f, 100, &b.mrs, &mut b.mem);
+    b.qp.on_rx(&f, 100, &mut b.mrs, &mut b.mem);
     assert_eq!(b.mem.read(B_BASE, 100), a.mem.read(A_BASE, 100));
     let ack = b.qp.poll_tx(200).unwrap();
     let e = ack.repr.ccext.unwrap();
@@ -679,7 +679,7 @@ fn ack_echoes_int_hops_of_the_data_packet() {
     assert_eq!(e.lsn, 100, "ACK carries the next expected LSN");
     let n = ack.build_frame(&b.fb, &b.mem, &mut buf).unwrap();
     let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| true).unwrap();
-    a.qp.on_rx(&f, 300, &a.mrs, &mut a.mem);
+    a.qp.on_rx(&f, 300, &mut a.mrs, &mut a.mem);
     match a.qp.poll_event() {
         Some((
             QpEvent::Ack {
@@ -846,7 +846,7 @@ fn delayed_ack_every_n_packets_and_at_message_end() {
     while let Some(p) = a.qp.poll_tx(0) {
         let n = p.build_frame(&a.fb, &a.mem, &mut buf).unwrap();
         let f = rdma::wire::parse_frame(&buf[..n], &Default::default(), |_| false).unwrap();
-        b.qp.on_rx(&f, 0, &b.mrs, &mut b.mem);
+        b.qp.on_rx(&f, 0, &mut b.mrs, &mut b.mem);
         while let Some(r) = b.qp.poll_tx(0) {
             answers.push((r.repr.bth.opcode, r.repr.bth.psn));
         }

@@ -224,9 +224,10 @@ fn post_refusals_and_sizes() {
         Err(QpError::InvalidWr(_))
     ));
     // The AH id costs nothing (tail padding); RoceRepr's DETH slot costs 16 bytes
-    // (RoceRepr 256 -> 272, TxPacket 296 -> 312); a WorkCompletion stays 32.
-    assert_eq!(core::mem::size_of::<RoceRepr>(), 272);
-    assert_eq!(core::mem::size_of::<TxPacket>(), 312);
+    // and its IETH slot 8 (RoceRepr 256 -> 280, TxPacket 296 -> 320); a
+    // WorkCompletion stays 32.
+    assert_eq!(core::mem::size_of::<RoceRepr>(), 280);
+    assert_eq!(core::mem::size_of::<TxPacket>(), 320);
     assert_eq!(core::mem::size_of::<WorkCompletion>(), 32);
 }
 

@@ -409,7 +409,7 @@ impl Nic {
             return;
         };
         let s = self.slots[i].as_mut().expect("slot_of checked it");
-        s.core.receive(&f, now, &self.mrs, &mut self.mem);
+        s.core.receive(&f, now, &mut self.mrs, &mut self.mem);
         self.after_qp_work(i, now);
     }
 

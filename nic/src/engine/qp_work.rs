@@ -6,7 +6,7 @@
 //! and the timer wheel should have it.
 
 use qpcore::Completions;
-use rdma::transport::{WcOpcode, WcStatus, WorkCompletion};
+use rdma::transport::{WcStatus, WorkCompletion};
 
 use super::cq::CqRing;
 use super::{Engine, QpSlot};
@@ -128,7 +128,7 @@ impl Completions for CqRings<'_> {
         if wc.status != WcStatus::Success {
             self.counters.completion_errors += 1;
         }
-        let cq = if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+        let cq = if wc.opcode.is_recv() {
             self.recv_cq
         } else {
             self.send_cq

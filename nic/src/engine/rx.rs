@@ -328,7 +328,7 @@ impl Engine {
             None => s.core.receive(
                 f,
                 now,
-                &self.mrs,
+                &mut self.mrs,
                 &mut RawMemory {
                     regions: &self.mr_mem,
                 },
@@ -339,7 +339,7 @@ impl Engine {
                 let limit = s.core.receive_srq(
                     f,
                     now,
-                    &self.mrs,
+                    &mut self.mrs,
                     &mut RawMemory {
                         regions: &self.mr_mem,
                     },

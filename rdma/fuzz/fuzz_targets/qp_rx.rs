@@ -71,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
         }
         let frame = &frame[..];
         if let Ok(f) = parse_frame(frame, &opts, |_| cfg.cc_ext) {
-            qp.on_rx(&f, now, &mrs, &mut mem);
+            qp.on_rx(&f, now, &mut mrs, &mut mem);
         }
         now += 10_000;
         qp.on_timer(now);

@@ -18,7 +18,9 @@ pub mod srq;
 pub mod wc;
 
 pub use crate::wire::bth::Service;
-pub use mr::{Access, AccessError, MemorySpace, Mr, MrTable, VecMemory};
+pub use mr::{
+    Access, AccessError, MemorySpace, Mr, MrTable, Mw, MwBind, MwBinding, MwError, MwType, VecMemory,
+};
 pub use qp::{
     nest_hot_lines, EchoedHops, Payload, Qp, QpConfig, QpCounters, QpError, QpEvent, QpState,
     TxPacket, UnreliableCounters,

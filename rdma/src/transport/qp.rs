@@ -421,11 +421,18 @@ impl Qp {
         sgl: Option<&[Sge]>,
         mrs: &MrTable,
     ) -> Result<(), QpError> {
+        if wr.op.is_local() {
+            return Err(QpError::InvalidWr("a local operation: post_local"));
+        }
         match self.cfg.service {
             Service::Rc => {}
             // IBA 9.8.2 / rxe `validate_send_wr`: UC has SEND and RDMA WRITE only.
             Service::Uc if wr.op.needs_response() => {
                 return Err(QpError::InvalidWr("UC has no READ or ATOMIC"))
+            }
+            // IBA table 38: SEND with Invalidate is RC's alone.
+            Service::Uc if matches!(wr.op, SendOp::SendInv(_)) => {
+                return Err(QpError::InvalidWr("UC has no SEND with Invalidate"))
             }
             Service::Uc => {}
             Service::Ud => return Err(QpError::InvalidWr("UD needs a destination: post_send_ud")),
@@ -449,6 +456,80 @@ impl Qp {
                 Ok(())
             }
             s => Err(QpError::BadState(s)),
+        }
+    }
+
+    /// Posts a local operation ([`SendOp::is_local`]: `IBV_WR_BIND_MW`,
+    /// `IBV_WR_LOCAL_INV`) and executes it on `mrs` now, when the device takes it
+    /// from the send queue's doorbell, in the order of the work requests posted on
+    /// this QP (IBA 10.6.7.2; rxe executes it when its requester reaches it, which
+    /// orders it the same way against this QP's other work requests). Its
+    /// completion comes in send-queue order, after those posted before it; one that
+    /// failed completes with `MW_BIND_ERR` (a bind) or `LOC_QP_OP_ERR` (an
+    /// invalidation) and the QP then enters ERR, so nothing posted after it runs.
+    /// RC QPs only (rsnic's limit; rxe also binds on UC).
+    pub fn post_local(&mut self, wr: SendWr, mrs: &mut MrTable) -> Result<(), QpError> {
+        if !wr.op.is_local() {
+            return Err(QpError::InvalidWr("not a local operation"));
+        }
+        if self.cfg.service != Service::Rc {
+            return Err(QpError::InvalidWr("memory windows are bound on RC QPs"));
+        }
+        match self.state {
+            QpState::Rts | QpState::Sqd => {}
+            QpState::Err => {
+                self.flushed(wr.wr_id, wr.op.wc_opcode());
+                return Ok(());
+            }
+            s => return Err(QpError::BadState(s)),
+        }
+        if self.req.sq.len() >= self.cfg.sq_depth as usize {
+            return Err(QpError::QueueFull);
+        }
+        let err = if self.req.local_failed() {
+            // The QP enters ERR before this one's turn: it is flushed, not run.
+            Some(WcStatus::WrFlushErr)
+        } else {
+            match wr.op {
+                SendOp::BindMw(b) => mrs
+                    .bind_window(self.cfg.pd, self.cfg.qpn, &b)
+                    .err()
+                    .map(|_| WcStatus::MwBindErr),
+                SendOp::LocalInv(rkey) => mrs.invalidate(rkey).err().map(|_| WcStatus::LocQpOpErr),
+                _ => None,
+            }
+        };
+        self.req.post_local(wr, err, &self.cfg)?;
+        self.complete_local_front();
+        Ok(())
+    }
+
+    /// Completes the local operations at the front of the send queue: everything
+    /// posted before them has completed. A failed one moves the QP to ERR with its
+    /// status (the rest flushed).
+    fn complete_local_front(&mut self) {
+        while let Some(w) = self.req.sq.front().copied() {
+            if !w.wr.op.is_local() {
+                return;
+            }
+            if let Some(st) = w.local_err {
+                self.enter_error(Some(st));
+                return;
+            }
+            self.req.pop_front();
+            if w.wr.signaled {
+                self.out.push_wc(WorkCompletion {
+                    wr_id: w.wr.wr_id,
+                    status: WcStatus::Success,
+                    opcode: w.wr.op.wc_opcode(),
+                    byte_len: 0,
+                    imm: None,
+                    qp_num: self.cfg.qpn,
+                    solicited: false,
+                    src_qp: 0,
+                    grh: false,
+                });
+            }
         }
     }
 
@@ -667,12 +748,13 @@ impl Qp {
 
     /// Handles a received frame already parsed by [`crate::wire::parse_frame`] (ICRC
     /// checked, INT stripped or not). Memory is touched only through `mem`, and only after
-    /// the `mrs` checks pass.
+    /// the `mrs` checks pass; `mrs` changes only when a SEND with Invalidate frees a
+    /// memory window (IBA 10.6.7.2.4).
     pub fn on_rx<M: MemorySpace + ?Sized>(
         &mut self,
         f: &RoceFrame<'_>,
         now_ns: u64,
-        mrs: &MrTable,
+        mrs: &mut MrTable,
         mem: &mut M,
     ) {
         self.on_rx_srq(f, now_ns, mrs, mem, None);
@@ -684,7 +766,7 @@ impl Qp {
         &mut self,
         f: &RoceFrame<'_>,
         now_ns: u64,
-        mrs: &MrTable,
+        mrs: &mut MrTable,
         mem: &mut M,
         srq: Option<&mut Srq>,
     ) {
@@ -699,7 +781,7 @@ impl Qp {
             return;
         }
         if self.cfg.service == Service::Ud {
-            self.on_rx_ud(f, mrs, mem, srq);
+            self.on_rx_ud(f, &*mrs, mem, srq);
             return;
         }
         if self.peer_ip.is_some_and(|ip| ip != f.ip.src) {
@@ -733,7 +815,7 @@ impl Qp {
             _ if op.is_request() => {
                 let v = if self.cfg.service == Service::Uc {
                     self.resp
-                        .on_uc_request(f, &self.cfg, mrs, mem, &mut self.out, srq)
+                        .on_uc_request(f, &self.cfg, &*mrs, mem, &mut self.out, srq)
                 } else {
                     self.resp
                         .on_request(f, &self.cfg, mrs, mem, &mut self.ext, &mut self.out, srq)
@@ -762,6 +844,9 @@ impl Qp {
                         self.ext_control = self.ext.has_control();
                     }
                     Heard::Error(st) => self.enter_error(Some(st)),
+                }
+                if self.state != QpState::Err && !self.req.sq.is_empty() {
+                    self.complete_local_front();
                 }
             }
             _ => self.out.counters.count_error(|c| &mut c.rx_dropped_state),

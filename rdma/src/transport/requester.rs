@@ -15,7 +15,7 @@ use crate::wire::ccext::{CcExtFlags, CcExtRepr};
 use crate::wire::frame::RoceRepr;
 use crate::wire::ipv4::Ecn;
 use crate::wire::psn;
-use crate::wire::transport_hdrs::{AtomicEthRepr, ImmDtRepr, RethRepr};
+use crate::wire::transport_hdrs::{AtomicEthRepr, IethRepr, ImmDtRepr, RethRepr};
 use std::collections::VecDeque;
 
 /// A posted send work request and, once started, where it sits in PSN and LSN space.
@@ -30,6 +30,10 @@ pub(super) struct SendWqe {
     pub first_lsn: u32,
     pub lsn_len: u32,
     pub started: bool,
+    /// A local operation ([`SendOp::is_local`]) that failed when the engine executed
+    /// it: the status it completes with, after which the QP enters ERR. The cursor
+    /// stops at it, so nothing posted after it leaves.
+    pub local_err: Option<WcStatus>,
 }
 
 impl SendWqe {
@@ -177,9 +181,48 @@ impl Requester {
                 first_lsn: 0,
                 lsn_len,
                 started: false,
+                local_err: None,
             },
         );
         Ok(())
+    }
+
+    /// Queues a local operation (bind, local invalidate) that the caller executed
+    /// already, with its outcome (`err`: the status it failed with). It takes no PSN
+    /// and sends nothing; it completes in send-queue order (rxe `rxe_do_local_ops`
+    /// and the completer after it).
+    pub fn post_local(
+        &mut self,
+        wr: SendWr,
+        err: Option<WcStatus>,
+        cfg: &QpConfig,
+    ) -> Result<(), QpError> {
+        if self.sq.len() >= cfg.sq_depth as usize {
+            return Err(QpError::QueueFull);
+        }
+        super::inline_deque::push_compact(
+            &mut self.sq,
+            SendWqe {
+                wr: SendWr {
+                    sge: Sge::default(),
+                    ..wr
+                },
+                sgl: SglRef::OWN,
+                first_psn: 0,
+                npkts: 0,
+                first_lsn: 0,
+                lsn_len: 0,
+                started: false,
+                local_err: err,
+            },
+        );
+        Ok(())
+    }
+
+    /// Whether a failed local operation waits in the queue (the QP enters ERR when it
+    /// reaches the front; what is posted after it is not executed).
+    pub fn local_failed(&self) -> bool {
+        self.sq.iter().any(|w| w.local_err.is_some())
     }
 
     /// LSN of PSN `p` within the started WQEs (`p` in `[una, next_psn]`).
@@ -301,6 +344,22 @@ impl Requester {
         self.rnr_until = 0;
         let pm = cfg.pmtu;
         let mut w = *self.sq.get(self.tx_idx)?;
+        // Local operations take no PSN: the cursor passes them (placing them in PSN
+        // order for the completer), and stops at a failed one.
+        while w.wr.op.is_local() {
+            if w.local_err.is_some() {
+                return None;
+            }
+            if !w.started {
+                w.first_psn = self.next_psn;
+                w.first_lsn = self.next_lsn;
+                w.started = true;
+                self.sq[self.tx_idx] = w;
+            }
+            self.tx_idx += 1;
+            self.tx_pkt = 0;
+            w = *self.sq.get(self.tx_idx)?;
+        }
         if !w.started {
             if sqd {
                 return None;
@@ -449,13 +508,25 @@ fn build_request(
                 SendOp::SendImm(i) | SendOp::WriteImm { imm: i, .. } => Some(i),
                 _ => None,
             };
-            let opcode = data_opcode(
-                matches!(op, SendOp::Send | SendOp::SendImm(_)),
+            let mut opcode = data_opcode(
+                matches!(op, SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_)),
                 w.npkts == 1,
                 idx == 0,
                 last,
                 imm.is_some(),
             );
+            // SEND with Invalidate: its last (or only) packet carries the IETH.
+            let ieth = match op {
+                SendOp::SendInv(rkey) if last => {
+                    opcode = if w.npkts == 1 {
+                        Opcode::SendOnlyInv
+                    } else {
+                        Opcode::SendLastInv
+                    };
+                    Some(IethRepr(rkey))
+                }
+                _ => None,
+            };
             let mut r = RoceRepr::new(BthRepr::new(opcode, dq, p));
             r.bth.ack_req = last;
             if last && w.wr.solicited {
@@ -477,6 +548,7 @@ fn build_request(
             if opcode.has_immdt() {
                 r.immdt = imm.map(ImmDtRepr);
             }
+            r.ieth = ieth;
             let payload = if len > 0 && w.sgl.is_list() {
                 Payload::Gather {
                     sgl: w.sgl,
@@ -580,6 +652,7 @@ mod tests {
                 first_lsn: l,
                 lsn_len,
                 started,
+                local_err: None,
             });
             if started {
                 p = psn::add(p, npkts);

@@ -1,6 +1,8 @@
 //! Work requests and work completions, with the status and opcode values of ibverbs
 //! (`enum ibv_wc_status`, `enum ibv_wc_opcode`), which follow IBA 11.4.2.1.
 
+use super::mr::MwBind;
+
 /// Completion status (`ibv_wc_status`; numeric values as in libibverbs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -15,6 +17,9 @@ pub enum WcStatus {
     LocProtErr = 4,
     /// IBV_WC_WR_FLUSH_ERR: the QP went to the error state before this WR finished.
     WrFlushErr = 5,
+    /// IBV_WC_MW_BIND_ERR: a memory window bind the window's or region's state,
+    /// rights or range forbid (IBA 10.6.7.2.1).
+    MwBindErr = 6,
     /// IBV_WC_BAD_RESP_ERR: unexpected response opcode or length.
     BadRespErr = 7,
     /// IBV_WC_LOC_ACCESS_ERR.
@@ -47,10 +52,26 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// IBV_WC_FETCH_ADD.
     FetchAdd = 4,
+    /// IBV_WC_BIND_MW.
+    BindMw = 5,
+    /// IBV_WC_LOCAL_INV.
+    LocalInv = 6,
     /// IBV_WC_RECV.
     Recv = 128,
     /// IBV_WC_RECV_RDMA_WITH_IMM.
     RecvRdmaWithImm = 129,
+    /// A receive of a SEND with Invalidate: `IBV_WC_RECV` with `IBV_WC_WITH_INV` in
+    /// `wc_flags` and the invalidated R_Key in `invalidated_rkey` (here: in
+    /// [`WorkCompletion::imm`]). Not an ibverbs value: the library translates it.
+    RecvInv = 130,
+}
+
+impl WcOpcode {
+    /// A receive queue's completion (`IBV_WC_RECV` and after: the opcode's top bit,
+    /// as in `enum ibv_wc_opcode`), which goes to the QP's receive CQ.
+    pub fn is_recv(self) -> bool {
+        self as u8 & 0x80 != 0
+    }
 }
 
 /// A work completion (`ibv_wc`, the fields this transport fills). 32 bytes, as
@@ -65,7 +86,8 @@ pub struct WorkCompletion {
     pub opcode: WcOpcode,
     /// Bytes transferred (receives: bytes placed; READ: bytes read).
     pub byte_len: u32,
-    /// Immediate data (network order value as sent), for *_WITH_IMM.
+    /// Immediate data (network order value as sent), for *_WITH_IMM; for
+    /// [`WcOpcode::RecvInv`], the R_Key the SEND invalidated.
     pub imm: Option<u32>,
     /// Local QP number.
     pub qp_num: u32,
@@ -159,6 +181,14 @@ pub enum SendOp {
         /// Addend.
         add: u64,
     },
+    /// IBV_WR_SEND_WITH_INV: a SEND whose last packet asks the responder to
+    /// invalidate this R_Key of its own (a type 2 memory window, IBA 10.6.7.2.4).
+    SendInv(u32),
+    /// IBV_WR_LOCAL_INV: invalidate this R_Key of a type 2 memory window of this
+    /// QP's device; no packet (IBA 10.6.7.2.4).
+    LocalInv(u32),
+    /// IBV_WR_BIND_MW: bind a memory window; no packet (IBA 10.6.7.2.1).
+    BindMw(MwBind),
 }
 
 impl SendOp {
@@ -169,10 +199,18 @@ impl SendOp {
         matches!(self, SendOp::SendImm(_) | SendOp::WriteImm { .. }).then_some(0)
     }
 
+    /// A local operation (bind, local invalidate): executed by the device on its
+    /// own tables, no packet, completed in send-queue order.
+    pub fn is_local(&self) -> bool {
+        matches!(self, SendOp::LocalInv(_) | SendOp::BindMw(_))
+    }
+
     /// The completion opcode of this operation.
     pub fn wc_opcode(&self) -> WcOpcode {
         match self {
-            SendOp::Send | SendOp::SendImm(_) => WcOpcode::Send,
+            SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_) => WcOpcode::Send,
+            SendOp::LocalInv(_) => WcOpcode::LocalInv,
+            SendOp::BindMw(_) => WcOpcode::BindMw,
             SendOp::Write { .. } | SendOp::WriteImm { .. } => WcOpcode::RdmaWrite,
             SendOp::Read { .. } => WcOpcode::RdmaRead,
             SendOp::CompareSwap { .. } => WcOpcode::CompSwap,

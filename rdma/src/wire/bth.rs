@@ -139,6 +139,10 @@ opcodes! {
     CompareSwap = 0x13,
     /// RC FetchAdd.
     FetchAdd = 0x14,
+    /// RC SEND Last with Invalidate (IETH after the BTH).
+    SendLastInv = 0x16,
+    /// RC SEND Only with Invalidate (IETH after the BTH).
+    SendOnlyInv = 0x17,
     /// UC SEND First.
     UcSendFirst = 0x20,
     /// UC SEND Middle.
@@ -220,6 +224,12 @@ impl Opcode {
     #[inline]
     pub fn has_immdt(self) -> bool {
         self.info(IMMDT)
+    }
+
+    /// Carries an IETH (RC SEND Last/Only with Invalidate).
+    #[inline]
+    pub fn has_ieth(self) -> bool {
+        self.info(IETH)
     }
 
     /// Carries an AtomicETH.
@@ -304,36 +314,37 @@ impl Opcode {
     }
 
     /// Whether any of the `bits` of [`OPCODE_INFO`] is set for this opcode: one load
-    /// from a 512-byte table, whatever the service (the RC receive path asks several
+    /// from a 1 KiB table, whatever the service (the RC receive path asks several
     /// of these per packet, and a `matches!` over opcodes spread across 0x00-0x65
     /// compiled to compare chains).
     #[inline(always)]
-    fn info(self, bits: u16) -> bool {
+    fn info(self, bits: u32) -> bool {
         OPCODE_INFO[self as usize] & bits != 0
     }
 }
 
 // What each opcode carries and is ([`OPCODE_INFO`] bits).
-const RETH: u16 = 1 << 0;
-const DETH: u16 = 1 << 1;
-const AETH: u16 = 1 << 2;
-const IMMDT: u16 = 1 << 3;
-const ATOMIC_ETH: u16 = 1 << 4;
-const ATOMIC_ACK_ETH: u16 = 1 << 5;
-const SEND: u16 = 1 << 6;
-const WRITE: u16 = 1 << 7;
-const READ_RESPONSE: u16 = 1 << 8;
-const REQUEST: u16 = 1 << 9;
-const RESPONSE: u16 = 1 << 10;
-const FIRST: u16 = 1 << 11;
-const MIDDLE: u16 = 1 << 12;
-const LAST: u16 = 1 << 13;
-const ONLY: u16 = 1 << 14;
-const CNP_RESERVED: u16 = 1 << 15;
+const RETH: u32 = 1 << 0;
+const DETH: u32 = 1 << 1;
+const AETH: u32 = 1 << 2;
+const IMMDT: u32 = 1 << 3;
+const ATOMIC_ETH: u32 = 1 << 4;
+const ATOMIC_ACK_ETH: u32 = 1 << 5;
+const SEND: u32 = 1 << 6;
+const WRITE: u32 = 1 << 7;
+const READ_RESPONSE: u32 = 1 << 8;
+const REQUEST: u32 = 1 << 9;
+const RESPONSE: u32 = 1 << 10;
+const FIRST: u32 = 1 << 11;
+const MIDDLE: u32 = 1 << 12;
+const LAST: u32 = 1 << 13;
+const ONLY: u32 = 1 << 14;
+const CNP_RESERVED: u32 = 1 << 15;
+const IETH: u32 = 1 << 16;
 
 /// The properties of an RC opcode by its low five bits (IBA 9.2.1 table 38; the
 /// UC and UD twins share them, the service bits aside).
-const fn rc_info(op: u8) -> u16 {
+const fn rc_info(op: u8) -> u32 {
     match op {
         0x00 => SEND | REQUEST | FIRST,
         0x01 => SEND | REQUEST | MIDDLE,
@@ -355,14 +366,16 @@ const fn rc_info(op: u8) -> u16 {
         0x11 => RESPONSE | AETH,
         0x12 => RESPONSE | AETH | ATOMIC_ACK_ETH,
         0x13 | 0x14 => REQUEST | ATOMIC_ETH,
+        0x16 => SEND | REQUEST | LAST | IETH,
+        0x17 => SEND | REQUEST | ONLY | IETH,
         _ => 0,
     }
 }
 
 /// [`Opcode`]'s classifiers as one table indexed by the opcode byte (0 for bytes
 /// that are no opcode of ours).
-const OPCODE_INFO: [u16; 256] = {
-    let mut t = [0u16; 256];
+const OPCODE_INFO: [u32; 256] = {
+    let mut t = [0u32; 256];
     let mut v = 0usize;
     while v < 256 {
         let b = v as u8;
@@ -397,7 +410,7 @@ const EXT_LEN: [u8; 256] = {
         if f & AETH != 0 {
             n += 4;
         }
-        if f & IMMDT != 0 {
+        if f & (IMMDT | IETH) != 0 {
             n += 4;
         }
         if f & ATOMIC_ETH != 0 {
@@ -631,9 +644,16 @@ mod tests {
         };
         assert_eq!(
             (count(Service::Rc), count(Service::Uc), count(Service::Ud)),
-            (15, 12, 2)
+            (17, 12, 2)
         );
         assert_eq!(Opcode::ReadRequest.in_service(Service::Uc), None);
+        // SEND with Invalidate is RC's alone (IBA table 38: no UC/UD twin).
+        assert_eq!(Opcode::SendOnlyInv.in_service(Service::Uc), None);
+        assert_eq!(Opcode::SendLastInv.in_service(Service::Ud), None);
+        assert!(Opcode::SendOnlyInv.has_ieth() && Opcode::SendOnlyInv.is_only());
+        assert!(Opcode::SendLastInv.has_ieth() && Opcode::SendLastInv.is_last());
+        assert_eq!(Opcode::SendOnlyInv.ext_len(), 4);
+        assert!(!Opcode::SendOnlyImm.has_ieth());
         assert_eq!(Opcode::WriteOnly.in_service(Service::Ud), None);
         assert_eq!(Opcode::SendFirst.in_service(Service::Ud), None);
         assert_eq!(

@@ -55,6 +55,8 @@ pub struct RoceFrame<'a> {
     pub aeth: Option<AethRepr>,
     /// ImmDt.
     pub immdt: Option<ImmDtRepr>,
+    /// IETH (SEND Last/Only with Invalidate).
+    pub ieth: Option<IethRepr>,
     /// AtomicETH.
     pub atomic: Option<AtomicEthRepr>,
     /// AtomicAckETH.
@@ -171,6 +173,13 @@ pub fn parse_frame<'a>(
     } else {
         None
     };
+    let ieth = if op.has_ieth() {
+        let i = IethRepr::parse(&rest[o..])?;
+        o += IETH_LEN;
+        Some(i)
+    } else {
+        None
+    };
     if op == Opcode::Cnp {
         o += CNP_RESERVED_LEN;
     }
@@ -204,6 +213,7 @@ pub fn parse_frame<'a>(
                 reth,
                 aeth,
                 immdt,
+                ieth,
                 atomic,
                 atomic_ack,
                 payload,
@@ -288,6 +298,8 @@ pub struct RoceRepr {
     pub aeth: Option<AethRepr>,
     /// ImmDt (with-immediate opcodes).
     pub immdt: Option<ImmDtRepr>,
+    /// IETH (SEND Last/Only with Invalidate).
+    pub ieth: Option<IethRepr>,
     /// AtomicETH (CmpSwap, FetchAdd).
     pub atomic: Option<AtomicEthRepr>,
     /// AtomicAckETH (ATOMIC ACK).
@@ -304,6 +316,7 @@ impl RoceRepr {
             reth: None,
             aeth: None,
             immdt: None,
+            ieth: None,
             atomic: None,
             atomic_ack: None,
         }
@@ -315,6 +328,7 @@ impl RoceRepr {
             || op.has_deth() != self.deth.is_some()
             || op.has_aeth() != self.aeth.is_some()
             || op.has_immdt() != self.immdt.is_some()
+            || op.has_ieth() != self.ieth.is_some()
             || op.has_atomic_eth() != self.atomic.is_some()
             || op.has_atomic_ack_eth() != self.atomic_ack.is_some()
         {
@@ -332,7 +346,7 @@ impl RoceRepr {
     }
 
     /// Writes BTH, CC extension and the opcode's headers in IBA order (9.2: DETH, RETH,
-    /// AtomicETH, AETH, AtomicAckETH, ImmDt); returns the length.
+    /// AtomicETH, AETH, AtomicAckETH, ImmDt or IETH); returns the length.
     pub fn emit_transport(&self, buf: &mut [u8]) -> Result<usize> {
         self.check()?;
         need_out("transport headers", self.transport_len(), buf.len())?;
@@ -356,6 +370,9 @@ impl RoceRepr {
             o += a.emit(&mut buf[o..])?;
         }
         if let Some(i) = &self.immdt {
+            o += i.emit(&mut buf[o..])?;
+        }
+        if let Some(i) = &self.ieth {
             o += i.emit(&mut buf[o..])?;
         }
         if self.bth.opcode == Opcode::Cnp {
@@ -731,6 +748,35 @@ pub(crate) mod tests {
             .unwrap();
         let p = prepare_rx(&mut plain, m, Some(0x18)).unwrap();
         assert_eq!((p.start, p.len, p.n_hops), (0, m, 0));
+    }
+
+    /// A SEND Only with Invalidate: the IETH (the R_Key to invalidate) right after the
+    /// BTH (IBA 9.3.8), parsed back, covered by the ICRC; a frame whose IETH is cut
+    /// short is refused, and a repr whose headers do not match the opcode is refused.
+    #[test]
+    fn send_with_invalidate_carries_the_ieth() {
+        let b = builder(None);
+        let mut r = RoceRepr::new(BthRepr::new(Opcode::SendOnlyInv, 0x42, 9));
+        r.ieth = Some(IethRepr(0x0001_2345));
+        let payload = [7u8; 6];
+        let mut buf = [0u8; 256];
+        let n = b.emit_frame(&r, &payload, Ecn::Ect0, &mut buf).unwrap();
+        assert_eq!(n, 14 + 20 + 8 + 12 + 4 + 6 + 2 + 4);
+        assert_eq!(buf[42], 0x17);
+        assert_eq!(&buf[54..58], &[0, 1, 0x23, 0x45]);
+        let f = parse_frame(&buf[..n], &ParseOptions::default(), |_| false).unwrap();
+        assert_eq!((f.ieth, f.immdt), (r.ieth, None));
+        assert_eq!(f.payload, &payload[..]);
+        // The ICRC covers the IETH.
+        let mut bad = buf;
+        bad[55] ^= 1;
+        assert!(matches!(
+            parse_frame(&bad[..n], &ParseOptions::default(), |_| false),
+            Err(WireError::BadIcrc { .. })
+        ));
+        let mut no_ieth = r;
+        no_ieth.ieth = None;
+        assert!(b.emit_frame(&no_ieth, &payload, Ecn::Ect0, &mut buf).is_err());
     }
 
     /// A UD SEND Only with Immediate: the DETH sits right after the BTH and before the

@@ -441,6 +441,8 @@ impl HeaderTemplate {
             && op.has_reth() == pkt.reth.is_some()
             && op.has_aeth() == pkt.aeth.is_some()
             && op.has_immdt() == pkt.immdt.is_some()
+            && !op.has_ieth()
+            && pkt.ieth.is_none()
             && !op.has_atomic_eth()
             && !op.has_atomic_ack_eth()
             && pkt.atomic.is_none()
@@ -500,7 +502,7 @@ impl HeaderTemplate {
             debug_assert_eq!(o, tpt);
             f
         } else {
-            // Rare shapes (CC extension, atomics, CNP): the generic emitter, which also
+            // Rare shapes (CC extension, atomics, IETH, CNP): the generic emitter, which also
             // validates the headers against the opcode; hashed by reading them back.
             let mut t = *pkt;
             t.bth.pad = pad as u8;

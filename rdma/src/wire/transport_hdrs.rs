@@ -1,6 +1,7 @@
 //! Extended transport headers that follow the BTH (IBA volume 1, section 9.3 / 9.4):
 //! DETH (9.3.2), RETH (9.3.3), AETH (9.3.4), ImmDt (9.3.5), AtomicETH (9.3.6),
-//! AtomicAckETH (9.3.7).
+//! AtomicAckETH (9.3.7), IETH (the Invalidate ETH of SEND Last/Only with Invalidate,
+//! IBA 1.2.1 9.3.8).
 //!
 //! ```text
 //! DETH (8):          Q_Key u32 | reserved u8 | source QP u24
@@ -9,6 +10,7 @@
 //! ImmDt (4):         immediate u32 (opaque; carried as big-endian bytes)
 //! AtomicETH (28):    VA u64 | R_Key u32 | Swap/Add u64 | Compare u64
 //! AtomicAckETH (8):  original remote value u64
+//! IETH (4):          R_Key u32 (the key the responder invalidates)
 //! ```
 
 use super::{need, need_out, Result};
@@ -23,6 +25,8 @@ pub const RETH_LEN: usize = 16;
 pub const AETH_LEN: usize = 4;
 /// ImmDt length.
 pub const IMMDT_LEN: usize = 4;
+/// IETH length.
+pub const IETH_LEN: usize = 4;
 /// AtomicETH length.
 pub const ATOMIC_ETH_LEN: usize = 28;
 /// AtomicAckETH length.
@@ -268,6 +272,27 @@ impl ImmDtRepr {
         need_out("ImmDt", IMMDT_LEN, buf.len())?;
         buf[..4].copy_from_slice(&self.0.to_be_bytes());
         Ok(IMMDT_LEN)
+    }
+}
+
+/// Parsed IETH (IBA 9.3.8): the R_Key a SEND Last/Only with Invalidate asks the
+/// responder to invalidate once the message is placed (IBA 10.6.7.2.4 Remote
+/// Invalidate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IethRepr(pub u32);
+
+impl IethRepr {
+    /// Parses 4 bytes.
+    pub fn parse(b: &[u8]) -> Result<Self> {
+        need("IETH", IETH_LEN, b.len())?;
+        Ok(Self(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+    }
+
+    /// Writes 4 bytes; returns 4.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        need_out("IETH", IETH_LEN, buf.len())?;
+        buf[..4].copy_from_slice(&self.0.to_be_bytes());
+        Ok(IETH_LEN)
     }
 }
 

@@ -13,6 +13,7 @@ use crate::transport::wc::{WcOpcode, WcStatus};
 use crate::wire::bth::{BthFlags, Opcode};
 use crate::wire::frame::RoceFrame;
 use crate::wire::psn;
+use crate::wire::transport_hdrs::RethRepr;
 
 impl Responder {
     /// Executes a request that passed every check (rxe `execute`).
@@ -32,8 +33,8 @@ impl Responder {
                 remaining,
                 total,
             } => self.execute_write(f, (va, rkey, remaining, total), cfg, mem, out),
-            Target::Read(r) => {
-                self.execute_read(f.bth.psn, r.va, r.rkey, r.dma_len, cfg, out);
+            Target::Read(r, key) => {
+                self.execute_read(f.bth.psn, &r, key, cfg, out);
                 return;
             }
             Target::Atomic(a) => {
@@ -81,11 +82,16 @@ impl Responder {
             self.take_recv(None);
             self.cur = None;
             self.msn = psn::add(self.msn, 1);
-            let imm = f.immdt.map(|i| i.0);
+            // A SEND with Invalidate reports the R_Key it invalidated
+            // (`IBV_WC_WITH_INV`, IBA 11.4.2.1).
+            let (opcode, imm) = match f.ieth {
+                Some(i) => (WcOpcode::RecvInv, Some(i.0)),
+                None => (WcOpcode::Recv, f.immdt.map(|i| i.0)),
+            };
             let wc = super::recv_wc(
                 wqe.wr.wr_id,
                 WcStatus::Success,
-                WcOpcode::Recv,
+                opcode,
                 offset + len,
                 imm,
                 cfg.qpn,
@@ -142,25 +148,19 @@ impl Responder {
         }
     }
 
-    /// A READ of `len` bytes at `va` (first PSN `p`): its responses are queued after
-    /// the delayed ACK, it is remembered for a duplicate's replay, and the expected
-    /// PSN moves past every response PSN.
-    fn execute_read(
-        &mut self,
-        p: u32,
-        va: u64,
-        rkey: u32,
-        len: u32,
-        cfg: &QpConfig,
-        out: &mut Outputs,
-    ) {
+    /// The READ `r` (first PSN `p`), its bytes reached through `key` (the region's,
+    /// `check_rkey`): its responses are queued after the delayed ACK, it is
+    /// remembered (under the R_Key it came with) for a duplicate's replay, and the
+    /// expected PSN moves past every response PSN.
+    fn execute_read(&mut self, p: u32, r: &RethRepr, key: u32, cfg: &QpConfig, out: &mut Outputs) {
+        let (va, len) = (r.va, r.dma_len);
         // Responses carry PSNs after the delayed ACK's: acknowledge first.
         self.flush_ack(out);
         self.msn = psn::add(self.msn, 1);
         let job = ReadJob {
             psn: p,
             va,
-            rkey,
+            rkey: key,
             remaining: len,
             first: true,
             msn: self.msn,
@@ -175,7 +175,7 @@ impl Responder {
             npkts,
             va,
             len,
-            rkey,
+            rkey: r.rkey,
             msn: self.msn,
         });
         self.epsn = psn::add(self.epsn, npkts);

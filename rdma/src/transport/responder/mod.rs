@@ -12,7 +12,7 @@
 use super::cc_ext::CcExtState;
 use super::config::{QpConfig, LSN_HEADER_ONLY_CHARGE};
 use super::inline_deque::InlineDeque;
-use super::mr::{Access, MemorySpace, MrTable};
+use super::mr::{Access, MemorySpace, MrTable, MwType};
 use super::output::{Outputs, Payload, TxPacket};
 use super::rq::RecvWqe;
 use super::sgl::{self, SglStore};
@@ -166,9 +166,10 @@ enum Target {
         remaining: u32,
         total: u32,
     },
-    /// A READ of this range.
-    Read(RethRepr),
-    /// An ATOMIC.
+    /// A READ of this range, and the key of the region its bytes are read through
+    /// (the R_Key's own, or the region a memory window of that R_Key is bound to).
+    Read(RethRepr, u32),
+    /// An ATOMIC (its `rkey` the region's key once checked, as a READ's).
     Atomic(AtomicEthRepr),
 }
 
@@ -325,7 +326,7 @@ impl Responder {
         &mut self,
         f: &RoceFrame<'_>,
         cfg: &QpConfig,
-        mrs: &MrTable,
+        mrs: &mut MrTable,
         mem: &mut M,
         ext: &mut CcExtState,
         out: &mut Outputs,
@@ -339,7 +340,7 @@ impl Responder {
             }
             PsnCheck::Duplicate => {
                 out.counters.count_error(|c| &mut c.rx_duplicates);
-                self.duplicate(f, cfg, mrs, out);
+                self.duplicate(f, cfg, &*mrs, out);
                 return Verdict::Continue;
             }
             PsnCheck::Expected => out.counters.rx_packets += 1,
@@ -348,10 +349,16 @@ impl Responder {
             .check_op_seq(f.bth.opcode)
             .and_then(|()| self.check_length(f, cfg))
             .inspect(|()| ext.on_in_order_request(f))
-            .and_then(|()| self.check_resource(f, cfg, mrs, srq.as_deref_mut()))
-            .and_then(|t| self.check_rkey(t, cfg, mrs));
+            .and_then(|()| self.check_invalidate(f, &*mrs))
+            .and_then(|()| self.check_resource(f, cfg, &*mrs, srq.as_deref_mut()))
+            .and_then(|t| self.check_rkey(t, cfg, &*mrs));
         match checked {
             Ok(t) => {
+                if let Some(i) = f.ieth {
+                    // Checked by `check_invalidate`: the window goes free once
+                    // the message is placed (IBA 10.6.7.2.4).
+                    let _ = mrs.invalidate(i.0);
+                }
                 self.execute(f, t, cfg, mem, out);
                 Verdict::Continue
             }
@@ -490,7 +497,7 @@ impl Responder {
             return Err(Refusal::NoRoom);
         }
         match (f.reth, f.atomic) {
-            (Some(r), _) if op == Opcode::ReadRequest => Ok(Target::Read(r)),
+            (Some(r), _) if op == Opcode::ReadRequest => Ok(Target::Read(r, r.rkey)),
             (_, Some(a)) if op.has_atomic_eth() => Ok(Target::Atomic(a)),
             _ => Err(INVALID),
         }
@@ -501,6 +508,9 @@ impl Responder {
     /// READ checks none: it need carry no valid R_Key or VA (IBA C9-88, rxe's "a
     /// zero-byte op is not required to set an addr or rkey"); UCX's rc_verbs flushes a
     /// QP with a zero-length WRITE to rkey 0 at VA 0 (rc_verbs_ep.c, 1.13).
+    ///
+    /// The target comes back with the key its bytes are reached through: the region's,
+    /// also when the R_Key names a memory window bound to it (IBA 10.6.7.3).
     fn check_rkey(&self, t: Target, cfg: &QpConfig, mrs: &MrTable) -> Check<Target> {
         let (rkey, va, len, need) = match t {
             Target::Recv { .. } => return Ok(t),
@@ -508,7 +518,7 @@ impl Responder {
             Target::Write {
                 va, rkey, total, ..
             } => (rkey, va, u64::from(total), Access::REMOTE_WRITE),
-            Target::Read(r) => (r.rkey, r.va, u64::from(r.dma_len), Access::REMOTE_READ),
+            Target::Read(r, _) => (r.rkey, r.va, u64::from(r.dma_len), Access::REMOTE_READ),
             Target::Atomic(a) => {
                 if a.va % 8 != 0 {
                     return Err(INVALID);
@@ -519,9 +529,39 @@ impl Responder {
         if len == 0 {
             return Ok(t);
         }
-        mrs.check_remote_in(cfg.pd, rkey, va, len, need)
-            .map(|_| t)
-            .map_err(|_| ACCESS)
+        let key = mrs
+            .check_remote_in(cfg.pd, cfg.qpn, rkey, va, len, need)
+            .map_err(|_| ACCESS)?;
+        Ok(match t {
+            Target::Write {
+                va,
+                remaining,
+                total,
+                ..
+            } => Target::Write {
+                va,
+                rkey: key,
+                remaining,
+                total,
+            },
+            Target::Read(r, _) => Target::Read(r, key),
+            Target::Atomic(a) => Target::Atomic(AtomicEthRepr { rkey: key, ..a }),
+            t => t,
+        })
+    }
+
+    /// The IETH of a SEND Last/Only with Invalidate names a type 2 memory window that
+    /// is bound (IBA 10.6.7.2.4, o10-37.2.26; rxe `invalidate_rkey`); otherwise the
+    /// request is an invalid request (rxe completes the receive with
+    /// `REM_INV_REQ_ERR`, and the QP enters ERR).
+    fn check_invalidate(&self, f: &RoceFrame<'_>, mrs: &MrTable) -> Check<()> {
+        match f.ieth {
+            None => Ok(()),
+            Some(i) => match mrs.window(i.0) {
+                Some(w) if w.kind == MwType::Two && w.binding.is_some() => Ok(()),
+                _ => Err(INVALID),
+            },
+        }
     }
 
     /// Answers a refusal: the NAK and, for a fatal one, the completion of the receive
@@ -593,12 +633,13 @@ impl Responder {
             };
             let need = Access::REMOTE_READ;
             // A zero-length READ carries no key to check (C9-88, `check_rkey`).
-            if r.dma_len != 0
-                && mrs
-                    .check_remote_in(cfg.pd, r.rkey, r.va, u64::from(r.dma_len), need)
-                    .is_err()
-            {
-                return;
+            let mut job = job;
+            if r.dma_len != 0 {
+                match mrs.check_remote_in(cfg.pd, cfg.qpn, r.rkey, r.va, u64::from(r.dma_len), need)
+                {
+                    Ok(key) => job.rkey = key,
+                    Err(_) => return,
+                }
             }
             self.out
                 .retain(|i| !matches!(i, RespItem::Read(j) if j.msn == job.msn));
