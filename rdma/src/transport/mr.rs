@@ -486,7 +486,7 @@ impl MrTable {
             return self.check(pd, rkey, va, len, need).map(|m| m.lkey);
         };
         let b = match mw.binding {
-            Some(b) if mw.rkey == rkey && mw.pd == pd && b.qpn.map_or(true, |q| q == qpn) => b,
+            Some(b) if mw.rkey == rkey && mw.pd == pd && !matches!(b.qpn, Some(q) if q != qpn) => b,
             _ => return Err(AccessError::BadKey(rkey)),
         };
         if !b.access.contains(need) {
@@ -975,7 +975,7 @@ mod tests {
         // A failed rebind leaves the window as it was: still bound, same key.
         assert_eq!(t.windows_bound(ok.lkey), 1);
         // An MW key is no lkey.
-        let rk = t.window(mw.rkey ^ 0).map(|m| m.rkey);
+        let rk = t.window(mw.rkey).map(|m| m.rkey);
         assert!(rk.is_none(), "the pre-bind key is retired");
     }
 }
