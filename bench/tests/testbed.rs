@@ -59,7 +59,11 @@ fn check(rep: &Value, ccs: &[&str]) {
         // its ideal under other conditions than its flows, so only positivity holds.
         let s50 = r["slowdown_p50"].as_f64().unwrap();
         let floor = if r["limit"] == "cpu" { 0.0 } else { 0.5 };
-        assert!(s50 > floor, "{cc}: slowdown p50 {s50}, limit {}", r["limit"]);
+        assert!(
+            s50 > floor,
+            "{cc}: slowdown p50 {s50}, limit {}",
+            r["limit"]
+        );
         let j = r["jain"].as_f64().unwrap();
         assert!(j > 0.0 && j <= 1.0 + 1e-9, "{cc}: Jain {j}");
     }

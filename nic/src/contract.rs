@@ -223,6 +223,18 @@ pub enum EngineError {
     /// No region is registered under this key.
     #[error("no memory region with key {0:#x}")]
     NoSuchMr(u32),
+    /// `dereg_mr` of a region memory windows are bound to (IBA 10.6.7.2.6; rxe and
+    /// so `ibv_dereg_mr`: EINVAL): unbind or invalidate them first.
+    #[error("memory region {key:#x} has {windows} memory windows bound to it")]
+    MrHasWindows {
+        /// The region's key.
+        key: u32,
+        /// How many windows are bound to it.
+        windows: u32,
+    },
+    /// No memory window of this PD in the slot of this R_Key.
+    #[error("no memory window with key {0:#x}")]
+    NoSuchMw(u32),
     /// No completion queue with this id.
     #[error("unknown completion queue {0}")]
     NoSuchCq(u32),
@@ -436,6 +448,29 @@ pub enum Command {
     DeregMr {
         /// Its key.
         lkey: u32,
+        /// Unbind the windows bound to it first (a handle's drop, the program
+        /// gone); otherwise a region with windows bound is refused.
+        force: bool,
+        /// Done (None: a handle's drop, nobody waits).
+        reply: Option<Reply<()>>,
+    },
+    /// Allocate a memory window (`ibv_alloc_mw`); replies its first R_Key.
+    AllocMw {
+        /// Its protection domain.
+        pd: u32,
+        /// Type 1 or 2B.
+        kind: rdma::transport::MwType,
+        /// Its R_Key.
+        reply: Reply<u32>,
+    },
+    /// Free a memory window (`ibv_dealloc_mw`), bound or not: the window of protection
+    /// domain `pd` in the slot of `rkey` (whatever key byte a failed bind left in the
+    /// program's copy of it).
+    DeallocMw {
+        /// Its protection domain.
+        pd: u32,
+        /// Its R_Key (the slot counts).
+        rkey: u32,
         /// Done (None: a handle's drop, nobody waits).
         reply: Option<Reply<()>>,
     },

@@ -40,6 +40,17 @@ pub enum VerbsError {
         "memory region {0:#x} has other handles (drop them, or let the last one deregister it)"
     )]
     MrShared(u32),
+    /// `dereg_mr` of a region memory windows are bound to (IBA 10.6.7.2.6;
+    /// `ibv_dereg_mr`: EINVAL, as rxe): it stays registered, and comes back here.
+    #[error(
+        "memory region {:#x} has memory windows bound to it: unbind or invalidate them first",
+        .0.lkey()
+    )]
+    WindowsBound(crate::verbs::MemoryRegion),
+    /// Memory windows on a sharded device (rsnic's limit: a window's binding
+    /// would have to reach every shard's table at once).
+    #[error("memory windows need an unsharded device")]
+    WindowsSharded,
     /// `reg_mr` over no memory (a null pointer or zero length).
     #[error("a memory region needs a non-null address and a length above 0")]
     EmptyRegion,

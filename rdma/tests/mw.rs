@@ -23,9 +23,7 @@ fn inc(rkey: u32) -> u32 {
 
 /// A region of B's memory that windows may be bound to: 64 KiB at B_BASE + 64 KiB.
 fn bindable(b: &mut Host) -> Mr {
-    b.mrs
-        .register(B_BASE + 0x1_0000, 0x1_0000, REGION)
-        .unwrap()
+    b.mrs.register(B_BASE + 0x1_0000, 0x1_0000, REGION).unwrap()
 }
 
 fn bind_wr(id: u64, mw: u32, mr: &Mr, va: u64, len: u64, access: Access) -> SendWr {
@@ -58,10 +56,7 @@ fn type_1_window_gives_a_peer_its_range_and_rights_only() {
         .unwrap();
     assert!(b.qp.poll_tx(0).is_none(), "a bind sends nothing");
     b.drain();
-    assert_eq!(
-        statuses(&b.cq),
-        [(7, WcOpcode::BindMw, WcStatus::Success)]
-    );
+    assert_eq!(statuses(&b.cq), [(7, WcOpcode::BindMw, WcStatus::Success)]);
     let key = inc(mw.rkey);
     // A WRITE of 5 packets through the window lands in the region.
     let data = fill(&mut a, A_BASE, 5000, 3);
@@ -72,7 +67,10 @@ fn type_1_window_gives_a_peer_its_range_and_rights_only() {
     a.qp.post_send(wr(1, op, A_BASE, 5000, a.mr.lkey), &a.mrs)
         .unwrap();
     exchange(&mut a, &mut b, |_| {});
-    assert_eq!(statuses(&a.cq), [(1, WcOpcode::RdmaWrite, WcStatus::Success)]);
+    assert_eq!(
+        statuses(&a.cq),
+        [(1, WcOpcode::RdmaWrite, WcStatus::Success)]
+    );
     assert_eq!(b.mem.read(va + 100, 5000), &data[..]);
     // A READ of it back.
     let op = SendOp::Read {
@@ -303,7 +301,11 @@ fn local_operations_complete_in_send_queue_order() {
     assert!(a.cq.is_empty(), "{:?}", a.cq);
     let mut sent = vec![];
     exchange(&mut a, &mut b, |p| sent.push(p.repr.bth.psn));
-    assert_eq!(sent.len(), 9, "8 WRITE packets and the SEND, nothing for the binds");
+    assert_eq!(
+        sent.len(),
+        9,
+        "8 WRITE packets and the SEND, nothing for the binds"
+    );
     assert!(sent.windows(2).all(|w| w[1] == (w[0] + 1) & 0xFF_FFFF));
     assert_eq!(
         statuses(&a.cq),
@@ -358,7 +360,10 @@ fn a_failed_bind_stops_the_send_queue() {
     a.qp.post_local(wr(5, SendOp::LocalInv(t1.rkey), 0, 0, 0), &mut a.mrs)
         .unwrap();
     a.drain();
-    assert_eq!(statuses(&a.cq), [(5, WcOpcode::LocalInv, WcStatus::LocQpOpErr)]);
+    assert_eq!(
+        statuses(&a.cq),
+        [(5, WcOpcode::LocalInv, WcStatus::LocQpOpErr)]
+    );
     // post_send refuses local operations, post_local anything else.
     assert!(matches!(
         a.qp.post_send(wr(6, SendOp::LocalInv(1), 0, 0, 0), &a.mrs),

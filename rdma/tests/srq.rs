@@ -130,7 +130,13 @@ impl World {
                 any = true;
                 let n = p.build_frame(&fb(1, 2), &self.a_mem, &mut buf).unwrap();
                 let f = parse_frame(&buf[..n], &ParseOptions::default(), |_| false).unwrap();
-                self.b[k].on_rx_srq(&f, now, &mut self.b_mrs, &mut self.b_mem, Some(&mut self.srq));
+                self.b[k].on_rx_srq(
+                    &f,
+                    now,
+                    &mut self.b_mrs,
+                    &mut self.b_mem,
+                    Some(&mut self.srq),
+                );
             }
             while let Some(p) = self.b[k].poll_tx(now) {
                 any = true;

@@ -3,7 +3,7 @@
 //! a request the transport refuses completes at once with an error.
 
 use rdma::transport::sgl::MAX_SGE;
-use rdma::transport::{QpError, QpState, Sge, WcOpcode, WcStatus, WorkCompletion};
+use rdma::transport::{QpError, Sge, WcOpcode, WcStatus, WorkCompletion};
 
 use super::Engine;
 use crate::contract::{AsyncEvent, Doorbell, DoorbellSlot};
@@ -123,6 +123,11 @@ impl Engine {
                 }
             };
             let r = match d {
+                // A bind or local invalidation runs on the engine's table now,
+                // in this QP's posting order (rdma `Qp::post_local`).
+                Doorbell::Send(wr) if wr.op.is_local() => qp
+                    .post_local(wr, &mut self.mrs)
+                    .map_err(|e| (e, wr.wr_id, wr.op.wc_opcode(), s.send_cq)),
                 Doorbell::Send(wr) => qp
                     .post_send_sgl(wr, sgl, &self.mrs)
                     .map_err(|e| (e, wr.wr_id, wr.op.wc_opcode(), s.send_cq)),
@@ -181,13 +186,15 @@ impl Engine {
     }
 
     /// Work posted to a QP in ERR completes at once with WR_FLUSH_ERR
-    /// (IBA 10.3.1): those completions go to the CQs now, not with the
-    /// QP's next packet or timer (it has none).
+    /// (IBA 10.3.1), and a local operation at the front of the send queue
+    /// (a bind, a local invalidation) completes when it is posted: those
+    /// completions go to the CQs now, not with the QP's next packet or timer
+    /// (it may have none).
     fn after_flushed_posts(&mut self, i: usize) {
         let flushed = self.qps[i]
             .as_ref()
             .and_then(|s| s.core.qp.as_ref())
-            .is_some_and(|qp| qp.state() == QpState::Err && qp.pending_completions() > 0);
+            .is_some_and(|qp| qp.pending_completions() > 0);
         if flushed {
             let now = self.clock.now_ns();
             self.after_qp_work(i, now);

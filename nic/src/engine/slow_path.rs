@@ -32,8 +32,22 @@ impl Engine {
                 } => {
                     let _ = reply.send(self.reg_mr(pd, va, mem, access));
                 }
-                Command::DeregMr { lkey, reply } => {
-                    let r = self.dereg_mr(lkey);
+                Command::DeregMr { lkey, force, reply } => {
+                    let r = self.dereg_mr(lkey, force);
+                    if let Some(reply) = reply {
+                        let _ = reply.send(r);
+                    }
+                }
+                Command::AllocMw { pd, kind, reply } => {
+                    let r = self
+                        .mrs
+                        .alloc_window(pd, kind)
+                        .map(|w| w.rkey)
+                        .ok_or(EngineError::MrTableFull);
+                    let _ = reply.send(r);
+                }
+                Command::DeallocMw { pd, rkey, reply } => {
+                    let r = self.dealloc_mw(pd, rkey);
                     if let Some(reply) = reply {
                         let _ = reply.send(r);
                     }
@@ -174,12 +188,32 @@ impl Engine {
         Ok((mr.lkey, mr.rkey))
     }
 
-    /// Deregisters the region of `lkey`.
-    fn dereg_mr(&mut self, lkey: u32) -> Result<(), EngineError> {
+    /// Deregisters the region of `lkey`; one that memory windows are bound to only
+    /// if `force` (they are unbound first: type 1 windows unbound, type 2 free).
+    fn dereg_mr(&mut self, lkey: u32, force: bool) -> Result<(), EngineError> {
+        let windows = self.mrs.windows_bound(lkey);
+        if windows > 0 {
+            if !force {
+                return Err(EngineError::MrHasWindows { key: lkey, windows });
+            }
+            self.mrs.unbind_windows_of(lkey);
+        }
         self.mrs
             .deregister(lkey)
             .ok_or(EngineError::NoSuchMr(lkey))?;
         self.mr_mem[((lkey >> 8) - 1) as usize] = None;
+        Ok(())
+    }
+
+    /// Frees the memory window of PD `pd` in the slot of `rkey`.
+    fn dealloc_mw(&mut self, pd: u32, rkey: u32) -> Result<(), EngineError> {
+        let current = self
+            .mrs
+            .window_in_slot(rkey)
+            .filter(|w| w.pd == pd)
+            .ok_or(EngineError::NoSuchMw(rkey))?
+            .rkey;
+        self.mrs.dealloc_window(current);
         Ok(())
     }
 

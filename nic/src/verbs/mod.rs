@@ -70,6 +70,7 @@ use crate::notify::CqNotify;
 mod ah;
 mod cq;
 mod mr;
+mod mw;
 mod qp;
 mod srq;
 mod staging;
@@ -79,6 +80,7 @@ pub(crate) use ah::AhIds;
 pub use cq::{AsyncEvents, CompletionQueue};
 use mr::MrInner;
 pub use mr::{MemoryRegion, SgRef};
+pub use mw::{inc_rkey, MemoryWindow};
 pub use qp::QueuePair;
 pub use srq::{SharedReceiveQueue, SrqAttr};
 use staging::Staging;
@@ -258,11 +260,57 @@ impl Device {
 
     /// Deregisters a region (`ibv_dereg_mr`): once this returns, no work
     /// request or peer can use its keys. Refused while other clones of the
-    /// handle exist (the last one's drop deregisters it).
+    /// handle exist (the last one's drop deregisters it), and while memory
+    /// windows are bound to it ([`VerbsError::WindowsBound`], which hands the
+    /// region back; IBA 10.6.7.2.6).
     pub fn dereg_mr(&self, mr: MemoryRegion) -> Result<(), VerbsError> {
         let lkey = mr.lkey();
         let mut inner = Arc::try_unwrap(mr.inner).map_err(|_| VerbsError::MrShared(lkey))?;
-        inner.deregister()
+        match inner.deregister(false) {
+            Err(VerbsError::Engine(crate::contract::EngineError::MrHasWindows { .. })) => {
+                Err(VerbsError::WindowsBound(MemoryRegion {
+                    inner: Arc::new(inner),
+                }))
+            }
+            r => r,
+        }
+    }
+
+    /// Allocates a memory window of `kind` in the device's default PD
+    /// (`ibv_alloc_mw`); [`ProtectionDomain::alloc_mw`] for another PD. Not on a
+    /// sharded device (a window must be seen by every shard's QPs alike).
+    pub fn alloc_mw(&self, kind: rdma::transport::MwType) -> Result<MemoryWindow, VerbsError> {
+        self.alloc_mw_in(0, kind)
+    }
+
+    pub(crate) fn alloc_mw_in(
+        &self,
+        pd: u32,
+        kind: rdma::transport::MwType,
+    ) -> Result<MemoryWindow, VerbsError> {
+        if self.engines.len() > 1 {
+            return Err(VerbsError::WindowsSharded);
+        }
+        let rkey = self.call(0, |reply| Command::AllocMw { pd, kind, reply })?;
+        Ok(MemoryWindow {
+            rkey,
+            pd,
+            kind,
+            cmd: Some(self.engines[0].cmd.clone()),
+        })
+    }
+
+    /// Frees a memory window (`ibv_dealloc_mw`), bound or not.
+    pub fn dealloc_mw(&self, mut mw: MemoryWindow) -> Result<(), VerbsError> {
+        let Some(cmd) = mw.cmd.take() else {
+            return Ok(());
+        };
+        let (pd, rkey) = (mw.pd, mw.rkey);
+        request(&cmd, |reply| Command::DeallocMw {
+            pd,
+            rkey,
+            reply: Some(reply),
+        })
     }
 
     /// Creates a completion queue of `depth` entries, polled by the program
@@ -502,6 +550,11 @@ impl ProtectionDomain<'_> {
     /// The device it belongs to.
     pub fn device(&self) -> &Device {
         self.dev
+    }
+
+    /// Allocates a memory window of `kind` in this PD ([`Device::alloc_mw`]).
+    pub fn alloc_mw(&self, kind: rdma::transport::MwType) -> Result<MemoryWindow, VerbsError> {
+        self.dev.alloc_mw_in(self.id, kind)
     }
 
     /// Registers `len` zeroed bytes with `access` in this PD

@@ -7,7 +7,7 @@ use dpdk::ExtBuf;
 use rdma::transport::Sge;
 
 use super::{request, VerbsError};
-use crate::contract::{Command, CommandTx};
+use crate::contract::{Command, CommandTx, EngineError};
 
 /// A registered memory region. Its bytes are shared with the engine, like a
 /// real NIC's DMA memory: do not change bytes an operation in flight uses.
@@ -16,6 +16,16 @@ use crate::contract::{Command, CommandTx};
 #[derive(Clone)]
 pub struct MemoryRegion {
     pub(super) inner: Arc<MrInner>,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("lkey", &format_args!("{:#x}", self.inner.lkey))
+            .field("va", &format_args!("{:#x}", self.inner.va))
+            .field("len", &self.inner.len)
+            .finish()
+    }
 }
 
 /// The registration behind the clones of a [`MemoryRegion`].
@@ -42,15 +52,25 @@ pub(super) struct MrInner {
 
 impl MrInner {
     /// Deregisters from every engine and, for the caller's memory, waits
-    /// until no frame in flight refers to it.
-    pub(super) fn deregister(&mut self) -> Result<(), VerbsError> {
+    /// until no frame in flight refers to it. Unless `force`, a region that
+    /// memory windows are bound to is refused (`EngineError::MrHasWindows`)
+    /// and stays registered; with `force` (the handle's drop) the windows are
+    /// unbound first.
+    pub(super) fn deregister(&mut self, force: bool) -> Result<(), VerbsError> {
         let mut result = Ok(());
-        for cmd in self.cmds.drain(..) {
+        let cmds = std::mem::take(&mut self.cmds);
+        for (k, cmd) in cmds.iter().enumerate() {
             let lkey = self.lkey;
-            let r = request(&cmd, |reply| Command::DeregMr {
+            let r = request(cmd, |reply| Command::DeregMr {
                 lkey,
+                force,
                 reply: Some(reply),
             });
+            if k == 0 && matches!(r, Err(VerbsError::Engine(EngineError::MrHasWindows { .. }))) {
+                // Windows live on unsharded devices only: nothing else to undo.
+                self.cmds = cmds;
+                return r;
+            }
             result = result.and(r);
         }
         if self.caller_memory {
@@ -68,12 +88,13 @@ impl MrInner {
 impl Drop for MrInner {
     fn drop(&mut self) {
         if self.caller_memory {
-            let _ = self.deregister();
+            let _ = self.deregister(true);
         } else {
             // The engine keeps the memory alive while frames use it.
             for cmd in self.cmds.drain(..) {
                 let _ = cmd.send(Command::DeregMr {
                     lkey: self.lkey,
+                    force: true,
                     reply: None,
                 });
             }

@@ -4,10 +4,12 @@
 use std::sync::Arc;
 
 use rdma::transport::sgl::MAX_SGE;
-use rdma::transport::{QpState, RecvWr, SendOp, SendWr, Service, Sge};
+use rdma::transport::{Access, QpState, RecvWr, SendOp, SendWr, Service, Sge};
 
 use super::staging::Staging;
-use super::{request, QpOptions, QpTransition, RemoteQp, SgRef, VerbsError};
+use super::{
+    request, MemoryRegion, MemoryWindow, QpOptions, QpTransition, RemoteQp, SgRef, VerbsError,
+};
 use crate::contract::{
     push_request, Command, CommandTx, Doorbell, DoorbellSlot, EngineShared, Reply, UdWr,
 };
@@ -231,6 +233,35 @@ impl QueuePair {
             self.shared.ring_doorbell(self.qpn);
         }
         result
+    }
+
+    /// Binds memory window `mw` to the `range` (address, length) of region `mr`
+    /// with the remote rights `access` (`ibv_bind_mw`: an `IBV_WR_BIND_MW` work
+    /// request; IBA 10.6.7.2.1). A length of 0 (and no region) unbinds a type 1
+    /// window. The window takes its next R_Key now, returned here; the engine
+    /// executes the bind in the order of this QP's work requests and completes it
+    /// (`WcOpcode::BindMw`, signaled) after the requests posted before it. A bind
+    /// the window, the region or the rights forbid completes with `MW_BIND_ERR`
+    /// and moves the QP to ERR (then [`MemoryWindow::set_rkey`] undoes the key).
+    /// RC QPs only.
+    pub fn bind_mw(
+        &mut self,
+        wr_id: u64,
+        mw: &mut MemoryWindow,
+        mr: Option<&MemoryRegion>,
+        range: (u64, u64),
+        access: Access,
+    ) -> Result<u32, VerbsError> {
+        if self.opts.service != Service::Rc {
+            return Err(VerbsError::WrongService(
+                "memory windows are bound on RC QPs",
+            ));
+        }
+        let before = mw.rkey();
+        let b = mw.next_bind(mr.map_or(0, MemoryRegion::lkey), range.0, range.1, access);
+        let wr = SendWr::signaled(wr_id, SendOp::BindMw(b), Sge::default());
+        self.post_send(wr).inspect_err(|_| mw.set_rkey(before))?;
+        Ok(mw.rkey())
     }
 
     /// Posts a UD datagram (`ibv_post_send` on a UD QP, `wr.ud`): a SEND,

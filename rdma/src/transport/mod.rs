@@ -19,7 +19,8 @@ pub mod wc;
 
 pub use crate::wire::bth::Service;
 pub use mr::{
-    Access, AccessError, MemorySpace, Mr, MrTable, Mw, MwBind, MwBinding, MwError, MwType, VecMemory,
+    Access, AccessError, MemorySpace, Mr, MrTable, Mw, MwBind, MwBinding, MwError, MwType,
+    VecMemory,
 };
 pub use qp::{
     nest_hot_lines, EchoedHops, Payload, Qp, QpConfig, QpCounters, QpError, QpEvent, QpState,

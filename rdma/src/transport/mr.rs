@@ -315,6 +315,29 @@ impl MrTable {
         self.slot_of(rkey)?.mw.as_ref().filter(|w| w.rkey == rkey)
     }
 
+    /// The memory window in the slot of `rkey`, whatever its current key byte.
+    pub fn window_in_slot(&self, rkey: u32) -> Option<&Mw> {
+        self.slot_of(rkey)?.mw.as_ref()
+    }
+
+    /// Unbinds every window bound to the region of `mr_key` (type 1 unbound, type 2
+    /// free): the region is going away regardless (its handle dropped).
+    pub fn unbind_windows_of(&mut self, mr_key: u32) {
+        for s in &mut self.slots {
+            if let Some(w) = s.mw.as_mut() {
+                if w.binding.is_some_and(|b| b.mr_key == mr_key) {
+                    w.binding = None;
+                }
+            }
+        }
+        if let Some(s) = (mr_key >> 8)
+            .checked_sub(1)
+            .and_then(|i| self.slots.get_mut(i as usize))
+        {
+            s.windows = 0;
+        }
+    }
+
     /// Allocates an unbound memory window of `kind` in protection domain `pd`
     /// (`ibv_alloc_mw`; rxe `rxe_alloc_mw`): its first R_Key. `None` when the table
     /// is full.
@@ -360,7 +383,9 @@ impl MrTable {
     /// window's PD, have `MW_BIND`, local write for a writable window, and hold the
     /// range. On success the window answers to `bind.new_rkey` only.
     pub fn bind_window(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<Mw, MwError> {
-        let mw = *self.window(bind.mw_rkey).ok_or(MwError::BadKey(bind.mw_rkey))?;
+        let mw = *self
+            .window(bind.mw_rkey)
+            .ok_or(MwError::BadKey(bind.mw_rkey))?;
         if bind.new_rkey >> 8 != bind.mw_rkey >> 8 {
             return Err(MwError::NewKey(bind.new_rkey));
         }
@@ -518,9 +543,9 @@ impl MrTable {
     /// Whether any region or memory window of protection domain `pd` exists (a PD
     /// with either cannot be deallocated, `ibv_dealloc_pd` EBUSY).
     pub fn any_in_pd(&self, pd: u32) -> bool {
-        self.slots.iter().any(|s| {
-            s.mr.is_some_and(|m| m.pd == pd) || s.mw.is_some_and(|w| w.pd == pd)
-        })
+        self.slots
+            .iter()
+            .any(|s| s.mr.is_some_and(|m| m.pd == pd) || s.mw.is_some_and(|w| w.pd == pd))
     }
 }
 
@@ -815,7 +840,12 @@ mod tests {
     fn type_1_window_binds_a_range_with_its_own_rights() {
         let mut t = MrTable::with_key_seed(3);
         let mr = t
-            .register_in(1, 0x1000, 0x1000, RW | Access::REMOTE_READ | Access::MW_BIND)
+            .register_in(
+                1,
+                0x1000,
+                0x1000,
+                RW | Access::REMOTE_READ | Access::MW_BIND,
+            )
             .unwrap();
         let mw = t.alloc_window(1, MwType::One).unwrap();
         assert_ne!(mw.rkey >> 8, mr.rkey >> 8, "its own slot");
@@ -889,7 +919,11 @@ mod tests {
             .unwrap();
         let mw = t.alloc_window(1, MwType::Two).unwrap();
         let b = bind(&mw, &mr, 0x1000, 0x1000, Access::REMOTE_WRITE);
-        assert_eq!(t.bind_window(2, 7, &b), Err(MwError::Pd), "QP of another PD");
+        assert_eq!(
+            t.bind_window(2, 7, &b),
+            Err(MwError::Pd),
+            "QP of another PD"
+        );
         let zero = MwBind { len: 0, ..b };
         assert_eq!(t.bind_window(1, 7, &zero), Err(MwError::Range));
         let bound = t.bind_window(1, 7, &b).unwrap();
@@ -908,7 +942,11 @@ mod tests {
         assert_eq!(t.bind_window(1, 7, &again), Err(MwError::State));
         assert_eq!(t.invalidate(mw.rkey), Err(MwError::BadKey(mw.rkey)));
         assert_eq!(t.invalidate(bound.rkey), Ok(()));
-        assert_eq!(t.invalidate(bound.rkey), Err(MwError::State), "free already");
+        assert_eq!(
+            t.invalidate(bound.rkey),
+            Err(MwError::State),
+            "free already"
+        );
         assert_eq!(
             t.check_remote_in(1, 7, bound.rkey, 0x1800, 64, w),
             Err(AccessError::BadKey(bound.rkey))
@@ -937,9 +975,15 @@ mod tests {
         let mw = t.alloc_window(1, MwType::One).unwrap();
         let w = Access::REMOTE_WRITE;
         let cases = [
-            (bind(&mw, &plain, 0x1000, 8, Access::REMOTE_READ), MwError::Access),
+            (
+                bind(&mw, &plain, 0x1000, 8, Access::REMOTE_READ),
+                MwError::Access,
+            ),
             (bind(&mw, &ro, 0x4000, 8, w), MwError::Access),
-            (bind(&mw, &ro, 0x4000, 8, Access::REMOTE_ATOMIC), MwError::Access),
+            (
+                bind(&mw, &ro, 0x4000, 8, Access::REMOTE_ATOMIC),
+                MwError::Access,
+            ),
             (bind(&mw, &ok, 0x8800, 0x801, w), MwError::Range),
             (bind(&mw, &ok, 0x7FFF, 2, w), MwError::Range),
             (bind(&mw, &ok, u64::MAX, 2, w), MwError::Range),
@@ -970,7 +1014,9 @@ mod tests {
             assert_eq!(t.bind_window(1, 3, &b), Err(e), "{b:?}");
             assert_eq!(t.window(mw.rkey).unwrap().binding, None, "unchanged");
         }
-        assert!(t.bind_window(1, 3, &bind(&mw, &ok, 0x8000, 0x1000, w)).is_ok());
+        assert!(t
+            .bind_window(1, 3, &bind(&mw, &ok, 0x8000, 0x1000, w))
+            .is_ok());
         assert!(t.bind_window(1, 3, &bind(&mw, &ro, 0x4000, 8, w)).is_err());
         // A failed rebind leaves the window as it was: still bound, same key.
         assert_eq!(t.windows_bound(ok.lkey), 1);
@@ -979,4 +1025,3 @@ mod tests {
         assert!(rk.is_none(), "the pre-bind key is retired");
     }
 }
-

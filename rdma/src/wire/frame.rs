@@ -776,7 +776,9 @@ pub(crate) mod tests {
         ));
         let mut no_ieth = r;
         no_ieth.ieth = None;
-        assert!(b.emit_frame(&no_ieth, &payload, Ecn::Ect0, &mut buf).is_err());
+        assert!(b
+            .emit_frame(&no_ieth, &payload, Ecn::Ect0, &mut buf)
+            .is_err());
     }
 
     /// A UD SEND Only with Immediate: the DETH sits right after the BTH and before the
