@@ -13,6 +13,8 @@
 #          system's verbs.h, -libverbs, run preloaded on a looped-back net_ring0):
 #          bad input, error completions, events, VERBS_CYCLES create/destroy
 #          cycles of every object with RSS flat (default 100000);
+#          verbs_mw_check.c: memory windows (alloc, bind, LOCAL_INV,
+#          SEND_WITH_INV, the errno of each bad call);
 #          verbs_ex_check.c: ibv_create_qp_ex + ibv_wr_*, ibv_create_cq_ex,
 #          ibv_resize_cq, ibv_rereg_mr, every errno of a bad call; then
 #          verbs-abi/tests/c/verbs_free_check.c: registered buffers freed and
@@ -91,6 +93,18 @@ if [ "$what" = all ] || [ "$what" = abi ]; then
     record "C extended verbs (verbs_ex_check.c)" ok "$(grep -c '^ok ' "$LOG/verbs_ex_check.log") checks in $(( $(date +%s) - start )) s"
   else
     record "C extended verbs (verbs_ex_check.c)" FAIL "rc $rc: $(grep -E '^FAIL|panic|rsnic:' "$LOG/verbs_ex_check.log" | head -3 | tr '\n' ' ')"
+  fi
+  # Memory windows (issue 40 item 6): type 1 and 2B, bind/LOCAL_INV/SEND_WITH_INV
+  # through ibv_post_send and the ibv_wr_* builders, and the errno of each bad call.
+  gcc -O2 -Wall -o "$LOG/verbs_mw_check" verbs-abi/tests/c/verbs_mw_check.c -libverbs
+  start=$(date +%s)
+  timeout 120 "$EXEC" --dev net_ring0 --ip 10.0.0.9 -- "$LOG/verbs_mw_check" >"$LOG/verbs_mw_check.log" 2>&1
+  rc=$?
+  grep -E '^(ok|FAIL) ' "$LOG/verbs_mw_check.log" | sed 's/^/  /'
+  if [ $rc -eq 0 ]; then
+    record "C memory windows (verbs_mw_check.c)" ok "$(grep -c '^ok ' "$LOG/verbs_mw_check.log") checks in $(( $(date +%s) - start )) s"
+  else
+    record "C memory windows (verbs_mw_check.c)" FAIL "rc $rc: $(grep -E '^FAIL|panic|rsnic:' "$LOG/verbs_mw_check.log" | head -3 | tr '\n' ' ')"
   fi
   # Registered memory that outlives the program's mistakes (issue 44 item 1):
   # buffers freed and unmapped while the peer WRITEs, READs and does atomics.

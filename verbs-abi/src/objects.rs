@@ -74,6 +74,8 @@ pub enum Kind {
     Srq,
     /// An [`Ah`].
     Ah,
+    /// An [`Mw`].
+    Mw,
 }
 
 /// The longest a destroy waits for its object's references and
@@ -550,6 +552,16 @@ pub struct Ah {
     pub ibv: ibv_ah,
     /// The NIC's handle (None once destroyed).
     pub ah: Option<nic::verbs::AddressHandle>,
+}
+
+/// A memory window (`ibv_alloc_mw`); `ibv.rkey` is the program's copy of its
+/// R_Key (a type 1 window's is advanced by `ibv_bind_mw`).
+#[repr(C)]
+pub struct Mw {
+    /// What the program sees.
+    pub ibv: ibv_mw,
+    /// The NIC's handle (None once deallocated).
+    pub mw: Option<nic::verbs::MemoryWindow>,
 }
 
 /// A shared receive queue (`ibv_create_srq`).

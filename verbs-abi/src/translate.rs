@@ -54,14 +54,15 @@ pub fn ipv4_of_gid(g: &[u8; 16]) -> Option<[u8; 4]> {
 
 /// `ibv_access_flags` of `ibv_reg_mr` as the engine's [`Access`]. As
 /// `ibv_reg_mr(3)` says: remote write or remote atomic without local
-/// write is EINVAL; flags this NIC does not implement (memory windows,
-/// zero-based, on-demand paging) are EOPNOTSUPP; relaxed ordering is a
-/// hint and ignored.
+/// write is EINVAL; flags this NIC does not implement (zero-based, on-demand
+/// paging) are EOPNOTSUPP; relaxed ordering is a hint and ignored;
+/// `IBV_ACCESS_MW_BIND` lets memory windows be bound to the region.
 pub fn access_of(flags: u32) -> Result<Access, i32> {
     let known = IBV_ACCESS_LOCAL_WRITE
         | IBV_ACCESS_REMOTE_WRITE
         | IBV_ACCESS_REMOTE_READ
         | IBV_ACCESS_REMOTE_ATOMIC
+        | IBV_ACCESS_MW_BIND
         | IBV_ACCESS_RELAXED_ORDERING;
     if flags & !known != 0 {
         return Err(EOPNOTSUPP);
@@ -77,6 +78,7 @@ pub fn access_of(flags: u32) -> Result<Access, i32> {
         (IBV_ACCESS_REMOTE_WRITE, Access::REMOTE_WRITE),
         (IBV_ACCESS_REMOTE_READ, Access::REMOTE_READ),
         (IBV_ACCESS_REMOTE_ATOMIC, Access::REMOTE_ATOMIC),
+        (IBV_ACCESS_MW_BIND, Access::MW_BIND),
     ] {
         if flags & ibv != 0 {
             a |= ours;
@@ -292,9 +294,9 @@ pub fn check_modify_of(
 
 /// The engine's operation for an `ibv_send_wr` (its opcode and the
 /// matching union member; `imm_data` is in network order, as on the wire).
-/// Opcodes of other transports or extensions (SEND_WITH_INV, LOCAL_INV,
-/// BIND_MW, TSO, DRIVER1) are EINVAL, as a provider refuses an opcode
-/// its QP type does not take.
+/// SEND_WITH_INV and LOCAL_INV carry `invalidate_rkey`, BIND_MW its
+/// `bind_mw` member (memory windows, IBA 10.6.7); TSO and DRIVER1 are
+/// EINVAL, as a provider refuses an opcode it does not take.
 pub fn send_op(wr: &ibv_send_wr) -> Result<SendOp, i32> {
     // SAFETY (union reads): every member is plain integers, so any bit
     // pattern is a valid value; the opcode says which one the program set.
@@ -328,6 +330,15 @@ pub fn send_op(wr: &ibv_send_wr) -> Result<SendOp, i32> {
             rkey: atomic.rkey,
             add: atomic.compare_add,
         },
+        // SAFETY (union reads): as above.
+        IBV_WR_SEND_WITH_INV => SendOp::SendInv(unsafe { wr.__bindgen_anon_1.invalidate_rkey }),
+        IBV_WR_LOCAL_INV => SendOp::LocalInv(unsafe { wr.__bindgen_anon_1.invalidate_rkey }),
+        IBV_WR_BIND_MW => {
+            // SAFETY: plain integers and pointers; the opcode says the
+            // program set `bind_mw`.
+            let b = unsafe { wr.__bindgen_anon_2.bind_mw };
+            crate::abi::bind_op(b.mw, b.rkey, &b.bind_info)?
+        }
         _ => return Err(EINVAL),
     })
 }
@@ -353,6 +364,13 @@ pub fn fill_wc(wc: &WorkCompletion, out: &mut ibv_wc) {
     out.sl = 0;
     out.dlid_path_bits = 0;
     match wc.imm {
+        // A SEND with Invalidate: IBV_WC_RECV, the R_Key it invalidated in
+        // host order (`invalidated_rkey`, ibv_poll_cq(3)).
+        Some(rkey) if wc.opcode == WcOpcode::RecvInv => {
+            out.opcode = IBV_WC_RECV;
+            out.__bindgen_anon_1.invalidated_rkey = rkey;
+            out.wc_flags = IBV_WC_WITH_INV;
+        }
         Some(imm) => {
             out.__bindgen_anon_1.imm_data = imm.to_be();
             out.wc_flags = IBV_WC_WITH_IMM;
@@ -436,6 +454,7 @@ pub const fn wc_enums_match() -> bool {
         && WcStatus::LocLenErr as u32 == IBV_WC_LOC_LEN_ERR
         && WcStatus::LocProtErr as u32 == IBV_WC_LOC_PROT_ERR
         && WcStatus::WrFlushErr as u32 == IBV_WC_WR_FLUSH_ERR
+        && WcStatus::MwBindErr as u32 == IBV_WC_MW_BIND_ERR
         && WcStatus::RemAccessErr as u32 == IBV_WC_REM_ACCESS_ERR
         && WcStatus::RetryExcErr as u32 == IBV_WC_RETRY_EXC_ERR
         && WcStatus::RnrRetryExcErr as u32 == IBV_WC_RNR_RETRY_EXC_ERR
@@ -445,6 +464,8 @@ pub const fn wc_enums_match() -> bool {
         && WcOpcode::RdmaRead as u32 == IBV_WC_RDMA_READ
         && WcOpcode::CompSwap as u32 == IBV_WC_COMP_SWAP
         && WcOpcode::FetchAdd as u32 == IBV_WC_FETCH_ADD
+        && WcOpcode::BindMw as u32 == IBV_WC_BIND_MW
+        && WcOpcode::LocalInv as u32 == IBV_WC_LOCAL_INV
         && WcOpcode::Recv as u32 == IBV_WC_RECV
         && WcOpcode::RecvRdmaWithImm as u32 == IBV_WC_RECV_RDMA_WITH_IMM
 }
@@ -591,7 +612,11 @@ mod tests {
             })
         );
         wr.opcode = IBV_WR_LOCAL_INV;
-        assert_eq!(send_op(&wr), Err(EINVAL));
+        wr.__bindgen_anon_1.invalidate_rkey = 0x1234;
+        assert_eq!(send_op(&wr), Ok(SendOp::LocalInv(0x1234)));
+        wr.opcode = IBV_WR_SEND_WITH_INV;
+        assert_eq!(send_op(&wr), Ok(SendOp::SendInv(0x1234)));
+        // A bind without a window.
         wr.opcode = IBV_WR_BIND_MW;
         assert_eq!(send_op(&wr), Err(EINVAL));
     }

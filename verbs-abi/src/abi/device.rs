@@ -235,6 +235,9 @@ pub(crate) extern "C" fn rsnic_ibv_open_device(d: *mut ibv_device) -> *mut ibv_c
         // verbs.h: `#define __VERBS_ABI_IS_EXTENDED ((void *)UINTPTR_MAX)`.
         v.context.abi_compat = usize::MAX as *mut c_void;
         v.context.ops.post_send = Some(op_post_send);
+        v.context.ops.alloc_mw = Some(ctx_alloc_mw);
+        v.context.ops.dealloc_mw = Some(ctx_dealloc_mw);
+        v.context.ops.bind_mw = Some(ctx_bind_mw);
         v.context.ops.post_recv = Some(op_post_recv);
         v.context.ops.post_srq_recv = Some(op_post_srq_recv);
         v.context.ops.poll_cq = Some(op_poll_cq);
@@ -348,13 +351,16 @@ pub(crate) fn device_attr(b: &Backend) -> ibv_device_attr {
     a.hw_ver = 0;
     a.max_qp = nic::contract::MAX_QPS as i32;
     a.max_qp_wr = MAX_WR as i32;
-    a.device_cap_flags = 0;
+    // Memory windows of type 1 and 2B, as rxe (IBA 10.6.7).
+    a.device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a.max_sge = MAX_SGE as i32;
     a.max_sge_rd = MAX_SGE as i32;
     a.max_cq = 65536;
     a.max_cqe = MAX_CQE;
     a.max_mr = 65536;
     a.max_pd = 65536;
+    // Windows share the regions' key table (2^24 keys).
+    a.max_mw = 65536;
     a.max_qp_rd_atom = MAX_RD_ATOMIC.into();
     a.max_srq = 65536;
     a.max_srq_wr = MAX_WR as i32;

@@ -27,8 +27,8 @@
 //! bit beyond BYTE_LEN, IMM, QP_NUM, SRC_QP, SLID, SL, DLID_PATH_BITS
 //! (completion timestamps) is EOPNOTSUPP (`rxe_create_cq_ex`). An RC QP
 //! here takes WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM, READ and both
-//! atomics; rxe also takes LOCAL_INV, BIND_MW, SEND_WITH_INV (memory
-//! windows, not implemented here), FLUSH and ATOMIC_WRITE (IBA 1.5).
+//! atomics, LOCAL_INV, BIND_MW and SEND_WITH_INV (memory windows), as rxe;
+//! rxe also takes FLUSH and ATOMIC_WRITE (IBA 1.5).
 
 use super::*;
 use crate::objects::SpinGuard;
@@ -111,7 +111,10 @@ pub const RC_SEND_OPS: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_SEND_WITH_IMM
     | IBV_QP_EX_WITH_RDMA_READ
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) as u64;
+    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+    | IBV_QP_EX_WITH_LOCAL_INV
+    | IBV_QP_EX_WITH_BIND_MW
+    | IBV_QP_EX_WITH_SEND_WITH_INV) as u64;
 /// `send_ops_flags` a UC QP will take (rxe's set minus memory windows).
 pub const UC_SEND_OPS: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
@@ -233,11 +236,43 @@ fn begin(q: *mut ibv_qp_ex, op: SendOp) {
     })
 }
 
+/// Fails the open batch of `q` with `e` (reported by `ibv_wr_complete`).
+fn fail_batch(q: *mut ibv_qp_ex, e: i32) {
+    // SAFETY: reached only through the ops of a QP of ours.
+    if let Some(b) = unsafe { open_batch(q) } {
+        b.fail(e);
+    }
+}
+
 extern "C" fn wr_send(q: *mut ibv_qp_ex) {
     begin(q, SendOp::Send)
 }
 extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: u32) {
     begin(q, SendOp::SendImm(u32::from_be(imm)))
+}
+extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    begin(q, SendOp::SendInv(invalidate_rkey))
+}
+extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    begin(q, SendOp::LocalInv(invalidate_rkey))
+}
+/// `ibv_wr_bind_mw`: the bind of `mw` to `info` under the new R_Key `rkey`
+/// (the program's choice, `ibv_inc_rkey` of the window's as a rule); a bad
+/// bind fails the batch with its errno (EINVAL, EPERM) at `ibv_wr_complete`.
+extern "C" fn wr_bind_mw(
+    q: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    if info.is_null() {
+        return fail_batch(q, EINVAL);
+    }
+    // SAFETY: the program's bind information (checked non-NULL), read only.
+    match crate::abi::bind_op(mw, rkey, unsafe { &*info }) {
+        Ok(op) => begin(q, op),
+        Err(e) => fail_batch(q, e),
+    }
 }
 extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, remote_va: u64) {
     begin(q, SendOp::Write { remote_va, rkey })
@@ -691,6 +726,15 @@ pub(crate) extern "C" fn ctx_create_qp_ex(
             if has(IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) {
                 (*x).wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
             }
+            if has(IBV_QP_EX_WITH_SEND_WITH_INV) {
+                (*x).wr_send_inv = Some(wr_send_inv);
+            }
+            if has(IBV_QP_EX_WITH_LOCAL_INV) {
+                (*x).wr_local_inv = Some(wr_local_inv);
+            }
+            if has(IBV_QP_EX_WITH_BIND_MW) {
+                (*x).wr_bind_mw = Some(wr_bind_mw);
+            }
             (*x).wr_set_sge = Some(wr_set_sge);
             (*x).wr_set_sge_list = Some(wr_set_sge_list);
             (*x).wr_set_inline_data = Some(wr_set_inline_data);
@@ -855,7 +899,10 @@ fn cur(c: *mut ibv_cq_ex) -> WorkCompletion {
 }
 
 extern "C" fn cq_read_opcode(c: *mut ibv_cq_ex) -> c_uint {
-    cur(c).opcode as c_uint
+    match cur(c).opcode {
+        rdma::transport::WcOpcode::RecvInv => IBV_WC_RECV,
+        o => o as c_uint,
+    }
 }
 extern "C" fn cq_read_vendor_err(_c: *mut ibv_cq_ex) -> u32 {
     0
@@ -863,8 +910,15 @@ extern "C" fn cq_read_vendor_err(_c: *mut ibv_cq_ex) -> u32 {
 extern "C" fn cq_read_byte_len(c: *mut ibv_cq_ex) -> u32 {
     cur(c).byte_len
 }
+/// The immediate in network order; for a SEND with Invalidate the R_Key it
+/// invalidated, in host order (`ibv_wc_read_invalidated_rkey` is this call,
+/// as mlx5's answers it).
 extern "C" fn cq_read_imm_data(c: *mut ibv_cq_ex) -> u32 {
-    cur(c).imm.unwrap_or(0).to_be()
+    let w = cur(c);
+    match w.opcode {
+        rdma::transport::WcOpcode::RecvInv => w.imm.unwrap_or(0),
+        _ => w.imm.unwrap_or(0).to_be(),
+    }
 }
 extern "C" fn cq_read_qp_num(c: *mut ibv_cq_ex) -> u32 {
     cur(c).qp_num
@@ -882,7 +936,11 @@ extern "C" fn cq_read_zero8(_c: *mut ibv_cq_ex) -> u8 {
 /// IBV_WC_WITH_IMM and, for a UD receive, IBV_WC_GRH (as `fill_wc`).
 extern "C" fn cq_read_wc_flags(c: *mut ibv_cq_ex) -> c_uint {
     let w = cur(c);
-    let imm = if w.imm.is_some() { IBV_WC_WITH_IMM } else { 0 };
+    let imm = match w.imm {
+        Some(_) if w.opcode == rdma::transport::WcOpcode::RecvInv => IBV_WC_WITH_INV,
+        Some(_) => IBV_WC_WITH_IMM,
+        None => 0,
+    };
     let grh = if w.grh || crate::translate::received_roce(&w) {
         IBV_WC_GRH
     } else {
@@ -1102,8 +1160,14 @@ pub(crate) extern "C" fn rsnic_ibv_rereg_mr(
         let dev = &unsafe { Context::from_ibv(mr.ibv.context) }.backend.dev;
         let (lkey, rkey) = (fresh.lkey(), fresh.rkey());
         if let Some(stale) = mr.mr.replace(fresh) {
-            if let Err(e) = dev.dereg_mr(stale) {
-                return cmd(errno_of(&e));
+            match dev.dereg_mr(stale) {
+                // Windows are bound to it: the region stays as it was.
+                Err(VerbsError::WindowsBound(h)) => {
+                    mr.mr = Some(h);
+                    return cmd(EINVAL);
+                }
+                Err(e) => return cmd(errno_of(&e)),
+                Ok(()) => {}
             }
         }
         if new_pd != mr.ibv.pd {

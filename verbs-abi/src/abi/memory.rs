@@ -172,11 +172,18 @@ pub(crate) extern "C" fn rsnic_ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
         let mr = unsafe { &mut *m.cast::<Mr>() };
         // SAFETY: its context outlives it.
         let dev = &unsafe { Context::from_ibv(mr.ibv.context) }.backend.dev;
-        if let Some(Err(e)) = mr.mr.take().map(|h| dev.dereg_mr(h)) {
+        match mr.mr.take().map(|h| dev.dereg_mr(h)) {
+            // Memory windows are bound to it (IBA 10.6.7.2.6; rxe: EINVAL):
+            // it stays registered and usable.
+            Some(Err(nic::verbs::VerbsError::WindowsBound(h))) => {
+                mr.mr = Some(h);
+                return libc::EINVAL;
+            }
             // The engine's handle is gone with the error (nic's dereg_mr
             // consumes it): the program's region stays a valid object
             // whose next dereg succeeds.
-            return errno_of(&e);
+            Some(Err(e)) => return errno_of(&e),
+            _ => {}
         }
         dying.finish();
         // SAFETY: allocated in reg_mr, now unregistered.

@@ -698,9 +698,17 @@ fn post_chain(
         while !cur.is_null() {
             // SAFETY: a work request of the caller's chain.
             let w = unsafe { &*cur };
-            // UC has SEND and RDMA WRITE only (IBA 9.8.2; rxe: EINVAL).
+            // UC has SEND and RDMA WRITE only (IBA 9.8.2; rxe: EINVAL), and
+            // memory windows are bound on RC QPs here.
             let prepared = match send_op(w) {
-                Ok(op) if uc && op.needs_response() => Err(EINVAL),
+                Ok(op)
+                    if uc
+                        && (op.needs_response()
+                            || op.is_local()
+                            || matches!(op, SendOp::SendInv(_))) =>
+                {
+                    Err(EINVAL)
+                }
                 _ => prepare(sig_all, cap, w, &mut inline, &mut list),
             };
             match prepared {
