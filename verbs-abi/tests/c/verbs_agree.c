@@ -9,7 +9,9 @@
  * a remote access error and a receive too short; UC SEND and WRITE with
  * immediate; UD SEND with immediate (the GRH: which bytes are zero, the
  * IPv4 header's fields and checksum), a datagram of a wrong Q_Key, and
- * ibv_create_ah_from_wc. What differs between two correct devices (QP
+ * ibv_create_ah_from_wc; memory windows of type 1 and 2 (bind, a WRITE
+ * through and past a window, SEND with Invalidate, LOCAL_INV, a failed
+ * bind). What differs between two correct devices (QP
  * numbers, keys, addresses, IP identification) is printed as a relation
  * ("src_qp=sender"), never as a value. Lines that start with '#' are
  * comments, not compared: where the two differ and why.
@@ -409,6 +411,144 @@ static void ud_tests(void)
 	ibv_destroy_qp(b);
 }
 
+/* Memory windows (IBA 10.6.7): a type 1 window bound with ibv_bind_mw and a
+ * WRITE through it and past it; a region with a window bound not
+ * deregistered; a type 2 window bound with IBV_WR_BIND_MW and freed by a SEND
+ * with Invalidate; LOCAL_INV of a free window; a bind to a region without
+ * MW_BIND. Keys are shown as relations. */
+static void mw_tests(void)
+{
+	struct ibv_mr *bm = ibv_reg_mr(pd, buf[1], LEN,
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+					       IBV_ACCESS_MW_BIND);
+	struct ibv_mw *w1 = bm ? ibv_alloc_mw(pd, IBV_MW_TYPE_1) : NULL;
+	struct ibv_mw *w2 = w1 ? ibv_alloc_mw(pd, IBV_MW_TYPE_2) : NULL;
+	struct ibv_qp *a = make_qp(IBV_QPT_RC), *b = make_qp(IBV_QPT_RC);
+	if (!w2 || !a || !b || connect_qp(a, b) || connect_qp(b, a)) {
+		printf("mw: setup failed (errno %d)\n", errno);
+		problems++;
+		return;
+	}
+	struct ibv_wc s, r;
+	fill();
+	uint32_t k0 = w1->rkey;
+	struct ibv_mw_bind mb = { .wr_id = 40, .send_flags = IBV_SEND_SIGNALED,
+				  .bind_info = { .mr = bm, .addr = (uintptr_t)buf[1] + 4096, .length = 4096,
+						 .mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ } };
+	int rc = ibv_bind_mw(b, w1, &mb);
+	printf("mw.bind1.rc               %d rkey=%s\n", rc, w1->rkey == ibv_inc_rkey(k0) ? "inc" : "other");
+	if (rc || two_wc(40, &s, 0, NULL)) {
+		printf("mw.bind1: no completion\n");
+		problems++;
+		return;
+	}
+	show("mw.bind1", &s, NULL);
+	if (send_op(a, 41, IBV_WR_RDMA_WRITE, 0, 4096, (uintptr_t)buf[1] + 4096, w1->rkey, 0) ||
+	    two_wc(41, &s, 0, NULL)) {
+		printf("mw.write1: no completion\n");
+		problems++;
+	} else {
+		show("mw.write1", &s, NULL);
+		printf("mw.write1.data           %s\n", memcmp(buf[1] + 4096, buf[0], 4096) ? "differs" : "same");
+	}
+	errno = 0;
+	rc = ibv_dereg_mr(bm);
+	printf("mw.dereg_bound            rc=%s\n", rc ? "error" : "0");
+	if (!rc) {
+		printf("mw: the region went while a window was bound\n");
+		problems++;
+		return;
+	}
+	if (send_op(a, 42, IBV_WR_RDMA_WRITE, 0, 64, (uintptr_t)buf[1] + 8192 - 32, w1->rkey, 0) ||
+	    two_wc(42, &s, 0, NULL)) {
+		printf("mw.write_past: no completion\n");
+		problems++;
+	} else {
+		show("mw.write_past", &s, NULL);
+	}
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+
+	a = make_qp(IBV_QPT_RC);
+	b = make_qp(IBV_QPT_RC);
+	if (!a || !b || connect_qp(a, b) || connect_qp(b, a)) {
+		printf("mw: second setup failed\n");
+		problems++;
+		return;
+	}
+	uint32_t k2 = ibv_inc_rkey(w2->rkey);
+	struct ibv_send_wr bw = { .wr_id = 43, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED,
+				  .bind_mw = { .mw = w2, .rkey = k2,
+					       .bind_info = { .mr = bm, .addr = (uintptr_t)buf[1], .length = 8192,
+							      .mw_access_flags = IBV_ACCESS_REMOTE_WRITE } } },
+			   *bad;
+	if (ibv_post_send(b, &bw, &bad) || two_wc(43, &s, 0, NULL)) {
+		printf("mw.bind2: no completion\n");
+		problems++;
+		return;
+	}
+	show("mw.bind2", &s, NULL);
+	w2->rkey = k2;
+	fill();
+	struct ibv_sge ss = { .addr = (uintptr_t)buf[0], .length = 50, .lkey = mr[0]->lkey };
+	struct ibv_send_wr sw = { .wr_id = 45, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV,
+				  .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = k2 };
+	if (recv_at(b, 44, 16384, 64) || ibv_post_send(a, &sw, &bad) || two_wc(45, &s, 44, &r)) {
+		printf("mw.send_inv: no completion\n");
+		problems++;
+	} else {
+		show("mw.send_inv.send", &s, NULL);
+		show("mw.send_inv.recv", &r, a);
+		printf("mw.send_inv.rkey         %s\n", r.invalidated_rkey == k2 ? "same" : "other");
+	}
+	if (send_op(a, 46, IBV_WR_RDMA_WRITE, 0, 64, (uintptr_t)buf[1], k2, 0) || two_wc(46, &s, 0, NULL)) {
+		printf("mw.write_invalidated: no completion\n");
+		problems++;
+	} else {
+		show("mw.write_invalidated", &s, NULL);
+	}
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+
+	a = make_qp(IBV_QPT_RC);
+	b = make_qp(IBV_QPT_RC);
+	if (!a || !b || connect_qp(a, b) || connect_qp(b, a)) {
+		printf("mw: third setup failed\n");
+		problems++;
+		return;
+	}
+	struct ibv_send_wr li = { .wr_id = 47, .opcode = IBV_WR_LOCAL_INV, .send_flags = IBV_SEND_SIGNALED,
+				  .invalidate_rkey = k2 };
+	if (ibv_post_send(b, &li, &bad) || two_wc(47, &s, 0, NULL)) {
+		printf("mw.local_inv_free: no completion\n");
+		problems++;
+	} else {
+		show("mw.local_inv_free", &s, NULL);
+	}
+	ibv_destroy_qp(b);
+	b = make_qp(IBV_QPT_RC);
+	if (!b || connect_qp(b, a)) {
+		printf("mw: fourth setup failed\n");
+		problems++;
+		return;
+	}
+	uint32_t k1 = w1->rkey;
+	struct ibv_mw_bind nb = { .wr_id = 48, .send_flags = IBV_SEND_SIGNALED,
+				  .bind_info = { .mr = mr[1], .addr = (uintptr_t)buf[1], .length = 64,
+						 .mw_access_flags = IBV_ACCESS_REMOTE_READ } };
+	if (ibv_bind_mw(b, w1, &nb) || two_wc(48, &s, 0, NULL)) {
+		printf("mw.bind_no_mw_bind: no completion\n");
+		problems++;
+	} else {
+		show("mw.bind_no_mw_bind", &s, NULL);
+	}
+	w1->rkey = k1;
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	printf("mw.dealloc                %d %d\n", ibv_dealloc_mw(w1), ibv_dealloc_mw(w2));
+	printf("mw.dereg                  %d\n", ibv_dereg_mr(bm));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -443,5 +583,6 @@ int main(int argc, char **argv)
 	rc_tests();
 	uc_tests();
 	ud_tests();
+	mw_tests();
 	return problems ? 1 : 0;
 }
