@@ -57,6 +57,7 @@ struct Expect {
     atomic_ack: Option<u64>,
     imm: Option<u32>,
     deth: Option<DethRepr>,
+    ieth: Option<u32>,
 }
 
 fn golden_set() -> Vec<(Vec<u8>, Expect)> {
@@ -86,6 +87,8 @@ fn golden_set() -> Vec<(Vec<u8>, Expect)> {
         Opcode::AtomicAcknowledge,
         Opcode::CompareSwap,
         Opcode::FetchAdd,
+        Opcode::SendLastInv,
+        Opcode::SendOnlyInv,
         Opcode::Cnp,
         Opcode::UcSendFirst,
         Opcode::UcSendMiddle,
@@ -157,6 +160,10 @@ fn golden_set() -> Vec<(Vec<u8>, Expect)> {
             if op.has_immdt() {
                 r.immdt = Some(ImmDtRepr(0xCAFE_0000 | (psn & 0xFFFF)));
                 e.imm = Some(0xCAFE_0000 | (psn & 0xFFFF));
+            }
+            if op.has_ieth() {
+                r.ieth = Some(IethRepr(0x0012_3400 | (psn & 0xFF)));
+                e.ieth = Some(0x0012_3400 | (psn & 0xFF));
             }
             if op.has_atomic_eth() {
                 let a = AtomicEthRepr {
@@ -235,6 +242,7 @@ fn tshark_decodes_every_opcode() {
         "udp.dstport",
         "infiniband.deth.q_key",
         "infiniband.deth.srcqp",
+        "infiniband.ieth",
     ];
     let mut cmd = Command::new("tshark");
     cmd.arg("-r")
@@ -299,6 +307,13 @@ fn tshark_decodes_every_opcode() {
         // UD: tshark finds the DETH where IBA 9.3.2 puts it.
         assert_eq!(opt(c[13]), e.deth.map(|d| u64::from(d.qkey)), "{ctx}");
         assert_eq!(opt(c[14]), e.deth.map(|d| u64::from(d.src_qp)), "{ctx}");
+        // SEND with Invalidate: tshark shows the IETH's R_Key as 4 bytes
+        // (listed once per occurrence: the first).
+        let ieth = (!c[15].is_empty()).then(|| {
+            let first = c[15].split(',').next().unwrap().replace(':', "");
+            u64::from_str_radix(&first, 16).expect("IETH bytes")
+        });
+        assert_eq!(ieth, e.ieth.map(u64::from), "{ctx}");
     }
 }
 
