@@ -464,7 +464,10 @@ static void mw_tests(void)
 		printf("mw.write_past: no completion\n");
 		problems++;
 	} else {
-		show("mw.write_past", &s, NULL);
+		/* Not compared: rsnic refuses a WRITE past the window's end (IBA
+		 * 10.6.7.3: the window's range); Debian 12's rxe places it (its
+		 * check_rkey checks the region's range). */
+		printf("# mw.write_past          %s\n", ibv_wc_status_str(s.status));
 	}
 	ibv_destroy_qp(a);
 	ibv_destroy_qp(b);
@@ -498,7 +501,13 @@ static void mw_tests(void)
 		problems++;
 	} else {
 		show("mw.send_inv.send", &s, NULL);
+		/* IBV_WC_WITH_INV (8) as ibv_poll_cq(3) and mlx5 report it; Debian
+		 * 12's rxe copies the kernel's IB_WC_WITH_INVALIDATE (4, the user's
+		 * IBV_WC_IP_CSUM_OK) instead: the flag is shown as a comment. */
+		unsigned int raw = r.wc_flags;
+		r.wc_flags &= ~(IBV_WC_WITH_INV | IBV_WC_IP_CSUM_OK);
 		show("mw.send_inv.recv", &r, a);
+		printf("# mw.send_inv.recv       wc_flags=%#x%s\n", raw, raw & IBV_WC_WITH_INV ? " (IBV_WC_WITH_INV)" : "");
 		printf("mw.send_inv.rkey         %s\n", r.invalidated_rkey == k2 ? "same" : "other");
 	}
 	if (send_op(a, 46, IBV_WR_RDMA_WRITE, 0, 64, (uintptr_t)buf[1], k2, 0) || two_wc(46, &s, 0, NULL)) {
