@@ -606,3 +606,207 @@ fn tshark_decodes_what_the_transport_emits() {
     }
     scapy_check("transport_scapy.pcap", &frames);
 }
+
+/// The communication manager's MADs (IBA 12.6) as QP1 carries them on RoCE v2 (a UD
+/// SEND Only to QP 1 with the GSI Q_Key): Wireshark's InfiniBand dissector decodes
+/// the MAD header, each message's fields and rdma_cm's IP private data where
+/// `rdma::wire::cm` put them.
+#[test]
+fn tshark_decodes_cm_mads() {
+    use rdma::wire::cm::*;
+    use rdma::wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
+    let mut gid = [0u8; 16];
+    gid[10] = 0xff;
+    gid[11] = 0xff;
+    gid[12..].copy_from_slice(&[10, 0, 0, 1]);
+    let mut pd = [0u8; 92];
+    CmaHdr::ipv4([10, 0, 0, 1], 40001, [10, 0, 0, 2])
+        .emit(&mut pd)
+        .unwrap();
+    let req = CmReq {
+        local_comm_id: 0x1111_2222,
+        vendor_id: 0,
+        service_id: service_id(RDMA_PS_TCP, 18515),
+        local_ca_guid: 0x0202_03ff_fe04_0506,
+        local_qkey: 0,
+        local_qpn: 0x00_1234,
+        responder_resources: 16,
+        initiator_depth: 16,
+        remote_cm_response_timeout: 20,
+        transport: 0,
+        e2e_flow_control: false,
+        starting_psn: 0xAB_CDEF,
+        local_cm_response_timeout: 20,
+        retry_count: 7,
+        pkey: 0xFFFF,
+        path_mtu: 3,
+        rnr_retry_count: 7,
+        max_cm_retries: 15,
+        srq: false,
+        primary: CmPath {
+            local_lid: 0xFFFF,
+            remote_lid: 0xFFFF,
+            local_gid: gid,
+            remote_gid: gid,
+            flow_label: 0,
+            packet_rate: 0,
+            traffic_class: 0,
+            hop_limit: 64,
+            sl: 0,
+            subnet_local: false,
+            local_ack_timeout: 18,
+        },
+        alternate: CmPath::default(),
+        private_data: pd,
+    };
+    let rep = CmRep {
+        local_comm_id: 0x3333_4444,
+        remote_comm_id: 0x1111_2222,
+        local_qkey: 0,
+        local_qpn: 0x00_5678,
+        vendor_id: 0,
+        starting_psn: 0x12_3456,
+        responder_resources: 16,
+        initiator_depth: 16,
+        target_ack_delay: 15,
+        failover_accepted: 0,
+        e2e_flow_control: false,
+        rnr_retry_count: 7,
+        srq: false,
+        local_ca_guid: 7,
+        private_data: [0u8; 196],
+    };
+    let ids = CmIds {
+        local_comm_id: 0x1111_2222,
+        remote_comm_id: 0x3333_4444,
+        private_data: [0u8; 224],
+    };
+    let rej = CmRej {
+        local_comm_id: 0x5555_6666,
+        remote_comm_id: 0x1111_2222,
+        message_rejected: 0,
+        ari_len: 0,
+        reason: rej_reason::CONSUMER_DEFINED,
+        ari: [0u8; 72],
+        private_data: [0u8; 148],
+    };
+    let dreq = CmDreq {
+        local_comm_id: 0x1111_2222,
+        remote_comm_id: 0x3333_4444,
+        remote_qpn: 0x00_5678,
+        private_data: [0u8; 220],
+    };
+    let msgs = [
+        CmMessage::Req(Box::new(req)),
+        CmMessage::Rep(Box::new(rep)),
+        CmMessage::Rtu(Box::new(ids)),
+        CmMessage::Rej(Box::new(rej)),
+        CmMessage::Dreq(Box::new(dreq)),
+    ];
+    let b = builder();
+    let frames: Vec<Vec<u8>> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut mad = [0u8; MAD_LEN];
+            CmMad {
+                tid: 0x0000_00AB_0000_0000 | i as u64,
+                attr_mod: 0,
+                msg: m.clone(),
+            }
+            .emit(&mut mad)
+            .unwrap();
+            let mut r = RoceRepr::new(BthRepr::new(Opcode::UdSendOnly, GSI_QPN, i as u32));
+            r.deth = Some(DethRepr {
+                qkey: GSI_QKEY,
+                src_qp: GSI_QPN,
+            });
+            let mut buf = vec![0u8; 512];
+            let n = b.emit_frame(&r, &mad, Ecn::Ect0, &mut buf).unwrap();
+            buf.truncate(n);
+            buf
+        })
+        .collect();
+    let path = out_dir().join("golden_cm.pcap");
+    write_pcap(&path, &frames);
+    let fields = [
+        "infiniband.mad.mgmtclass",
+        "infiniband.mad.attributeid",
+        "infiniband.mad.transactionid",
+        "infiniband.cm.req.serviceid",
+        "infiniband.cm.req.localqpn",
+        "infiniband.cm.req.startpsn",
+        "infiniband.cm.req.pppmtu",
+        "infiniband.cm.req.retrcount",
+        "infiniband.cm.req.prim_hoplim",
+        "infiniband.cm.req.prim_localacktout",
+        "infiniband.cm.req.ip_cm.sport",
+        "infiniband.cm.req.ip_cm.sip4",
+        "infiniband.cm.req.ip_cm.dip4",
+        "infiniband.cm.rep.remotecommid",
+        "infiniband.cm.rep.localqpn",
+        "infiniband.cm.rep.startpsn",
+        "infiniband.cm.rtu.localcommid",
+        "infiniband.cm.rtu.remotecommid",
+        "infiniband.cm.rej.reason",
+        "infiniband.cm.dreq.localcommid",
+    ];
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r")
+        .arg(&path)
+        .args(["-T", "fields", "-E", "separator=|"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("tshark not runnable ({e}); run scripts/setup.sh"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('|').collect()).collect();
+    assert_eq!(rows.len(), msgs.len(), "{text}");
+    let col =
+        |r: usize, name: &str| -> &str { rows[r][fields.iter().position(|f| *f == name).unwrap()] };
+    for (i, m) in msgs.iter().enumerate() {
+        assert_eq!(num(col(i, "infiniband.mad.mgmtclass")), 7, "{text}");
+        assert_eq!(
+            num(col(i, "infiniband.mad.attributeid")),
+            m.attr() as u64,
+            "{text}"
+        );
+        assert_eq!(
+            num(col(i, "infiniband.mad.transactionid")),
+            0x0000_00AB_0000_0000 | i as u64
+        );
+    }
+    assert_eq!(num(col(0, "infiniband.cm.req.serviceid")), 0x0106_4853);
+    assert_eq!(num(col(0, "infiniband.cm.req.localqpn")), 0x1234);
+    assert_eq!(num(col(0, "infiniband.cm.req.startpsn")), 0xAB_CDEF);
+    assert_eq!(num(col(0, "infiniband.cm.req.pppmtu")), 3);
+    assert_eq!(num(col(0, "infiniband.cm.req.retrcount")), 7);
+    assert_eq!(num(col(0, "infiniband.cm.req.prim_hoplim")), 64);
+    assert_eq!(num(col(0, "infiniband.cm.req.prim_localacktout")), 18);
+    assert_eq!(
+        num(col(0, "infiniband.cm.req.ip_cm.sport")),
+        40001,
+        "{text}"
+    );
+    assert_eq!(col(0, "infiniband.cm.req.ip_cm.sip4"), "10.0.0.1", "{text}");
+    assert_eq!(col(0, "infiniband.cm.req.ip_cm.dip4"), "10.0.0.2", "{text}");
+    assert_eq!(num(col(1, "infiniband.cm.rep.remotecommid")), 0x1111_2222);
+    assert_eq!(num(col(1, "infiniband.cm.rep.localqpn")), 0x5678);
+    assert_eq!(num(col(1, "infiniband.cm.rep.startpsn")), 0x12_3456);
+    assert_eq!(num(col(2, "infiniband.cm.rtu.localcommid")), 0x1111_2222);
+    assert_eq!(num(col(2, "infiniband.cm.rtu.remotecommid")), 0x3333_4444);
+    assert_eq!(num(col(3, "infiniband.cm.rej.reason")), 28);
+    assert_eq!(num(col(4, "infiniband.cm.dreq.localcommid")), 0x1111_2222);
+    // Our parser reads back what tshark read.
+    for (f, m) in frames.iter().zip(&msgs) {
+        let p = parse_frame(f, &ParseOptions::default(), |_| false).unwrap();
+        assert_eq!(&CmMad::parse(p.payload).unwrap().msg, m);
+    }
+}

@@ -13,17 +13,20 @@
 //!
 //! Layering of a RoCEv2 frame (docs/design.md §4):
 //! `Ethernet / IPv4 / UDP(4791) / [INT-MD container] / BTH / [CC ext] / [DETH|RETH|AETH|
-//! ImmDt|AtomicETH|AtomicAckETH] / payload / pad / ICRC`.
+//! ImmDt|IETH|AtomicETH|AtomicAckETH] / payload / pad / ICRC`; a GSI SEND to QP 1 carries a
+//! MAD ([`mad`]), the communication manager's ([`cm`]).
 
 pub mod arp;
 pub mod bth;
 pub mod ccext;
+pub mod cm;
 pub mod ethernet;
 pub mod frame;
 pub mod icmp;
 pub mod icrc;
 pub mod int;
 pub mod ipv4;
+pub mod mad;
 pub mod template;
 pub mod transport_hdrs;
 pub mod udp;
@@ -31,6 +34,7 @@ pub mod udp;
 pub use arp::{ArpOperation, ArpPacket, ArpRepr};
 pub use bth::{BthFlags, BthPacket, BthRepr, Opcode, Service};
 pub use ccext::{CcExtFlags, CcExtPacket, CcExtRepr};
+pub use cm::{CmAttr, CmMad, CmMessage, CmaHdr};
 pub use ethernet::{EtherType, EthernetAddress, EthernetPacket, EthernetRepr};
 pub use frame::{parse_frame, prepare_rx, FrameBuilder, ParseOptions, RoceFrame, RxPrepared};
 pub use icmp::{Icmpv4Packet, Icmpv4Repr};
@@ -39,6 +43,7 @@ pub use icrc::{
 };
 pub use int::{HopRecord, IntPacket, IntRepr};
 pub use ipv4::{Ecn, Ipv4Address, Ipv4Packet, Ipv4Repr};
+pub use mad::{MadPacket, MadRepr};
 pub use template::{HeaderTemplate, TemplateLayout};
 pub use transport_hdrs::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, DethRepr, ImmDtRepr, NakCode, RethRepr,
