@@ -27,14 +27,7 @@ fn bindable(b: &mut Host) -> Mr {
 }
 
 fn bind_wr(id: u64, mw: u32, mr: &Mr, va: u64, len: u64, access: Access) -> SendWr {
-    let b = MwBind {
-        mw_rkey: mw,
-        new_rkey: inc(mw),
-        mr_lkey: mr.lkey,
-        va,
-        len,
-        access,
-    };
+    let b = MwBind::new(mw, inc(mw), mr.lkey, va, len, access);
     wr(id, SendOp::BindMw(b), 0, 0, 0)
 }
 

@@ -56,16 +56,8 @@ impl MemoryWindow {
     /// (`len` 0: unbind a type 1 window), to the next R_Key, which the handle
     /// takes now.
     pub(super) fn next_bind(&mut self, mr_lkey: u32, va: u64, len: u64, access: Access) -> MwBind {
-        let new_rkey = inc_rkey(self.rkey);
-        let b = MwBind {
-            mw_rkey: self.rkey,
-            new_rkey,
-            mr_lkey,
-            va,
-            len,
-            access,
-        };
-        self.rkey = new_rkey;
+        let b = MwBind::new(self.rkey, inc_rkey(self.rkey), mr_lkey, va, len, access);
+        self.rkey = b.new_rkey;
         b
     }
 }

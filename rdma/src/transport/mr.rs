@@ -67,13 +67,18 @@ pub struct Mw {
 }
 
 /// A bind of a memory window, as a bind work request carries it (`IBV_WR_BIND_MW`:
-/// `bind_mw.mw`, `bind_mw.rkey` and `bind_mw.bind_info`; IBA 10.6.7.2.1).
+/// `bind_mw.mw`, `bind_mw.rkey` and `bind_mw.bind_info`; IBA 10.6.7.2.1). The window
+/// is named by its R_Key before the bind ([`Self::mw_rkey`]): the slot of `new_rkey`
+/// and the key byte `prev_key`. Packed (29 bytes, no padding of its own) so that a
+/// send work request carrying it still fits one 64-byte doorbell slot. As rxe, only the
+/// key byte of the program's new R_Key counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed)]
 pub struct MwBind {
-    /// The window's R_Key before the bind (names the window).
-    pub mw_rkey: u32,
-    /// Its R_Key after the bind: the same slot, the new key byte.
+    /// The window's R_Key after the bind: its slot and the new key byte.
     pub new_rkey: u32,
+    /// The key byte of the window's R_Key before the bind.
+    pub prev_key: u8,
     /// The region's L_Key (ignored for a zero-length bind, which unbinds).
     pub mr_lkey: u32,
     /// First address of the window.
@@ -82,6 +87,32 @@ pub struct MwBind {
     pub len: u64,
     /// The window's remote rights.
     pub access: Access,
+}
+
+impl MwBind {
+    /// A bind of the window whose R_Key is `mw_rkey` to the key byte of `new_rkey`.
+    pub fn new(
+        mw_rkey: u32,
+        new_rkey: u32,
+        mr_lkey: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Self {
+        Self {
+            new_rkey: (mw_rkey & !0xFF) | (new_rkey & 0xFF),
+            prev_key: mw_rkey as u8,
+            mr_lkey,
+            va,
+            len,
+            access,
+        }
+    }
+
+    /// The window's R_Key before the bind.
+    pub fn mw_rkey(&self) -> u32 {
+        (self.new_rkey & !0xFF) | u32::from(self.prev_key)
+    }
 }
 
 /// Why a memory window operation failed. A bind fails with `IBV_WC_MW_BIND_ERR`, an
@@ -107,9 +138,6 @@ pub enum MwError {
     /// (o10-37.2.40).
     #[error("window range outside the region")]
     Range,
-    /// A new R_Key of another slot than the window's.
-    #[error("new R_Key {0:#x} names another window")]
-    NewKey(u32),
 }
 
 /// Why an access was refused. Each maps to a NAK or a local completion status.
@@ -384,11 +412,8 @@ impl MrTable {
     /// range. On success the window answers to `bind.new_rkey` only.
     pub fn bind_window(&mut self, pd: u32, qpn: u32, bind: &MwBind) -> Result<Mw, MwError> {
         let mw = *self
-            .window(bind.mw_rkey)
-            .ok_or(MwError::BadKey(bind.mw_rkey))?;
-        if bind.new_rkey >> 8 != bind.mw_rkey >> 8 {
-            return Err(MwError::NewKey(bind.new_rkey));
-        }
+            .window(bind.mw_rkey())
+            .ok_or(MwError::BadKey(bind.mw_rkey()))?;
         match mw.kind {
             MwType::One => {}
             MwType::Two => {
@@ -416,7 +441,8 @@ impl MrTable {
                 return Err(MwError::Access);
             }
             let writable = Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
-            if bind.access.intersects(writable) && !mr.access.contains(Access::LOCAL_WRITE) {
+            let access = bind.access;
+            if access.intersects(writable) && !mr.access.contains(Access::LOCAL_WRITE) {
                 return Err(MwError::Access);
             }
             if !mr.contains(bind.va, bind.len) {
@@ -426,7 +452,7 @@ impl MrTable {
                 mr_key: mr.lkey,
                 va: bind.va,
                 len: bind.len,
-                access: bind.access
+                access: access
                     & (Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC),
                 qpn: (mw.kind == MwType::Two).then_some(qpn),
             })
@@ -822,14 +848,7 @@ mod tests {
     const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);
 
     fn bind(mw: &Mw, mr: &Mr, va: u64, len: u64, access: Access) -> MwBind {
-        MwBind {
-            mw_rkey: mw.rkey,
-            new_rkey: (mw.rkey & !0xFF) | ((mw.rkey + 1) & 0xFF),
-            mr_lkey: mr.lkey,
-            va,
-            len,
-            access,
-        }
+        MwBind::new(mw.rkey, mw.rkey.wrapping_add(1), mr.lkey, va, len, access)
     }
 
     /// A type 1 window (IBA 10.6.7.2, rxe `rxe_mw.c`): unbound it reaches nothing;
@@ -958,7 +977,7 @@ mod tests {
 
     /// rxe's bind checks: the region must allow binds (C10-73), a writable window
     /// needs local write on the region (C10-74), the window must lie inside the region
-    /// (C10-75), the new key must stay in the window's slot, the keys must exist.
+    /// (C10-75), the keys must name a window and a region.
     #[test]
     fn bind_checks_refuse_what_iba_forbids() {
         let mut t = MrTable::new();
@@ -993,7 +1012,7 @@ mod tests {
                     new_rkey: mw.rkey + 0x100,
                     ..bind(&mw, &ok, 0x8000, 8, w)
                 },
-                MwError::NewKey(mw.rkey + 0x100),
+                MwError::BadKey((mw.rkey + 0x100) & !0xFF | (mw.rkey & 0xFF)),
             ),
             (
                 MwBind {
@@ -1004,7 +1023,7 @@ mod tests {
             ),
             (
                 MwBind {
-                    mw_rkey: mw.rkey ^ 1,
+                    prev_key: mw.rkey as u8 ^ 1,
                     ..bind(&mw, &ok, 0x8000, 8, w)
                 },
                 MwError::BadKey(mw.rkey ^ 1),

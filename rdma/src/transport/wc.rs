@@ -191,6 +191,10 @@ pub enum SendOp {
     BindMw(MwBind),
 }
 
+// A send work request fits the NIC's 64-byte doorbell slot: every operation's
+// operands, the bind's included, leave room for the tag in their padding.
+const _: () = assert!(core::mem::size_of::<SendOp>() == 32);
+
 impl SendOp {
     /// The `imm` of this operation's send completion: `Some(0)` for an
     /// operation with immediate, whose completion says so

@@ -161,12 +161,8 @@ pub(crate) fn bind_op(m: *mut ibv_mw, rkey: u32, info: &ibv_mw_bind_info) -> Res
         }
         mr.lkey
     };
-    Ok(SendOp::BindMw(MwBind {
-        mw_rkey: mw.rkey,
-        new_rkey: rkey,
-        mr_lkey,
-        va: info.addr,
-        len: if info.mr.is_null() { 0 } else { info.length },
-        access,
-    }))
+    let len = if info.mr.is_null() { 0 } else { info.length };
+    Ok(SendOp::BindMw(MwBind::new(
+        mw.rkey, rkey, mr_lkey, info.addr, len, access,
+    )))
 }
