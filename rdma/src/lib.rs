@@ -33,5 +33,6 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod cm;
 pub mod transport;
 pub mod wire;

@@ -1,0 +1,1120 @@
+//! The InfiniBand communication manager's state machine (IBA vol. 1 12.9, Linux
+//! `drivers/infiniband/core/cm.c` as the reference for what a RoCE peer sends and
+//! expects): connection establishment (REQ, REP, RTU), rejection (REJ), "wait longer"
+//! (MRA), release (DREQ, DREP) and timewait, with the retransmissions and duplicate
+//! answers that make it work over a lossy link. Pure: time is an argument, MADs come in
+//! as [`CmMad`]s from a source IP and go out through [`Cm::poll_out`], what the
+//! consumer must act on through [`Cm::poll_event`]. The messages themselves are
+//! [`crate::wire::cm`]; the rdma_cm conventions (service IDs, `cma_hdr`) live one layer
+//! up, in whoever builds the private data.
+//!
+//! Matching (IBA 12.6): a REQ by (source address, its local communication ID); every
+//! other message by the communication ID it names as ours. Retransmission (IBA 12.7.34,
+//! 12.9.7): a REQ, REP or DREQ is resent every `4.096 us * 2^response_timeout` until
+//! answered, at most `max_retries` times; an MRA stretches the wait to its service
+//! timeout. Duplicates are answered from the last message sent: a REQ while our REP is
+//! out gets the REP again, a REP after our RTU the RTU, a DREQ in timewait the DREP.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::wire::cm::{
+    rej_reason, CmDreq, CmIds, CmMad, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq,
+};
+
+/// `4.096 us * 2^t` in ns: the unit of every CM timeout (IBA 12.7.34; `t` above 31
+/// counts as 31).
+pub fn timeout_ns(t: u8) -> u64 {
+    4096u64 << t.min(31)
+}
+
+/// The IPv4-mapped GID of an address (`::ffff:a.b.c.d`, RoCE v2, IBA annex A17.4.5).
+pub fn gid_of(ip: [u8; 4]) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&ip);
+    g
+}
+
+/// How this side's CM behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct CmConfig {
+    /// This port's IPv4 address (its GID in every REQ).
+    pub ip: [u8; 4],
+    /// This CA's GUID.
+    pub ca_guid: u64,
+    /// The CM response timeout announced and waited by (Linux: 20, ~4.3 s).
+    pub response_timeout: u8,
+    /// Retransmissions before giving up (Linux: 15).
+    pub max_retries: u8,
+    /// Timewait after a release, as a timeout exponent (IBA 12.9.7.4; ~1 s at 18).
+    pub timewait: u8,
+    /// The service timeout an MRA of ours asks for (Linux: 24).
+    pub mra_service_timeout: u8,
+    /// Seeds the communication IDs and the TIDs (draw it from the OS).
+    pub seed: u32,
+}
+
+impl Default for CmConfig {
+    fn default() -> Self {
+        Self {
+            ip: [0; 4],
+            ca_guid: 0,
+            response_timeout: 20,
+            max_retries: 15,
+            timewait: 18,
+            mra_service_timeout: 24,
+            seed: 0x1234_5678,
+        }
+    }
+}
+
+/// What a side of a connection puts in its REQ or REP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnParams {
+    /// Its QPN.
+    pub qpn: u32,
+    /// Its first PSN (random, 24 bits).
+    pub starting_psn: u32,
+    /// READs/atomics it accepts at once (`max_dest_rd_atomic`).
+    pub responder_resources: u8,
+    /// READs/atomics it issues at once (`max_rd_atomic`).
+    pub initiator_depth: u8,
+    /// Transport retry count (3 bits).
+    pub retry_count: u8,
+    /// RNR retry count (3 bits).
+    pub rnr_retry_count: u8,
+    /// Path MTU (`enum ibv_mtu`).
+    pub path_mtu: u8,
+    /// Its QP uses an SRQ.
+    pub srq: bool,
+    /// Local ACK timeout (5 bits).
+    pub local_ack_timeout: u8,
+    /// The IP TOS (the path's traffic class).
+    pub traffic_class: u8,
+}
+
+/// Where a connection stands (IBA 12.9.6 figure 155, the states this side uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmState {
+    /// Active: REQ sent, waiting for the REP.
+    ReqSent,
+    /// Passive: REQ received, the consumer decides ([`Cm::accept`], [`Cm::reject`]).
+    ReqRcvd,
+    /// Passive: REP sent, waiting for the RTU.
+    RepSent,
+    /// Active: REP received, the consumer readies its QP ([`Cm::ready`]).
+    RepRcvd,
+    /// Both sides may use the QPs.
+    Established,
+    /// DREQ sent, waiting for the DREP.
+    DreqSent,
+    /// Released; the QPN is not reused until this ends.
+    TimeWait,
+}
+
+/// What the consumer must act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEvent {
+    /// A REQ for a service listened on: accept or reject it.
+    ConnectRequest {
+        /// The new connection.
+        id: u32,
+        /// Where it came from.
+        peer_ip: [u8; 4],
+        /// The REQ.
+        req: Box<CmReq>,
+    },
+    /// Our REQ was accepted: ready the QP, then [`Cm::ready`] sends the RTU.
+    ConnectReply {
+        /// The connection.
+        id: u32,
+        /// The REP.
+        rep: Box<CmRep>,
+    },
+    /// The connection is established (passive: the RTU came; active: `ready`).
+    Established {
+        /// The connection.
+        id: u32,
+    },
+    /// The peer rejected (REJ), or the handshake timed out (reason
+    /// [`rej_reason::TIMEOUT`], a REJ sent to the peer).
+    Rejected {
+        /// The connection (gone now).
+        id: u32,
+        /// Why.
+        reason: u16,
+        /// The REJ's private data (zeros after a timeout).
+        private_data: Box<[u8; 148]>,
+    },
+    /// The peer released the connection (its DREQ, answered with a DREP).
+    DisconnectRequest {
+        /// The connection (in timewait now).
+        id: u32,
+    },
+    /// Our release completed (the DREP came, or the DREQ timed out).
+    Disconnected {
+        /// The connection (in timewait now).
+        id: u32,
+    },
+    /// Timewait ended: the connection is forgotten.
+    TimewaitExit {
+        /// The connection.
+        id: u32,
+    },
+}
+
+/// Why a consumer call was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CmError {
+    /// No connection with that ID.
+    #[error("no connection {0:#x}")]
+    NoSuchId(u32),
+    /// The call does not fit the connection's state.
+    #[error("connection in state {0:?}")]
+    State(CmState),
+    /// More private data than the message holds.
+    #[error("{0} bytes of private data, the message holds {1}")]
+    PrivateData(usize, usize),
+}
+
+/// One connection.
+#[derive(Debug, Clone)]
+struct Conn {
+    state: CmState,
+    peer_ip: [u8; 4],
+    remote_id: u32,
+    remote_qpn: u32,
+    local_qpn: u32,
+    tid: u64,
+    /// What a retransmission or a duplicate's answer sends.
+    last: Option<CmMad>,
+    deadline: Option<u64>,
+    wait_ns: u64,
+    retries_left: u8,
+}
+
+/// The connection manager of one port.
+#[derive(Debug)]
+pub struct Cm {
+    cfg: CmConfig,
+    conns: HashMap<u32, Conn>,
+    listeners: HashSet<u64>,
+    next_id: u32,
+    out: VecDeque<([u8; 4], CmMad)>,
+    events: VecDeque<CmEvent>,
+}
+
+fn copy_private<const N: usize>(data: &[u8]) -> Result<[u8; N], CmError> {
+    if data.len() > N {
+        return Err(CmError::PrivateData(data.len(), N));
+    }
+    let mut p = [0u8; N];
+    p[..data.len()].copy_from_slice(data);
+    Ok(p)
+}
+
+impl Cm {
+    /// A CM with no connection and no listener.
+    pub fn new(cfg: CmConfig) -> Self {
+        Self {
+            cfg,
+            conns: HashMap::new(),
+            listeners: HashSet::new(),
+            next_id: cfg.seed | 1,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// Accept REQs for `service_id`; false if already listened on.
+    pub fn listen(&mut self, service_id: u64) -> bool {
+        self.listeners.insert(service_id)
+    }
+
+    /// Stop accepting REQs for `service_id`.
+    pub fn unlisten(&mut self, service_id: u64) {
+        self.listeners.remove(&service_id);
+    }
+
+    /// A connection's state.
+    pub fn state(&self, id: u32) -> Option<CmState> {
+        self.conns.get(&id).map(|c| c.state)
+    }
+
+    /// The next MAD to send and its destination.
+    pub fn poll_out(&mut self) -> Option<([u8; 4], CmMad)> {
+        self.out.pop_front()
+    }
+
+    /// The next event for the consumer.
+    pub fn poll_event(&mut self) -> Option<CmEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`Self::on_timer`] must run next.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.conns.values().filter_map(|c| c.deadline).min()
+    }
+
+    fn new_id(&mut self) -> u32 {
+        loop {
+            // A Weyl sequence over the seed: IDs are not guessable from one another
+            // and never 0.
+            self.next_id = self.next_id.wrapping_add(0x9E37_79B9);
+            let id = self.next_id;
+            if id != 0 && !self.conns.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn send(&mut self, to: [u8; 4], tid: u64, msg: CmMessage) -> CmMad {
+        let mad = CmMad {
+            tid,
+            attr_mod: 0,
+            msg,
+        };
+        self.out.push_back((to, mad.clone()));
+        mad
+    }
+
+    /// Sends `msg` on connection `id` and waits for its answer (resent on timeout).
+    fn send_and_wait(&mut self, now: u64, id: u32, msg: CmMessage, wait_ns: u64) {
+        let Some(c) = self.conns.get(&id) else { return };
+        let (to, tid) = (c.peer_ip, c.tid);
+        let mad = self.send(to, tid, msg);
+        let retries = self.cfg.max_retries;
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.last = Some(mad);
+            c.wait_ns = wait_ns;
+            c.deadline = Some(now + wait_ns);
+            c.retries_left = retries;
+        }
+    }
+
+    /// Opens a connection to the service `service_id` at `peer_ip` (REQ): its ID.
+    /// `private_data` (at most 92 bytes) is the REQ's; rdma_cm's starts with its
+    /// `cma_hdr`.
+    pub fn connect(
+        &mut self,
+        now: u64,
+        peer_ip: [u8; 4],
+        service_id: u64,
+        p: &ConnParams,
+        private_data: &[u8],
+    ) -> Result<u32, CmError> {
+        let private_data = copy_private::<92>(private_data)?;
+        let id = self.new_id();
+        let t = self.cfg.response_timeout;
+        let req = CmReq {
+            local_comm_id: id,
+            vendor_id: 0,
+            service_id,
+            local_ca_guid: self.cfg.ca_guid,
+            local_qkey: 0,
+            local_qpn: p.qpn,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            remote_cm_response_timeout: t,
+            transport: 0,
+            e2e_flow_control: false,
+            starting_psn: p.starting_psn & 0xFF_FFFF,
+            local_cm_response_timeout: t,
+            retry_count: p.retry_count.min(7),
+            pkey: 0xFFFF,
+            path_mtu: p.path_mtu,
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            max_cm_retries: self.cfg.max_retries.min(15),
+            srq: p.srq,
+            primary: CmPath {
+                // Routed RoCE v2 (hop limit above 1): LIDs 0xFFFF (Linux cm_format_req).
+                local_lid: 0xFFFF,
+                remote_lid: 0xFFFF,
+                local_gid: gid_of(self.cfg.ip),
+                remote_gid: gid_of(peer_ip),
+                flow_label: 0,
+                packet_rate: 0,
+                traffic_class: p.traffic_class,
+                hop_limit: 64,
+                sl: 0,
+                subnet_local: false,
+                local_ack_timeout: p.local_ack_timeout,
+            },
+            alternate: CmPath::default(),
+            private_data,
+        };
+        let tid = (u64::from(self.cfg.seed) << 32) | u64::from(id);
+        self.conns.insert(
+            id,
+            Conn {
+                state: CmState::ReqSent,
+                peer_ip,
+                remote_id: 0,
+                remote_qpn: 0,
+                local_qpn: p.qpn,
+                tid,
+                last: None,
+                deadline: None,
+                wait_ns: 0,
+                retries_left: 0,
+            },
+        );
+        self.send_and_wait(now, id, CmMessage::Req(Box::new(req)), timeout_ns(t));
+        Ok(id)
+    }
+
+    fn conn_in(&self, id: u32, states: &[CmState]) -> Result<&Conn, CmError> {
+        let c = self.conns.get(&id).ok_or(CmError::NoSuchId(id))?;
+        if states.contains(&c.state) {
+            Ok(c)
+        } else {
+            Err(CmError::State(c.state))
+        }
+    }
+
+    /// Accepts a connection request (REP; private data at most 196 bytes); the RTU
+    /// establishes it.
+    pub fn accept(
+        &mut self,
+        now: u64,
+        id: u32,
+        p: &ConnParams,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
+        let private_data = copy_private::<196>(private_data)?;
+        let remote_id = self.conn_in(id, &[CmState::ReqRcvd])?.remote_id;
+        let rep = CmRep {
+            local_comm_id: id,
+            remote_comm_id: remote_id,
+            local_qkey: 0,
+            local_qpn: p.qpn,
+            vendor_id: 0,
+            starting_psn: p.starting_psn & 0xFF_FFFF,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            target_ack_delay: 0,
+            failover_accepted: 0,
+            e2e_flow_control: false,
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            srq: p.srq,
+            local_ca_guid: self.cfg.ca_guid,
+            private_data,
+        };
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = CmState::RepSent;
+            c.local_qpn = p.qpn;
+        }
+        let t = timeout_ns(self.cfg.response_timeout);
+        self.send_and_wait(now, id, CmMessage::Rep(Box::new(rep)), t);
+        Ok(())
+    }
+
+    /// Rejects a connection request (REJ with `reason`, private data at most 148
+    /// bytes); the connection is forgotten.
+    pub fn reject(&mut self, id: u32, reason: u16, private_data: &[u8]) -> Result<(), CmError> {
+        let private_data = copy_private::<148>(private_data)?;
+        let c = self.conn_in(id, &[CmState::ReqRcvd, CmState::RepRcvd])?;
+        let (to, tid, remote_id) = (c.peer_ip, c.tid, c.remote_id);
+        let message_rejected = if c.state == CmState::ReqRcvd { 0 } else { 1 };
+        self.conns.remove(&id);
+        self.send(
+            to,
+            tid,
+            CmMessage::Rej(Box::new(CmRej {
+                local_comm_id: id,
+                remote_comm_id: remote_id,
+                message_rejected,
+                ari_len: 0,
+                reason,
+                ari: [0u8; 72],
+                private_data,
+            })),
+        );
+        Ok(())
+    }
+
+    /// Tells the active side to wait longer for our answer (MRA of the REQ, service
+    /// timeout [`CmConfig::mra_service_timeout`]); a duplicate REQ gets it again.
+    pub fn send_mra(&mut self, id: u32) -> Result<(), CmError> {
+        let c = self.conn_in(id, &[CmState::ReqRcvd])?;
+        let (to, tid, remote_id) = (c.peer_ip, c.tid, c.remote_id);
+        let mra = CmMessage::Mra(Box::new(CmMra {
+            local_comm_id: id,
+            remote_comm_id: remote_id,
+            message_mraed: 0,
+            service_timeout: self.cfg.mra_service_timeout,
+            private_data: [0u8; 222],
+        }));
+        let mad = self.send(to, tid, mra);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.last = Some(mad);
+        }
+        Ok(())
+    }
+
+    /// The active side's QP is ready: the RTU goes out and the connection is
+    /// established.
+    pub fn ready(&mut self, id: u32) -> Result<(), CmError> {
+        let c = self.conn_in(id, &[CmState::RepRcvd])?;
+        let (to, tid, remote_id) = (c.peer_ip, c.tid, c.remote_id);
+        let rtu = CmMessage::Rtu(Box::new(CmIds {
+            local_comm_id: id,
+            remote_comm_id: remote_id,
+            private_data: [0u8; 224],
+        }));
+        let mad = self.send(to, tid, rtu);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = CmState::Established;
+            c.last = Some(mad);
+            c.deadline = None;
+        }
+        self.events.push_back(CmEvent::Established { id });
+        Ok(())
+    }
+
+    /// Releases an established connection (DREQ, private data at most 220 bytes).
+    pub fn disconnect(&mut self, now: u64, id: u32, private_data: &[u8]) -> Result<(), CmError> {
+        let private_data = copy_private::<220>(private_data)?;
+        let c = self.conn_in(id, &[CmState::Established])?;
+        let (remote_id, remote_qpn) = (c.remote_id, c.remote_qpn);
+        let tid = (u64::from(self.cfg.seed) << 32) | u64::from(id.wrapping_add(1));
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = CmState::DreqSent;
+            c.tid = tid;
+        }
+        let dreq = CmMessage::Dreq(Box::new(CmDreq {
+            local_comm_id: id,
+            remote_comm_id: remote_id,
+            remote_qpn,
+            private_data,
+        }));
+        let t = timeout_ns(self.cfg.response_timeout);
+        self.send_and_wait(now, id, dreq, t);
+        Ok(())
+    }
+
+    fn enter_timewait(&mut self, now: u64, id: u32) {
+        let tw = timeout_ns(self.cfg.timewait);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = CmState::TimeWait;
+            c.deadline = Some(now + tw);
+        }
+    }
+
+    /// A CM MAD from `src_ip`.
+    pub fn on_mad(&mut self, now: u64, src_ip: [u8; 4], mad: &CmMad) {
+        match &mad.msg {
+            CmMessage::Req(r) => self.on_req(src_ip, mad.tid, r),
+            CmMessage::Rep(r) => self.on_rep(r),
+            CmMessage::Rtu(r) => {
+                if self.conn_in(r.remote_comm_id, &[CmState::RepSent]).is_ok() {
+                    if let Some(c) = self.conns.get_mut(&r.remote_comm_id) {
+                        c.state = CmState::Established;
+                        c.deadline = None;
+                        c.last = None;
+                    }
+                    self.events.push_back(CmEvent::Established {
+                        id: r.remote_comm_id,
+                    });
+                }
+            }
+            CmMessage::Rej(r) => {
+                let id = r.remote_comm_id;
+                let waiting = [CmState::ReqSent, CmState::RepSent, CmState::RepRcvd];
+                if self.conn_in(id, &waiting).is_ok() {
+                    self.conns.remove(&id);
+                    self.events.push_back(CmEvent::Rejected {
+                        id,
+                        reason: r.reason,
+                        private_data: Box::new(r.private_data),
+                    });
+                }
+            }
+            CmMessage::Mra(m) => {
+                let id = m.remote_comm_id;
+                let wait = timeout_ns(m.service_timeout)
+                    .saturating_add(timeout_ns(self.cfg.response_timeout));
+                if let Some(c) = self.conns.get_mut(&id) {
+                    if matches!(c.state, CmState::ReqSent | CmState::RepSent) {
+                        c.deadline = Some(now + wait);
+                        c.wait_ns = wait;
+                    }
+                }
+            }
+            CmMessage::Dreq(d) => self.on_dreq(now, d),
+            CmMessage::Drep(d) => {
+                let id = d.remote_comm_id;
+                if self.conn_in(id, &[CmState::DreqSent]).is_ok() {
+                    self.enter_timewait(now, id);
+                    self.events.push_back(CmEvent::Disconnected { id });
+                }
+            }
+            // UD service resolution is answered one layer up (rdma_cm's UDP ids).
+            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => {}
+        }
+    }
+
+    fn on_req(&mut self, src_ip: [u8; 4], tid: u64, r: &CmReq) {
+        // A duplicate: answered from what was sent for it.
+        let dup = self
+            .conns
+            .iter()
+            .find(|(_, c)| c.peer_ip == src_ip && c.remote_id == r.local_comm_id)
+            .map(|(&id, c)| (id, c.last.clone()));
+        if let Some((_, last)) = dup {
+            if let Some(m) = last {
+                self.out.push_back((src_ip, m));
+            }
+            return;
+        }
+        let reject = |reason| {
+            CmMessage::Rej(Box::new(CmRej {
+                local_comm_id: 0,
+                remote_comm_id: r.local_comm_id,
+                message_rejected: 0,
+                ari_len: 0,
+                reason,
+                ari: [0u8; 72],
+                private_data: [0u8; 148],
+            }))
+        };
+        // The peer's QPN still connected (or in timewait) here: stale (IBA 12.9.8.3.3).
+        let stale = self
+            .conns
+            .values()
+            .any(|c| c.peer_ip == src_ip && c.remote_qpn == r.local_qpn);
+        if stale {
+            self.send(src_ip, tid, reject(rej_reason::STALE_CONN));
+            return;
+        }
+        if !self.listeners.contains(&r.service_id) {
+            self.send(src_ip, tid, reject(rej_reason::INVALID_SERVICE_ID));
+            return;
+        }
+        let id = self.new_id();
+        self.conns.insert(
+            id,
+            Conn {
+                state: CmState::ReqRcvd,
+                peer_ip: src_ip,
+                remote_id: r.local_comm_id,
+                remote_qpn: r.local_qpn,
+                local_qpn: 0,
+                tid,
+                last: None,
+                deadline: None,
+                wait_ns: 0,
+                retries_left: 0,
+            },
+        );
+        self.events.push_back(CmEvent::ConnectRequest {
+            id,
+            peer_ip: src_ip,
+            req: Box::new(*r),
+        });
+    }
+
+    fn on_rep(&mut self, r: &CmRep) {
+        let id = r.remote_comm_id;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        match c.state {
+            CmState::ReqSent => {
+                c.state = CmState::RepRcvd;
+                c.remote_id = r.local_comm_id;
+                c.remote_qpn = r.local_qpn;
+                c.deadline = None;
+                c.last = None;
+                self.events.push_back(CmEvent::ConnectReply {
+                    id,
+                    rep: Box::new(*r),
+                });
+            }
+            // Our RTU was lost: the REP comes again; so does the RTU.
+            CmState::Established if c.remote_id == r.local_comm_id => {
+                if let Some(m) = c.last.clone() {
+                    self.out.push_back((c.peer_ip, m));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_dreq(&mut self, now: u64, d: &CmDreq) {
+        let id = d.remote_comm_id;
+        let Some(c) = self.conns.get(&id) else { return };
+        if c.remote_id != d.local_comm_id || c.local_qpn != d.remote_qpn {
+            return;
+        }
+        let (to, tid, state, remote_id) = (c.peer_ip, c.tid, c.state, c.remote_id);
+        let drep = CmMessage::Drep(Box::new(CmIds {
+            local_comm_id: id,
+            remote_comm_id: remote_id,
+            private_data: [0u8; 224],
+        }));
+        match state {
+            CmState::Established | CmState::DreqSent => {
+                self.send(to, tid, drep);
+                self.enter_timewait(now, id);
+                self.events.push_back(CmEvent::DisconnectRequest { id });
+            }
+            // A duplicate (our DREP was lost): answered again.
+            CmState::TimeWait => {
+                self.send(to, tid, drep);
+            }
+            _ => {}
+        }
+    }
+
+    /// Runs what is due at `now`: retransmissions, handshakes given up, timewait ends.
+    pub fn on_timer(&mut self, now: u64) {
+        let due: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in due {
+            let Some(c) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            match c.state {
+                CmState::TimeWait => {
+                    self.conns.remove(&id);
+                    self.events.push_back(CmEvent::TimewaitExit { id });
+                }
+                CmState::ReqSent | CmState::RepSent | CmState::DreqSent if c.retries_left > 0 => {
+                    c.retries_left -= 1;
+                    c.deadline = Some(now + c.wait_ns);
+                    if let Some(m) = c.last.clone() {
+                        self.out.push_back((c.peer_ip, m));
+                    }
+                }
+                CmState::ReqSent | CmState::RepSent => {
+                    // Given up: the peer is told (REJ timeout, as Linux does).
+                    let (to, tid, remote_id) = (c.peer_ip, c.tid, c.remote_id);
+                    let message_rejected = if c.state == CmState::ReqSent { 2 } else { 1 };
+                    self.conns.remove(&id);
+                    self.send(
+                        to,
+                        tid,
+                        CmMessage::Rej(Box::new(CmRej {
+                            local_comm_id: id,
+                            remote_comm_id: remote_id,
+                            message_rejected,
+                            ari_len: 0,
+                            reason: rej_reason::TIMEOUT,
+                            ari: [0u8; 72],
+                            private_data: [0u8; 148],
+                        })),
+                    );
+                    self.events.push_back(CmEvent::Rejected {
+                        id,
+                        reason: rej_reason::TIMEOUT,
+                        private_data: Box::new([0u8; 148]),
+                    });
+                }
+                CmState::DreqSent => {
+                    self.enter_timewait(now, id);
+                    self.events.push_back(CmEvent::Disconnected { id });
+                }
+                _ => c.deadline = None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::cm::{service_id, RDMA_PS_TCP};
+
+    const A: [u8; 4] = [10, 0, 0, 1];
+    const B: [u8; 4] = [10, 0, 0, 2];
+    const SVC: u64 = service_id(RDMA_PS_TCP, 18515);
+
+    fn params(qpn: u32, psn: u32) -> ConnParams {
+        ConnParams {
+            qpn,
+            starting_psn: psn,
+            responder_resources: 16,
+            initiator_depth: 16,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            path_mtu: 3,
+            srq: false,
+            local_ack_timeout: 18,
+            traffic_class: 0,
+        }
+    }
+
+    fn pair() -> (Cm, Cm) {
+        let cfg = |ip, seed| CmConfig {
+            ip,
+            ca_guid: u64::from(seed),
+            response_timeout: 10,
+            max_retries: 3,
+            timewait: 12,
+            seed,
+            ..CmConfig::default()
+        };
+        (Cm::new(cfg(A, 1)), Cm::new(cfg(B, 2)))
+    }
+
+    /// Moves every MAD between the two (through the wire format and back), dropping
+    /// those `drop` says; returns how many moved.
+    fn pump(now: u64, a: &mut Cm, b: &mut Cm, mut drop: impl FnMut(&CmMad) -> bool) -> usize {
+        let mut n = 0;
+        loop {
+            let mut moved = false;
+            for (from_a, src) in [(true, A), (false, B)] {
+                let (x, y) = if from_a {
+                    (&mut *a, &mut *b)
+                } else {
+                    (&mut *b, &mut *a)
+                };
+                while let Some((dst, mad)) = x.poll_out() {
+                    moved = true;
+                    n += 1;
+                    assert_ne!(dst, src);
+                    let mut buf = [0u8; 256];
+                    mad.emit(&mut buf).unwrap();
+                    let back = CmMad::parse(&buf).unwrap();
+                    if !drop(&back) {
+                        y.on_mad(now, src, &back);
+                    }
+                }
+            }
+            if !moved {
+                return n;
+            }
+        }
+    }
+
+    fn events(c: &mut Cm) -> Vec<CmEvent> {
+        std::iter::from_fn(|| c.poll_event()).collect()
+    }
+
+    /// REQ, REP, RTU: both sides established, each with the other's QPN and PSN.
+    #[test]
+    fn handshake_establishes_both_sides() {
+        let (mut a, mut b) = pair();
+        assert!(b.listen(SVC));
+        let ia = a
+            .connect(0, B, SVC, &params(0x11, 0x1000), b"hello")
+            .unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        let ib = match events(&mut b).as_slice() {
+            [CmEvent::ConnectRequest { id, peer_ip, req }] => {
+                assert_eq!(*peer_ip, A);
+                assert_eq!((req.local_qpn, req.starting_psn), (0x11, 0x1000));
+                assert_eq!(&req.private_data[..5], b"hello");
+                assert_eq!(req.primary.remote_gid, gid_of(B));
+                *id
+            }
+            e => panic!("{e:?}"),
+        };
+        b.accept(0, ib, &params(0x22, 0x2000), b"welcome").unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        match events(&mut a).as_slice() {
+            [CmEvent::ConnectReply { id, rep }] => {
+                assert_eq!(*id, ia);
+                assert_eq!((rep.local_qpn, rep.starting_psn), (0x22, 0x2000));
+                assert_eq!(&rep.private_data[..7], b"welcome");
+            }
+            e => panic!("{e:?}"),
+        }
+        a.ready(ia).unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        assert_eq!(events(&mut a), [CmEvent::Established { id: ia }]);
+        assert_eq!(events(&mut b), [CmEvent::Established { id: ib }]);
+        assert_eq!(
+            (a.state(ia), b.state(ib)),
+            (Some(CmState::Established), Some(CmState::Established))
+        );
+        assert_eq!(a.next_deadline(), None);
+        assert_eq!(b.next_deadline(), None);
+    }
+
+    /// No listener: REJ "invalid service ID"; the consumer's reject: its reason and
+    /// private data; too much private data is refused.
+    #[test]
+    fn rejections() {
+        let (mut a, mut b) = pair();
+        let ia = a.connect(0, B, SVC, &params(1, 1), &[]).unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        match events(&mut a).as_slice() {
+            [CmEvent::Rejected { id, reason, .. }] => {
+                assert_eq!((*id, *reason), (ia, rej_reason::INVALID_SERVICE_ID))
+            }
+            e => panic!("{e:?}"),
+        }
+        assert_eq!(a.state(ia), None);
+        b.listen(SVC);
+        let ia = a.connect(0, B, SVC, &params(2, 1), &[]).unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        let CmEvent::ConnectRequest { id: ib, .. } = events(&mut b).remove(0) else {
+            panic!()
+        };
+        b.reject(ib, rej_reason::CONSUMER_DEFINED, b"busy").unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        match events(&mut a).as_slice() {
+            [CmEvent::Rejected {
+                id,
+                reason,
+                private_data,
+            }] => {
+                assert_eq!((*id, *reason), (ia, rej_reason::CONSUMER_DEFINED));
+                assert_eq!(&private_data[..4], b"busy");
+            }
+            e => panic!("{e:?}"),
+        }
+        assert_eq!(
+            a.connect(0, B, SVC, &params(3, 1), &[0u8; 93]),
+            Err(CmError::PrivateData(93, 92))
+        );
+        assert_eq!(
+            b.accept(0, 12345, &params(1, 1), &[]),
+            Err(CmError::NoSuchId(12345))
+        );
+    }
+
+    /// A lost REQ is resent after the response timeout; a lost REP too (the duplicate
+    /// REQ gets it again); a lost RTU makes B resend its REP, and A answers with the
+    /// RTU again. Both end established exactly once.
+    #[test]
+    fn losses_are_recovered_by_retransmission() {
+        let (mut a, mut b) = pair();
+        b.listen(SVC);
+        let wait = timeout_ns(10);
+        let ia = a.connect(0, B, SVC, &params(0x11, 5), &[]).unwrap();
+        pump(0, &mut a, &mut b, |_| true); // the REQ is lost
+        assert_eq!(a.next_deadline(), Some(wait));
+        a.on_timer(wait - 1);
+        assert_eq!(pump(wait - 1, &mut a, &mut b, |_| false), 0, "not yet");
+        a.on_timer(wait);
+        pump(wait, &mut a, &mut b, |_| false);
+        let CmEvent::ConnectRequest { id: ib, .. } = events(&mut b).remove(0) else {
+            panic!()
+        };
+        b.accept(wait, ib, &params(0x22, 6), &[]).unwrap();
+        pump(wait, &mut a, &mut b, |m| matches!(m.msg, CmMessage::Rep(_))); // REP lost
+        a.on_timer(2 * wait); // A resends the REQ; B answers it with the REP
+        pump(2 * wait, &mut a, &mut b, |_| false);
+        assert!(
+            events(&mut b).is_empty(),
+            "a duplicate REQ is no new request"
+        );
+        assert!(matches!(
+            events(&mut a).as_slice(),
+            [CmEvent::ConnectReply { .. }]
+        ));
+        a.ready(ia).unwrap();
+        pump(2 * wait, &mut a, &mut b, |m| {
+            matches!(m.msg, CmMessage::Rtu(_))
+        }); // RTU lost
+        b.on_timer(3 * wait); // B resends the REP; A answers with the RTU
+        pump(3 * wait, &mut a, &mut b, |_| false);
+        assert_eq!(events(&mut a), [CmEvent::Established { id: ia }]);
+        assert_eq!(events(&mut b), [CmEvent::Established { id: ib }]);
+        assert_eq!(b.next_deadline(), None);
+    }
+
+    /// Nobody answers: after `max_retries` resends the REQ is given up, the consumer
+    /// told (timeout) and a REJ sent; an MRA stretches the wait to its service timeout.
+    #[test]
+    fn an_unanswered_req_times_out_and_an_mra_stretches_the_wait() {
+        let (mut a, mut b) = pair();
+        let wait = timeout_ns(10);
+        let ia = a.connect(0, B, SVC, &params(1, 1), &[]).unwrap();
+        let mut sent = 0;
+        let mut now = 0;
+        while a.state(ia).is_some() {
+            sent += std::iter::from_fn(|| a.poll_out())
+                .filter(|(_, m)| matches!(m.msg, CmMessage::Req(_)))
+                .count();
+            now = a.next_deadline().expect("a timer while waiting");
+            a.on_timer(now);
+        }
+        assert_eq!(sent, 1 + 3, "the REQ and 3 retries");
+        assert_eq!(now, 4 * wait);
+        assert!(matches!(
+            events(&mut a).as_slice(),
+            [CmEvent::Rejected {
+                reason: rej_reason::TIMEOUT,
+                ..
+            }]
+        ));
+        assert!(matches!(
+            a.poll_out(),
+            Some((
+                B,
+                CmMad {
+                    msg: CmMessage::Rej(_),
+                    ..
+                }
+            ))
+        ));
+
+        // With an MRA: B's consumer is slow; A waits the MRA's service timeout.
+        b.listen(SVC);
+        let ia = a.connect(0, B, SVC, &params(2, 1), &[]).unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        let CmEvent::ConnectRequest { id: ib, .. } = events(&mut b).remove(0) else {
+            panic!()
+        };
+        b.send_mra(ib).unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        let stretched = timeout_ns(24) + wait;
+        assert_eq!(a.next_deadline(), Some(stretched));
+        a.on_timer(4 * wait);
+        assert_eq!(a.state(ia), Some(CmState::ReqSent), "still waiting");
+        b.accept(4 * wait, ib, &params(3, 1), &[]).unwrap();
+        pump(4 * wait, &mut a, &mut b, |_| false);
+        assert!(matches!(
+            events(&mut a).as_slice(),
+            [CmEvent::ConnectReply { .. }]
+        ));
+    }
+
+    fn established() -> (Cm, Cm, u32, u32) {
+        let (mut a, mut b) = pair();
+        b.listen(SVC);
+        let ia = a.connect(0, B, SVC, &params(0x11, 5), &[]).unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        let CmEvent::ConnectRequest { id: ib, .. } = events(&mut b).remove(0) else {
+            panic!()
+        };
+        b.accept(0, ib, &params(0x22, 6), &[]).unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        a.ready(ia).unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        events(&mut a);
+        events(&mut b);
+        (a, b, ia, ib)
+    }
+
+    /// DREQ/DREP: both sides in timewait, then forgotten; a lost DREP is answered
+    /// again for the resent DREQ; a REQ from the same QPN during timewait is stale.
+    #[test]
+    fn release_timewait_and_stale_requests() {
+        let (mut a, mut b, ia, ib) = established();
+        let wait = timeout_ns(10);
+        a.disconnect(0, ia, &[]).unwrap();
+        pump(0, &mut a, &mut b, |m| matches!(m.msg, CmMessage::Drep(_))); // DREP lost
+        assert_eq!(events(&mut b), [CmEvent::DisconnectRequest { id: ib }]);
+        assert_eq!(b.state(ib), Some(CmState::TimeWait));
+        a.on_timer(wait);
+        pump(wait, &mut a, &mut b, |_| false);
+        assert_eq!(events(&mut a), [CmEvent::Disconnected { id: ia }]);
+        assert!(
+            events(&mut b).is_empty(),
+            "the duplicate DREQ is no new event"
+        );
+        // A new REQ from A's QP 0x11 while B remembers it: stale.
+        let again = a.connect(wait, B, SVC, &params(0x11, 9), &[]).unwrap();
+        pump(wait, &mut a, &mut b, |_| false);
+        assert!(matches!(
+            events(&mut a).as_slice(),
+            [CmEvent::Rejected { id, reason: rej_reason::STALE_CONN, .. }] if *id == again
+        ));
+        let tw = timeout_ns(12);
+        b.on_timer(tw);
+        assert_eq!(events(&mut b), [CmEvent::TimewaitExit { id: ib }]);
+        assert_eq!(b.state(ib), None);
+        a.on_timer(wait + tw);
+        assert_eq!(events(&mut a), [CmEvent::TimewaitExit { id: ia }]);
+        // And a DREQ that names the wrong QPN is ignored.
+        let (a, mut b, ia, ib) = established();
+        let bad = CmMad {
+            tid: 1,
+            attr_mod: 0,
+            msg: CmMessage::Dreq(Box::new(CmDreq {
+                local_comm_id: ia,
+                remote_comm_id: ib,
+                remote_qpn: 0x99,
+                private_data: [0u8; 220],
+            })),
+        };
+        b.on_mad(0, A, &bad);
+        assert!(b.poll_out().is_none());
+        assert_eq!(a.state(ia), Some(CmState::Established));
+        assert_eq!(b.state(ib), Some(CmState::Established));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Under random loss, duplication and reordering of MADs, with the timers
+        /// run: no side establishes a connection twice, or both establishes and
+        /// rejects it; B is established only once A is; a duplicate REQ is never a
+        /// second request; when nothing was lost, both end established.
+        #[test]
+        fn handshake_under_loss_duplication_and_reordering(
+            fate in proptest::collection::vec(0u8..10, 64),
+        ) {
+            let (mut a, mut b) = pair();
+            b.listen(SVC);
+            let mut k = 0usize;
+            let mut next = |fate: &[u8]| { let f = fate[k % fate.len()]; k += 1; f };
+            let ia = a.connect(0, B, SVC, &params(0x11, 5), &[]).unwrap();
+            let (mut ea, mut eb) = (Vec::new(), Vec::new());
+            let mut ib = None;
+            let mut lost = false;
+            let mut now = 0u64;
+            for _round in 0..40 {
+                // Deliver what is queued: fate 0-1 lost, 2 duplicated, 3 held back a round.
+                let mut held = Vec::new();
+                for (from_a, src) in [(true, A), (false, B)] {
+                    let (x, y) = if from_a { (&mut a, &mut b) } else { (&mut b, &mut a) };
+                    while let Some((_, m)) = x.poll_out() {
+                        match next(&fate) {
+                            0 | 1 => lost = true,
+                            2 => { y.on_mad(now, src, &m); y.on_mad(now, src, &m); }
+                            3 => held.push((from_a, src, m)),
+                            _ => y.on_mad(now, src, &m),
+                        }
+                    }
+                }
+                for (from_a, src, m) in held {
+                    if from_a { b.on_mad(now, src, &m) } else { a.on_mad(now, src, &m) }
+                }
+                let evs: Vec<CmEvent> = std::iter::from_fn(|| b.poll_event()).collect();
+                for e in evs {
+                    if let CmEvent::ConnectRequest { id, .. } = e {
+                        proptest::prop_assert!(ib.is_none(), "one request, not a duplicate");
+                        ib = Some(id);
+                        b.accept(now, id, &params(0x22, 6), &[]).unwrap();
+                    }
+                    eb.push(e);
+                }
+                let evs: Vec<CmEvent> = std::iter::from_fn(|| a.poll_event()).collect();
+                for e in evs {
+                    if let CmEvent::ConnectReply { id, .. } = e {
+                        a.ready(id).unwrap();
+                    }
+                    ea.push(e);
+                }
+                now = now.max(a.next_deadline().into_iter().chain(b.next_deadline()).min().unwrap_or(now));
+                a.on_timer(now);
+                b.on_timer(now);
+            }
+            let est = |v: &[CmEvent]| v.iter().filter(|e| matches!(e, CmEvent::Established { .. })).count();
+            let rej = |v: &[CmEvent]| v.iter().position(|e| matches!(e, CmEvent::Rejected { .. }));
+            proptest::prop_assert!(est(&ea) <= 1 && est(&eb) <= 1, "{ea:?} {eb:?}");
+            if est(&eb) == 1 {
+                proptest::prop_assert_eq!(est(&ea), 1, "B established before A: {:?} {:?}", ea, eb);
+            }
+            for v in [&ea, &eb] {
+                proptest::prop_assert!(!(est(v) == 1 && rej(v).is_some()), "established and rejected: {v:?}");
+            }
+            if !lost {
+                proptest::prop_assert_eq!(a.state(ia), Some(CmState::Established));
+                let ib = ib.expect("the request arrived");
+                proptest::prop_assert_eq!(b.state(ib), Some(CmState::Established));
+            }
+        }
+    }
+}
