@@ -214,6 +214,68 @@ pub struct RemoteQp {
     pub cc: CcKind,
 }
 
+/// A request to the communication manager ([`Command::Cm`]; `rdma::cm::Cm`'s calls).
+#[derive(Debug, Clone)]
+pub enum CmOp {
+    /// Accept REQs for a service ID.
+    Listen(u64),
+    /// Stop accepting them.
+    Unlisten(u64),
+    /// Send a REQ (replies the new connection's ID).
+    Connect {
+        /// The passive side's address.
+        peer_ip: [u8; 4],
+        /// The service.
+        service_id: u64,
+        /// What the REQ announces.
+        params: rdma::cm::ConnParams,
+        /// At most 92 bytes.
+        private_data: Vec<u8>,
+    },
+    /// Accept a request (REP).
+    Accept {
+        /// The connection.
+        id: u32,
+        /// What the REP announces.
+        params: rdma::cm::ConnParams,
+        /// At most 196 bytes.
+        private_data: Vec<u8>,
+    },
+    /// Reject a request or a reply (REJ).
+    Reject {
+        /// The connection.
+        id: u32,
+        /// The REJ reason (`rdma::wire::cm::rej_reason`).
+        reason: u16,
+        /// At most 148 bytes.
+        private_data: Vec<u8>,
+    },
+    /// Ask the active side to wait longer (MRA).
+    Mra(u32),
+    /// The active side's QP is ready: send the RTU.
+    Ready(u32),
+    /// Release (DREQ).
+    Disconnect {
+        /// The connection.
+        id: u32,
+        /// At most 220 bytes.
+        private_data: Vec<u8>,
+    },
+    /// Take the events queued since the last time.
+    Events,
+}
+
+/// A [`CmOp`]'s outcome.
+#[derive(Debug, Clone)]
+pub enum CmDone {
+    /// Done.
+    Done,
+    /// The new connection's ID.
+    Id(u32),
+    /// The queued events, oldest first.
+    Events(Vec<rdma::cm::CmEvent>),
+}
+
 /// Why the engine refused a slow-path request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
@@ -232,6 +294,9 @@ pub enum EngineError {
         /// How many windows are bound to it.
         windows: u32,
     },
+    /// The communication manager refused the request.
+    #[error("communication manager: {0}")]
+    Cm(#[from] rdma::cm::CmError),
     /// No memory window of this PD in the slot of this R_Key.
     #[error("no memory window with key {0:#x}")]
     NoSuchMw(u32),
@@ -453,6 +518,13 @@ pub enum Command {
         force: bool,
         /// Done (None: a handle's drop, nobody waits).
         reply: Option<Reply<()>>,
+    },
+    /// A request to the port's communication manager (QP 1, engine/gsi.rs).
+    Cm {
+        /// What to do.
+        op: CmOp,
+        /// Its outcome.
+        reply: Reply<CmDone>,
     },
     /// Allocate a memory window (`ibv_alloc_mw`); replies its first R_Key.
     AllocMw {

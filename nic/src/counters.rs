@@ -99,6 +99,14 @@ counters! {
     rx_drop_not_roce,
     /// Frames dropped: unknown destination QP.
     rx_drop_unknown_qp,
+    /// CM MADs received on QP 1 (engine/gsi.rs).
+    rx_cm_mads,
+    /// Frames to QP 1 dropped: not a UD SEND with the GSI Q_Key, or not a CM MAD.
+    rx_drop_gsi,
+    /// CM MADs sent to a peer's QP 1.
+    tx_cm_mads,
+    /// CM MADs not sent: the peer's MAC could not be resolved, or the frame not built.
+    tx_drop_gsi,
     /// Frames dropped: QP not in a state that accepts them.
     rx_drop_qp_state,
     /// Frames dropped: to a connected QP from another source IPv4 address

@@ -37,7 +37,7 @@ impl Engine {
     }
 
     /// Queues a control-plane frame for the next TX burst ([`push_frame`]).
-    fn send_frame(&mut self, frame: &[u8], now: u64) {
+    pub(super) fn send_frame(&mut self, frame: &[u8], now: u64) {
         push_frame(
             &mut self.txb,
             &mut self.pools,

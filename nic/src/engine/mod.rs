@@ -28,6 +28,7 @@
 mod control;
 mod cq;
 mod doorbells;
+mod gsi;
 mod lifecycle;
 mod poll;
 mod port;
@@ -236,6 +237,14 @@ pub struct Engine {
     announced: bool,
     /// The port's line rate over every frame the TX burst takes.
     shaper: PortShaper,
+    /// The communication manager behind QP 1 (gsi.rs).
+    cm: rdma::cm::Cm,
+    /// Its events, until the API takes them.
+    cm_events: std::collections::VecDeque<rdma::cm::CmEvent>,
+    /// MADs waiting for their destination's ARP resolution.
+    gsi_waiting: Vec<([u8; 4], rdma::wire::CmMad)>,
+    /// The PSN of QP 1's next datagram.
+    gsi_psn: u32,
 }
 
 /// What an engine is built from besides the device's configuration: where
@@ -378,6 +387,15 @@ impl Engine {
                     clock.now_ns(),
                 ),
             },
+            cm: rdma::cm::Cm::new(rdma::cm::CmConfig {
+                ip: cfg.ip,
+                ca_guid: ca_guid(parts.mac),
+                seed: (cfg.mr_key_seed >> 32) as u32 ^ cfg.mr_key_seed as u32,
+                ..rdma::cm::CmConfig::default()
+            }),
+            cm_events: std::collections::VecDeque::new(),
+            gsi_waiting: Vec::new(),
+            gsi_psn: (cfg.mr_key_seed as u32) & 0xFF_FFFF,
         })
     }
 
@@ -400,6 +418,22 @@ impl Engine {
     fn slot_mut(&mut self, i: usize) -> Option<&mut QpSlot> {
         self.qps.get_mut(i).and_then(Option::as_deref_mut)
     }
+}
+
+/// The CA GUID of a port with MAC `mac`: its modified EUI-64 (RFC 4291 appendix A), as
+/// Linux rxe derives `node_guid` from its netdev's address.
+fn ca_guid(mac: [u8; 6]) -> u64 {
+    let b = [
+        mac[0] ^ 2,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ];
+    u64::from_be_bytes(b)
 }
 
 #[cfg(test)]

@@ -118,7 +118,9 @@ impl Engine {
             || !self.cq_waiting.is_empty()
             || self.sched.active_len() > 0
             || self.sched.credit_limited_len() > 0
-            || !self.resolving.is_empty();
+            || !self.resolving.is_empty()
+            || self.gsi_deadline().is_some()
+            || self.gsi_pending();
         if unwoken {
             by = by.min(now.saturating_add(UNWOKEN_PARK_NS));
         }

@@ -289,6 +289,10 @@ impl Engine {
     /// Hands a parsed, verified frame to its QP (and the receiver side of
     /// its CC), counting it.
     fn deliver(&mut self, f: &RoceFrame<'_>, now: u64) {
+        if f.bth.dest_qp == rdma::wire::mad::GSI_QPN {
+            self.gsi_frame(f, now);
+            return;
+        }
         let Some(i) = f
             .bth
             .dest_qp

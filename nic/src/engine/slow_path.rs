@@ -20,6 +20,7 @@ impl Engine {
     pub(super) fn slow_path(&mut self) {
         let now = self.clock.now_ns();
         self.control_slow_path(now);
+        self.gsi_slow_path(now);
         self.lifecycle_turn(now);
         while let Ok(cmd) = self.cmd.try_recv() {
             match cmd {
@@ -37,6 +38,9 @@ impl Engine {
                     if let Some(reply) = reply {
                         let _ = reply.send(r);
                     }
+                }
+                Command::Cm { op, reply } => {
+                    let _ = reply.send(self.cm_command(op, now));
                 }
                 Command::AllocMw { pd, kind, reply } => {
                     let r = self

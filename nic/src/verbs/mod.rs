@@ -68,6 +68,7 @@ pub use crate::error::VerbsError;
 use crate::notify::CqNotify;
 
 mod ah;
+mod cm;
 mod cq;
 mod mr;
 mod mw;
@@ -77,6 +78,7 @@ mod staging;
 
 pub use ah::AddressHandle;
 pub(crate) use ah::AhIds;
+pub use cm::mtu_of_enum;
 pub use cq::{AsyncEvents, CompletionQueue};
 use mr::MrInner;
 pub use mr::{MemoryRegion, SgRef};
