@@ -14,7 +14,9 @@
 # host run unmodified on rsnic through librsnic_verbs.so (rsnic-exec, issue
 # 22) against the same binaries on rxe in the guest, both roles.
 #
-# usage: scripts/interop.sh [matrix|lossy|switch|verbs|agree|all|retx]   (default all; retx,
+# Then (cm) rsnic's IB CM against the kernel's: a REQ to perftest's rdma_cm server.
+#
+# usage: scripts/interop.sh [matrix|lossy|switch|verbs|agree|cm|all|retx]   (default all; retx,
 #        not in all: the retransmit ratio of --cc none into the guest, RETX_N=2200)
 # env:   INTEROP_MATRIX_OUT=FILE  also write the matrix there (markdown)
 set -uo pipefail
@@ -358,6 +360,30 @@ if [ "$what" = all ] || [ "$what" = agree ]; then
     sed 's/^/    rxe: /' "$W/agree.rxe" | head -40
     sed 's/^/    /' "$W/agree.diff" | head -60
     rows+=("| verbs_agree.c on rsnic and on rxe | - | - | - | **fail** | see the log |")
+  fi
+fi
+# The IB CM on QP 1 against the Linux kernel's (issue 41): perftest's rdma_cm
+# server (ib_write_bw -R) on rxe takes rsnic's REQ (rdma_cm's cma_hdr, the TCP
+# port space's service ID) for one of its own and replies; rsnic connects its QP
+# from the REP and sends the RTU (nic/examples/cm_connect.rs). Linux sends no DREP
+# before its application disconnects, so the release is not part of the check.
+if [ "$what" = all ] || [ "$what" = cm ]; then
+  [ -x target/release/examples/cm_connect ] || cargo build --release -q -p nic --example cm_connect
+  $G start rxe0 cmsrv "timeout 8 ib_write_bw -R -d rxe0 -p 18516 -n 5 >/dev/null 2>&1; true"
+  sleep 2
+  ip netns exec rxe-ns timeout 30 target/release/examples/cm_connect --dev net_tap0,iface=rsnic-tap0 \
+    --ip $NIC_IP --peer $GUEST_IP --port 18516 --pcap "$W/cm.pcapng" >"$W/cm.out" 2>&1
+  crc=$?
+  $G wait rxe0 cmsrv 30 >/dev/null
+  mads=$(tshark -r "$W/cm.pcapng" -Y 'infiniband.mad.mgmtclass == 7' -T fields -e infiniband.mad.attributeid 2>/dev/null | tr '\n' ' ')
+  if [ $crc = 0 ] && grep -q 'established' "$W/cm.out"; then
+    echo "interop: CM: rsnic's REQ accepted by rxe's rdma_cm listener, REP taken, RTU sent (MADs: $mads)"
+    rows+=("| IB CM: rsnic REQ -> rxe rdma_cm (ib_write_bw -R) | - | - | - | pass | REQ/REP/RTU |")
+  else
+    fails=$((fails + 1))
+    echo "interop: CM: FAIL (rc $crc; MADs: $mads)"
+    sed 's/^/    /' "$W/cm.out" | grep -v '^    \(tap_\|qdisc\|eth_dev_tap\)' | tail -8
+    rows+=("| IB CM: rsnic REQ -> rxe rdma_cm (ib_write_bw -R) | - | - | - | **fail** | see the log |")
   fi
 fi
 if [ "$what" = all ] || [ "$what" = lossy ]; then
