@@ -385,6 +385,24 @@ if [ "$what" = all ] || [ "$what" = cm ]; then
     sed 's/^/    /' "$W/cm.out" | grep -v '^    \(tap_\|qdisc\|eth_dev_tap\)' | tail -8
     rows+=("| IB CM: rsnic REQ -> rxe rdma_cm (ib_write_bw -R) | - | - | - | **fail** | see the log |")
   fi
+  # The other way: perftest's rdma_cm client on rxe connects to rsnic's listener.
+  ip netns exec rxe-ns timeout 30 target/release/examples/cm_connect --dev net_tap0,iface=rsnic-tap0 \
+    --ip $NIC_IP --listen --port 18517 --pcap "$W/cm2.pcapng" >"$W/cm2.out" 2>&1 &
+  lpid=$!
+  sleep 2
+  $G run rxe0 "timeout 8 ib_write_bw -R -d rxe0 -p 18517 -n 5 $NIC_IP >/dev/null 2>&1; true" 30 >/dev/null
+  wait $lpid
+  crc=$?
+  mads=$(tshark -r "$W/cm2.pcapng" -Y 'infiniband.mad.mgmtclass == 7' -T fields -e infiniband.mad.attributeid 2>/dev/null | tr '\n' ' ')
+  if [ $crc = 0 ] && grep -q 'established' "$W/cm2.out"; then
+    echo "interop: CM: rxe's rdma_cm REQ accepted by rsnic's listener, REP taken by Linux, its RTU received (MADs: $mads)"
+    rows+=("| IB CM: rxe rdma_cm (ib_write_bw -R) -> rsnic listener | - | - | - | pass | REQ/REP/RTU |")
+  else
+    fails=$((fails + 1))
+    echo "interop: CM (rsnic listening): FAIL (rc $crc; MADs: $mads)"
+    sed 's/^/    /' "$W/cm2.out" | grep -v '^    \(tap_\|qdisc\|eth_dev_tap\)' | tail -8
+    rows+=("| IB CM: rxe rdma_cm (ib_write_bw -R) -> rsnic listener | - | - | - | **fail** | see the log |")
+  fi
 fi
 if [ "$what" = all ] || [ "$what" = lossy ]; then
   # 1 % loss on both bridge ports, so both directions lose frames: tc netem

@@ -24,9 +24,13 @@ struct Args {
     /// This NIC's IPv4 address.
     #[arg(long)]
     ip: Ipv4Addr,
-    /// The listener's address.
-    #[arg(long)]
+    /// The listener's address (with `--listen`: ignored).
+    #[arg(long, default_value = "0.0.0.0")]
     peer: Ipv4Addr,
+    /// Be the passive side: listen on `--port`, accept the first request, wait for
+    /// its RTU.
+    #[arg(long)]
+    listen: bool,
     /// The listener's port (TCP port space).
     #[arg(long, default_value_t = 18515)]
     port: u16,
@@ -51,6 +55,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dev = Device::open(eal, port, cfg)?;
     let cq = dev.create_cq(64)?;
     let mut qp = dev.create_qp(&cq, &cq, QpOptions::default())?;
+    let sid = service_id(RDMA_PS_TCP, a.port);
+    if a.listen {
+        dev.cm_listen(sid)?;
+        println!(
+            "cm_connect: listening (service {sid:#018x}), QPN {:#x}",
+            qp.qpn()
+        );
+        loop {
+            let evs = dev.cm_wait(Duration::from_secs(30))?;
+            if evs.is_empty() {
+                return Err("no CM event in 30 s".into());
+            }
+            for e in evs {
+                match e {
+                    CmEvent::ConnectRequest { id, peer_ip, req } => {
+                        let hdr = CmaHdr::parse(&req.private_data)?;
+                        println!(
+                            "cm_connect: REQ from {} port {} (QPN {:#x}, PSN {:#x})",
+                            Ipv4Addr::from(peer_ip),
+                            hdr.src_port,
+                            req.local_qpn,
+                            req.starting_psn
+                        );
+                        let remote =
+                            qp.cm_remote(peer_ip, req.local_qpn, req.starting_psn, req.path_mtu);
+                        qp.connect(&remote)?;
+                        dev.cm_accept(id, qp.cm_params(), &[])?;
+                    }
+                    CmEvent::Established { .. } => {
+                        println!("cm_connect: established");
+                        return Ok(());
+                    }
+                    other => println!("cm_connect: {other:?}"),
+                }
+            }
+        }
+    }
     let mut pd = [0u8; CmaHdr::LEN];
     CmaHdr::ipv4(
         ip,
@@ -58,7 +99,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         a.peer.octets(),
     )
     .emit(&mut pd)?;
-    let sid = service_id(RDMA_PS_TCP, a.port);
     let id = dev.cm_connect(a.peer.octets(), sid, qp.cm_params(), &pd)?;
     println!(
         "cm_connect: REQ {id:#x} to {}:{} (service {sid:#018x}), QPN {:#x}",
