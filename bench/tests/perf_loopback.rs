@@ -270,8 +270,10 @@ fn cpus_allowed(status: &str) -> Option<String> {
 }
 
 /// The CPUs the loopback's client thread may run on, and the process's
-/// main thread's, read from /proc while a run of `extra` goes on.
-fn client_and_process_cpus(extra: &[&str]) -> (String, String) {
+/// main thread's, read from /proc while a run of `extra` goes on. The
+/// client's set is read until `settled` takes it (a thread pins itself a
+/// moment after it is named) or the run is over.
+fn client_and_process_cpus(extra: &[&str], settled: impl Fn(&str) -> bool) -> (String, String) {
     let mut child = Command::new(BIN)
         .args(["write_bw", "-s", "64", "-D", "2"])
         .args(["--loopback", "--ip", "10.0.0.1", "-m", "1024"])
@@ -293,8 +295,11 @@ fn client_and_process_cpus(extra: &[&str]) -> (String, String) {
             })
             .and_then(|t| std::fs::read_to_string(t.path().join("status")).ok())
             .and_then(|s| cpus_allowed(&s));
-        if let Some(c) = found {
-            break c;
+        let exited = child.try_wait().ok().flatten().is_some();
+        match found {
+            Some(c) if settled(&c) || exited => break c,
+            None if exited => panic!("roce-perf {extra:?} ended before its client thread was seen"),
+            _ => {}
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -316,10 +321,10 @@ fn client_and_process_cpus(extra: &[&str]) -> (String, String) {
 /// from the engines (on a machine with more than one CPU).
 #[test]
 fn the_loopback_client_floats_unless_it_spins() {
-    let (client, process) = client_and_process_cpus(&[]);
+    let (client, process) = client_and_process_cpus(&[], |_| true);
     assert_eq!(client, process, "a parking client is not pinned");
-    let (client, process) = client_and_process_cpus(&["--busy_poll"]);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (client, process) = client_and_process_cpus(&["--busy_poll"], |c| cpus == 1 || c == "0");
     if cpus > 1 {
         assert_eq!(client, "0", "a spinning client keeps CPU 0");
     } else {
