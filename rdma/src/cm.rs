@@ -18,7 +18,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::wire::cm::{
-    rej_reason, CmDreq, CmIds, CmMad, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq,
+    rej_reason, CmDreq, CmIds, CmMad, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq, SidrRep,
+    SidrReq,
 };
 
 /// `4.096 us * 2^t` in ns: the unit of every CM timeout (IBA 12.7.34; `t` above 31
@@ -111,6 +112,8 @@ pub enum CmState {
     DreqSent,
     /// Released; the QPN is not reused until this ends.
     TimeWait,
+    /// Active: SIDR_REQ sent, waiting for the SIDR_REP.
+    SidrSent,
 }
 
 /// What the consumer must act on.
@@ -162,6 +165,38 @@ pub enum CmEvent {
         /// The connection.
         id: u32,
     },
+    /// A SIDR_REQ for a service listened on (IBA 12.11, rdma_cm's UDP port space):
+    /// answer it with [`Cm::sidr_reply`]. Nothing is kept for it.
+    SidrRequest {
+        /// Where it came from.
+        peer_ip: [u8; 4],
+        /// Its TID (the reply reuses it).
+        tid: u64,
+        /// The request.
+        req: Box<SidrReq>,
+    },
+    /// The answer to our SIDR_REQ: the service's QPN and Q_Key when `status` is 0.
+    SidrReply {
+        /// The request.
+        id: u32,
+        /// The reply.
+        rep: Box<SidrRep>,
+    },
+    /// Our SIDR_REQ went unanswered through every retry.
+    SidrTimeout {
+        /// The request.
+        id: u32,
+    },
+}
+
+/// SIDR_REP statuses (IBA 12.11.2, table 121).
+pub mod sidr_status {
+    /// The QPN and Q_Key are valid.
+    pub const VALID: u8 = 0;
+    /// No such service.
+    pub const SID_NOT_SUPPORTED: u8 = 1;
+    /// The service rejected the request.
+    pub const REJECTED: u8 = 2;
 }
 
 /// Why a consumer call was refused.
@@ -550,8 +585,36 @@ impl Cm {
                     self.events.push_back(CmEvent::Disconnected { id });
                 }
             }
-            // UD service resolution is answered one layer up (rdma_cm's UDP ids).
-            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => {}
+            CmMessage::SidrReq(r) => {
+                if self.listeners.contains(&r.service_id) {
+                    self.events.push_back(CmEvent::SidrRequest {
+                        peer_ip: src_ip,
+                        tid: mad.tid,
+                        req: r.clone(),
+                    });
+                } else {
+                    let rep = SidrRep {
+                        request_id: r.request_id,
+                        status: sidr_status::SID_NOT_SUPPORTED,
+                        ari_len: 0,
+                        vendor_id: 0,
+                        qpn: 0,
+                        service_id: r.service_id,
+                        qkey: 0,
+                        ari: [0u8; 72],
+                        private_data: [0u8; 136],
+                    };
+                    self.send(src_ip, mad.tid, CmMessage::SidrRep(Box::new(rep)));
+                }
+            }
+            CmMessage::SidrRep(r) => {
+                let id = r.request_id;
+                if self.conn_in(id, &[CmState::SidrSent]).is_ok() {
+                    self.conns.remove(&id);
+                    self.events
+                        .push_back(CmEvent::SidrReply { id, rep: r.clone() });
+                }
+            }
         }
     }
 
@@ -668,6 +731,73 @@ impl Cm {
         }
     }
 
+    /// Asks the service `service_id` at `peer_ip` for its UD QPN and Q_Key (SIDR_REQ,
+    /// IBA 12.11.1; private data at most 216 bytes, rdma_cm's `cma_hdr` first): the
+    /// request's ID, answered by [`CmEvent::SidrReply`] or [`CmEvent::SidrTimeout`].
+    pub fn sidr_request(
+        &mut self,
+        now: u64,
+        peer_ip: [u8; 4],
+        service_id: u64,
+        private_data: &[u8],
+    ) -> Result<u32, CmError> {
+        let private_data = copy_private::<216>(private_data)?;
+        let id = self.new_id();
+        self.conns.insert(
+            id,
+            Conn {
+                state: CmState::SidrSent,
+                peer_ip,
+                remote_id: 0,
+                remote_qpn: 0,
+                local_qpn: 0,
+                tid: (u64::from(self.cfg.seed) << 32) | u64::from(id),
+                last: None,
+                deadline: None,
+                wait_ns: 0,
+                retries_left: 0,
+            },
+        );
+        let req = CmMessage::SidrReq(Box::new(SidrReq {
+            request_id: id,
+            pkey: 0xFFFF,
+            service_id,
+            private_data,
+        }));
+        let t = timeout_ns(self.cfg.response_timeout);
+        self.send_and_wait(now, id, req, t);
+        Ok(id)
+    }
+
+    /// Answers a [`CmEvent::SidrRequest`]: `status` ([`sidr_status`]) and, when
+    /// valid, the UD QP's number and Q_Key (private data at most 136 bytes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sidr_reply(
+        &mut self,
+        peer_ip: [u8; 4],
+        tid: u64,
+        req: &SidrReq,
+        status: u8,
+        qpn: u32,
+        qkey: u32,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
+        let private_data = copy_private::<136>(private_data)?;
+        let rep = SidrRep {
+            request_id: req.request_id,
+            status,
+            ari_len: 0,
+            vendor_id: 0,
+            qpn,
+            service_id: req.service_id,
+            qkey,
+            ari: [0u8; 72],
+            private_data,
+        };
+        self.send(peer_ip, tid, CmMessage::SidrRep(Box::new(rep)));
+        Ok(())
+    }
+
     /// Runs what is due at `now`: retransmissions, handshakes given up, timewait ends.
     pub fn on_timer(&mut self, now: u64) {
         let due: Vec<u32> = self
@@ -685,7 +815,9 @@ impl Cm {
                     self.conns.remove(&id);
                     self.events.push_back(CmEvent::TimewaitExit { id });
                 }
-                CmState::ReqSent | CmState::RepSent | CmState::DreqSent if c.retries_left > 0 => {
+                CmState::ReqSent | CmState::RepSent | CmState::DreqSent | CmState::SidrSent
+                    if c.retries_left > 0 =>
+                {
                     c.retries_left -= 1;
                     c.deadline = Some(now + c.wait_ns);
                     if let Some(m) = c.last.clone() {
@@ -719,6 +851,10 @@ impl Cm {
                 CmState::DreqSent => {
                     self.enter_timewait(now, id);
                     self.events.push_back(CmEvent::Disconnected { id });
+                }
+                CmState::SidrSent => {
+                    self.conns.remove(&id);
+                    self.events.push_back(CmEvent::SidrTimeout { id });
                 }
                 _ => c.deadline = None,
             }
@@ -1042,6 +1178,56 @@ mod tests {
         assert!(b.poll_out().is_none());
         assert_eq!(a.state(ia), Some(CmState::Established));
         assert_eq!(b.state(ib), Some(CmState::Established));
+    }
+
+    /// SIDR (rdma_cm's UDP port space): the listener's consumer answers with its
+    /// UD QPN and Q_Key; a service nobody listens on is "not supported"; an
+    /// unanswered request is resent, then times out.
+    #[test]
+    fn sidr_resolves_a_ud_service() {
+        use crate::wire::cm::{RDMA_PS_UDP, RDMA_UDP_QKEY};
+        let (mut a, mut b) = pair();
+        let udp = service_id(RDMA_PS_UDP, 7174);
+        let none = a.sidr_request(0, B, udp, b"who").unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        match events(&mut a).as_slice() {
+            [CmEvent::SidrReply { id, rep }] => {
+                assert_eq!((*id, rep.status), (none, sidr_status::SID_NOT_SUPPORTED))
+            }
+            e => panic!("{e:?}"),
+        }
+        b.listen(udp);
+        let ia = a.sidr_request(0, B, udp, b"who").unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        let (tid, req) = match events(&mut b).remove(0) {
+            CmEvent::SidrRequest { peer_ip, tid, req } => {
+                assert_eq!((peer_ip, req.service_id), (A, udp));
+                assert_eq!(&req.private_data[..3], b"who");
+                (tid, req)
+            }
+            e => panic!("{e:?}"),
+        };
+        b.sidr_reply(A, tid, &req, sidr_status::VALID, 0x77, RDMA_UDP_QKEY, &[])
+            .unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        match events(&mut a).as_slice() {
+            [CmEvent::SidrReply { id, rep }] => {
+                assert_eq!(*id, ia);
+                assert_eq!((rep.status, rep.qpn, rep.qkey), (0, 0x77, RDMA_UDP_QKEY));
+            }
+            e => panic!("{e:?}"),
+        }
+        assert_eq!(a.state(ia), None);
+        // Unanswered: the REQ and 3 retries, then the timeout.
+        let lost = a.sidr_request(0, B, udp, &[]).unwrap();
+        let mut sent = 0;
+        while a.state(lost).is_some() {
+            sent += std::iter::from_fn(|| a.poll_out()).count();
+            let at = a.next_deadline().unwrap();
+            a.on_timer(at);
+        }
+        assert_eq!(sent, 4);
+        assert_eq!(events(&mut a), [CmEvent::SidrTimeout { id: lost }]);
     }
 
     proptest::proptest! {
