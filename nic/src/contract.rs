@@ -261,6 +261,30 @@ pub enum CmOp {
         /// At most 220 bytes.
         private_data: Vec<u8>,
     },
+    /// Resolve a UD service (SIDR_REQ; replies the request's ID).
+    SidrRequest {
+        /// The service's address.
+        peer_ip: [u8; 4],
+        /// The service.
+        service_id: u64,
+        /// At most 216 bytes.
+        private_data: Vec<u8>,
+    },
+    /// Answer a SIDR request (SIDR_REP).
+    SidrReply {
+        /// Where the request came from.
+        peer_ip: [u8; 4],
+        /// Its TID.
+        tid: u64,
+        /// The request.
+        req: Box<rdma::wire::cm::SidrReq>,
+        /// `rdma::cm::sidr_status`.
+        status: u8,
+        /// The UD QP's number.
+        qpn: u32,
+        /// Its Q_Key.
+        qkey: u32,
+    },
     /// Take the events queued since the last time.
     Events,
 }

@@ -117,3 +117,85 @@ fn cm_connects_qps_that_move_data_and_releases_them() {
         c.rx_cm_mads == 4 && c.tx_cm_mads == 3
     });
 }
+
+/// rdma_cm's UDP port space: A resolves B's UD service by SIDR (B's consumer answers
+/// with its UD QP's number and Q_Key), then sends it a datagram with what it learned.
+#[test]
+fn sidr_resolves_a_ud_qp_that_takes_a_datagram() {
+    use nic::verbs::UdWr;
+    use rdma::cm::sidr_status;
+    use rdma::transport::{RecvWr, Service, UdDest};
+    use rdma::wire::cm::{RDMA_PS_UDP, RDMA_UDP_QKEY};
+    let (a, b) = support::device_pair("cm_sidr", 1024, |c| c);
+    let (mut ca, mut cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let ud = QpOptions {
+        service: Service::Ud,
+        qkey: RDMA_UDP_QKEY,
+        mtu: 1024,
+        ..QpOptions::default()
+    };
+    let mut qa = a.create_qp(&ca, &ca, ud.clone()).unwrap();
+    let mut qb = b.create_qp(&cb, &cb, ud).unwrap();
+    let me = qa.ud_self();
+    qa.connect(&me).unwrap();
+    let me = qb.ud_self();
+    qb.connect(&me).unwrap();
+    let svc = service_id(RDMA_PS_UDP, 7174);
+    b.cm_listen(svc).unwrap();
+    let id = a.cm_sidr_request(IP_B, svc, b"ud?").unwrap();
+    match one_event(&b, "SIDR request") {
+        CmEvent::SidrRequest { peer_ip, tid, req } => {
+            assert_eq!(&req.private_data[..3], b"ud?");
+            b.cm_sidr_reply(
+                peer_ip,
+                tid,
+                req,
+                sidr_status::VALID,
+                (qb.qpn(), RDMA_UDP_QKEY),
+            )
+            .unwrap();
+        }
+        e => panic!("{e:?}"),
+    }
+    let (qpn, qkey) = match one_event(&a, "SIDR reply") {
+        CmEvent::SidrReply { id: i, rep } => {
+            assert_eq!((i, rep.status), (id, sidr_status::VALID));
+            (rep.qpn, rep.qkey)
+        }
+        e => panic!("{e:?}"),
+    };
+    assert_eq!((qpn, qkey), (qb.qpn(), RDMA_UDP_QKEY));
+    let (la, lb) = (
+        a.reg_mr(8192, support::ALL).unwrap(),
+        b.reg_mr(8192, support::ALL).unwrap(),
+    );
+    la.write(0, b"datagram via SIDR");
+    qb.post_recv(RecvWr {
+        wr_id: 9,
+        sge: lb.sge(0, 1024 + 40),
+    })
+    .unwrap();
+    let ah = a.create_ah(IP_B).unwrap();
+    let wr = UdWr {
+        wr_id: 1,
+        sge: la.sge(0, 17),
+        imm: None,
+        dest: UdDest {
+            ah: ah.id(),
+            remote_qpn: qpn,
+            remote_qkey: qkey,
+        },
+        signaled: true,
+        solicited: false,
+    };
+    qa.post_send_ud(wr, &[]).unwrap();
+    assert_eq!(
+        ca.wait(Duration::from_secs(10)).unwrap().status,
+        WcStatus::Success
+    );
+    let r = cb.wait(Duration::from_secs(10)).expect("the datagram");
+    assert_eq!((r.status, r.byte_len), (WcStatus::Success, 17 + 40));
+    let mut got = [0u8; 17];
+    lb.read(40, &mut got);
+    assert_eq!(&got, b"datagram via SIDR");
+}

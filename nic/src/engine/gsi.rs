@@ -160,6 +160,25 @@ impl Engine {
                 .cm
                 .disconnect(now, id, &private_data)
                 .map(|()| CmDone::Done),
+            CmOp::SidrRequest {
+                peer_ip,
+                service_id,
+                private_data,
+            } => self
+                .cm
+                .sidr_request(now, peer_ip, service_id, &private_data)
+                .map(CmDone::Id),
+            CmOp::SidrReply {
+                peer_ip,
+                tid,
+                req,
+                status,
+                qpn,
+                qkey,
+            } => self
+                .cm
+                .sidr_reply(peer_ip, tid, &req, status, qpn, qkey, &[])
+                .map(|()| CmDone::Done),
             CmOp::Events => {
                 self.gsi_flush(now);
                 return Ok(CmDone::Events(self.cm_events.drain(..).collect()));

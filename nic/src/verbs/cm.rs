@@ -130,6 +130,45 @@ impl Device {
         .map(drop)
     }
 
+    /// Asks the UD service `service_id` at `peer_ip` for its QPN and Q_Key
+    /// (SIDR_REQ): the request's ID; the answer is a [`CmEvent::SidrReply`].
+    pub fn cm_sidr_request(
+        &self,
+        peer_ip: [u8; 4],
+        service_id: u64,
+        private_data: &[u8],
+    ) -> Result<u32, VerbsError> {
+        match self.cm(CmOp::SidrRequest {
+            peer_ip,
+            service_id,
+            private_data: private_data.to_vec(),
+        })? {
+            CmDone::Id(id) => Ok(id),
+            _ => unreachable!("SidrRequest replies an ID"),
+        }
+    }
+
+    /// Answers a [`CmEvent::SidrRequest`] with a UD QP's number and Q_Key
+    /// (`status` 0) or a refusal (`rdma::cm::sidr_status`).
+    pub fn cm_sidr_reply(
+        &self,
+        peer_ip: [u8; 4],
+        tid: u64,
+        req: Box<rdma::wire::cm::SidrReq>,
+        status: u8,
+        (qpn, qkey): (u32, u32),
+    ) -> Result<(), VerbsError> {
+        self.cm(CmOp::SidrReply {
+            peer_ip,
+            tid,
+            req,
+            status,
+            qpn,
+            qkey,
+        })
+        .map(drop)
+    }
+
     /// The CM events queued since the last call, oldest first.
     pub fn cm_events(&self) -> Result<Vec<CmEvent>, VerbsError> {
         match self.cm(CmOp::Events)? {
