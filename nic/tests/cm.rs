@@ -134,7 +134,7 @@ fn sidr_resolves_a_ud_qp_that_takes_a_datagram() {
         mtu: 1024,
         ..QpOptions::default()
     };
-    let mut qa = a.create_qp(&ca, &ca, ud.clone()).unwrap();
+    let mut qa = a.create_qp(&ca, &ca, ud).unwrap();
     let mut qb = b.create_qp(&cb, &cb, ud).unwrap();
     let me = qa.ud_self();
     qa.connect(&me).unwrap();
