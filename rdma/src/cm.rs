@@ -540,7 +540,7 @@ impl Cm {
     /// A CM MAD from `src_ip`.
     pub fn on_mad(&mut self, now: u64, src_ip: [u8; 4], mad: &CmMad) {
         match &mad.msg {
-            CmMessage::Req(r) => self.on_req(src_ip, mad.tid, r),
+            CmMessage::Req(r) => self.on_req(now, src_ip, mad.tid, r),
             CmMessage::Rep(r) => self.on_rep(r),
             CmMessage::Rtu(r) => {
                 if self.conn_in(r.remote_comm_id, &[CmState::RepSent]).is_ok() {
@@ -618,7 +618,7 @@ impl Cm {
         }
     }
 
-    fn on_req(&mut self, src_ip: [u8; 4], tid: u64, r: &CmReq) {
+    fn on_req(&mut self, now: u64, src_ip: [u8; 4], tid: u64, r: &CmReq) {
         // A duplicate: answered from what was sent for it.
         let dup = self
             .conns
@@ -666,7 +666,10 @@ impl Cm {
                 local_qpn: 0,
                 tid,
                 last: None,
-                deadline: None,
+                // A consumer slow to answer gets an MRA sent for it halfway
+                // through the time the active side waits (as Linux's CM does when
+                // its consumer has not accepted yet).
+                deadline: Some(now + timeout_ns(r.remote_cm_response_timeout) / 2),
                 wait_ns: 0,
                 retries_left: 0,
             },
@@ -851,6 +854,10 @@ impl Cm {
                 CmState::DreqSent => {
                     self.enter_timewait(now, id);
                     self.events.push_back(CmEvent::Disconnected { id });
+                }
+                CmState::ReqRcvd => {
+                    c.deadline = None;
+                    let _ = self.send_mra(id);
                 }
                 CmState::SidrSent => {
                     self.conns.remove(&id);
@@ -1228,6 +1235,39 @@ mod tests {
         }
         assert_eq!(sent, 4);
         assert_eq!(events(&mut a), [CmEvent::SidrTimeout { id: lost }]);
+    }
+
+    /// A consumer that has not answered a REQ halfway through the active side's
+    /// wait gets an MRA sent for it; the active side then waits the MRA's service
+    /// timeout instead of resending, and a late accept still connects.
+    #[test]
+    fn a_slow_accept_is_covered_by_an_automatic_mra() {
+        let (mut a, mut b) = pair();
+        b.listen(SVC);
+        let wait = timeout_ns(10);
+        let ia = a.connect(0, B, SVC, &params(1, 1), &[]).unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        let CmEvent::ConnectRequest { id: ib, .. } = events(&mut b).remove(0) else {
+            panic!()
+        };
+        assert_eq!(b.next_deadline(), Some(wait / 2));
+        b.on_timer(wait / 2);
+        let mut mras = 0;
+        pump(wait / 2, &mut a, &mut b, |m| {
+            mras += usize::from(matches!(m.msg, CmMessage::Mra(_)));
+            false
+        });
+        assert_eq!(mras, 1);
+        assert_eq!(b.next_deadline(), None, "one MRA");
+        assert_eq!(a.next_deadline(), Some(wait / 2 + timeout_ns(24) + wait));
+        a.on_timer(3 * wait);
+        assert_eq!(a.poll_out(), None, "no resend while the MRA's time runs");
+        b.accept(3 * wait, ib, &params(2, 2), &[]).unwrap();
+        pump(3 * wait, &mut a, &mut b, |_| false);
+        assert!(matches!(
+            events(&mut a).as_slice(),
+            [CmEvent::ConnectReply { id, .. }] if *id == ia
+        ));
     }
 
     proptest::proptest! {
