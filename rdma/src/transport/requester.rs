@@ -18,6 +18,8 @@ use crate::wire::psn;
 use crate::wire::transport_hdrs::{AtomicEthRepr, ImmDtRepr, RethRepr};
 use std::collections::VecDeque;
 
+mod selective;
+
 /// A posted send work request and, once started, where it sits in PSN and LSN space.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SendWqe {
@@ -30,6 +32,10 @@ pub(super) struct SendWqe {
     pub first_lsn: u32,
     pub lsn_len: u32,
     pub started: bool,
+    /// A plain WRITE sent as one WRITE ONLY per path MTU, each with the RETH of
+    /// its bytes, so that a responder in `sr` can place any of them on arrival
+    /// (crate::transport::sack): started while the QP was in `sr`.
+    pub chunked: bool,
 }
 
 impl SendWqe {
@@ -67,6 +73,9 @@ pub(super) struct Requester {
     pub rnr_until: u64,
     /// Packets sent since the last one with AckReq.
     noack_pkts: u32,
+    /// The QP is in `sr`: a plain WRITE of several packets starts chunked
+    /// ([`SendWqe::chunked`]).
+    pub chunk_writes: bool,
 }
 
 /// A request packet asks for an ACK (BTH AckReq) at the end of every message, when
@@ -87,6 +96,7 @@ impl Requester {
             rd_outstanding: 0,
             rnr_until: 0,
             noack_pkts: 0,
+            chunk_writes: false,
         }
     }
 
@@ -177,6 +187,7 @@ impl Requester {
                 first_lsn: 0,
                 lsn_len,
                 started: false,
+                chunked: false,
             },
         );
         Ok(())
@@ -321,6 +332,7 @@ impl Requester {
             w.first_psn = self.next_psn;
             w.first_lsn = self.next_lsn;
             w.started = true;
+            w.chunked = self.chunk_writes && w.npkts > 1 && matches!(w.wr.op, SendOp::Write { .. });
             self.next_psn = psn::add(self.next_psn, w.npkts);
             self.next_lsn = self.next_lsn.wrapping_add(w.lsn_len);
             if w.wr.op.needs_response() {
@@ -449,13 +461,17 @@ fn build_request(
                 SendOp::SendImm(i) | SendOp::WriteImm { imm: i, .. } => Some(i),
                 _ => None,
             };
-            let opcode = data_opcode(
-                matches!(op, SendOp::Send | SendOp::SendImm(_)),
-                w.npkts == 1,
-                idx == 0,
-                last,
-                imm.is_some(),
-            );
+            let opcode = if w.chunked {
+                Opcode::WriteOnly
+            } else {
+                data_opcode(
+                    matches!(op, SendOp::Send | SendOp::SendImm(_)),
+                    w.npkts == 1,
+                    idx == 0,
+                    last,
+                    imm.is_some(),
+                )
+            };
             let mut r = RoceRepr::new(BthRepr::new(opcode, dq, p));
             r.bth.ack_req = last;
             if last && w.wr.solicited {
@@ -467,10 +483,18 @@ fn build_request(
                     remote_va, rkey, ..
                 } = op
                 {
-                    r.reth = Some(RethRepr {
-                        va: remote_va,
-                        rkey,
-                        dma_len: total,
+                    r.reth = Some(if w.chunked {
+                        RethRepr {
+                            va: remote_va.wrapping_add(u64::from(off)),
+                            rkey,
+                            dma_len: len,
+                        }
+                    } else {
+                        RethRepr {
+                            va: remote_va,
+                            rkey,
+                            dma_len: total,
+                        }
                     });
                 }
             }
@@ -580,6 +604,7 @@ mod tests {
                 first_lsn: l,
                 lsn_len,
                 started,
+                chunked: false,
             });
             if started {
                 p = psn::add(p, npkts);
