@@ -564,7 +564,11 @@ impl Qp {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        match (t, self.sr.as_ref().and_then(|s| s.deadline)) {
+        let sr = self.sr.as_ref().filter(|s| s.active);
+        match (
+            t,
+            sr.and_then(|s| s.deadline(self.comp.una, self.req.sent_hi)),
+        ) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -583,7 +587,7 @@ impl Qp {
         self.resp.flush(q, &mut self.out.cq);
         self.comp.rto_deadline = None;
         if let Some(sr) = self.sr.as_deref_mut() {
-            sr.deadline = None;
+            sr.armed_at = None;
         }
         self.out.push_event(QpEvent::Error);
         tracing::debug!(qpn = q, ?failing, "QP entered error state");
@@ -661,7 +665,7 @@ impl Qp {
             if self.req.rnr_until <= now_ns {
                 if let Some(p) = self.comp.sr_next_hole(&self.req, sr, &self.cfg) {
                     self.comp.on_sent(now_ns, &self.cfg);
-                    self.comp.sr_on_sent(now_ns, &self.req, sr);
+                    self.comp.sr_on_sent(now_ns, sr);
                     self.out.counters.tx_packets += 1;
                     self.out.counters.count_error(|c| &mut c.tx_retransmits);
                     return Some(p);
@@ -690,7 +694,7 @@ impl Qp {
                 self.out.counters.count_error(|c| &mut c.tx_retransmits);
             }
             if let Some(sr) = self.sr.as_deref_mut().filter(|s| s.active) {
-                self.comp.sr_on_sent(now_ns, &self.req, sr);
+                self.comp.sr_on_sent(now_ns, sr);
             }
         }
         t

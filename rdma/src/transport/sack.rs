@@ -241,8 +241,15 @@ pub(crate) struct SrState {
     pub hi: u32,
     /// Requester: the PSN from which holes are still to be resent in this round.
     pub resend_from: u32,
-    /// Requester: the RTO_low / RTO_high deadline.
-    pub deadline: Option<u64>,
+    /// Requester: the PSN just past the highest one sent when a hole was last
+    /// resent: a report that a PSN at or past it was placed while a hole of this
+    /// round is still missing means that resend was lost (the link keeps order
+    /// between them, as IRN assumes): a new round starts then, not a timer later.
+    pub round_hi: Option<u32>,
+    /// Requester: when the RTO_low / RTO_high timer started (a packet left with
+    /// none running, or the oldest unacknowledged PSN moved): it fires at
+    /// [`SrState::deadline`], which follows the PSNs in flight.
+    pub armed_at: Option<u64>,
     /// Requester: a READ's missing responses are re-requested run by run, which
     /// only an `sr` responder replays. Cleared by the IBA timer (a peer that
     /// ignored a run then gets the rest of the READ, as IBA 9.7.5.1.5 asks), set
@@ -255,6 +262,19 @@ pub(crate) struct SrState {
 }
 
 impl SrState {
+    /// When the RTO_low / RTO_high timer fires, with PSNs `una` to `sent_hi` in
+    /// flight: IRN's RTO_low while at most N are, RTO_high otherwise (so a timer
+    /// started by the first packet of a burst takes the burst's timeout).
+    pub fn deadline(&self, una: u32, sent_hi: u32) -> Option<u64> {
+        let t = self.armed_at?;
+        let rto = if psn::sub(sent_hi, una) <= self.params.low_pkts {
+            self.params.rto_low_ns
+        } else {
+            self.params.rto_high_ns
+        };
+        Some(t + rto)
+    }
+
     /// The state of a QP whose requester starts at PSN `sq_psn`.
     pub fn new(sq_psn: u32, params: SrParams) -> SrState {
         SrState {
@@ -266,7 +286,8 @@ impl SrState {
             cum: sq_psn,
             hi: sq_psn,
             resend_from: sq_psn,
-            deadline: None,
+            round_hi: None,
+            armed_at: None,
             part_reads: true,
             probe: false,
         }

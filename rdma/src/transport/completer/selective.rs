@@ -163,6 +163,11 @@ impl Completer {
         }
         if placed {
             sr.done.set(p);
+            if sr.round_hi.is_some_and(|h| psn::le(h, p)) && psn::lt(self.una, sr.resend_from) {
+                // What was resent before `p` was sent is still missing: lost again.
+                sr.round_hi = None;
+                sr.resend_from = self.una;
+            }
         }
         let past = psn::add(p, 1);
         if psn::lt(sr.hi, past) {
@@ -220,7 +225,7 @@ impl Completer {
         sr.done.clear_span(una0, psn::sub(self.una, una0));
         self.acked_lsn = req.lsn_at(self.una, cfg.pmtu);
         self.progress(now, cfg, req, out);
-        sr.deadline = (self.una != req.sent_hi).then(|| now + sr_rto(self.una, req, sr));
+        sr.armed_at = (self.una != req.sent_hi).then_some(now);
         self.acked_lsn.wrapping_sub(lsn0)
     }
 
@@ -272,6 +277,7 @@ impl Completer {
                     continue;
                 }
                 sr.counters.holes_resent += 1;
+                sr.round_hi = Some(req.sent_hi);
                 return Some(req.resend(&w, q, 1, cfg));
             }
             let Some(m) = sr.done.find(q, psn::sub(stop, q), false) else {
@@ -282,6 +288,7 @@ impl Completer {
                 // Not known executed: the request again, whole.
                 sr.resend_from = end;
                 sr.counters.holes_resent += 1;
+                sr.round_hi = Some(req.sent_hi);
                 return Some(req.resend(&w, w.first_psn, w.npkts, cfg));
             }
             let mut run_end = sr.done.find(m, psn::sub(stop, m), true).unwrap_or(stop);
@@ -291,21 +298,23 @@ impl Completer {
             sr.resend_from = run_end;
             sr.counters.holes_resent += 1;
             sr.counters.read_rerequests += 1;
+            sr.round_hi = Some(req.sent_hi);
             return Some(req.resend(&w, m, psn::sub(run_end, m), cfg));
         }
         None
     }
 
     /// A request packet left: the RTO_low / RTO_high timer runs if it did not.
-    pub(in crate::transport) fn sr_on_sent(&self, now: u64, req: &Requester, sr: &mut SrState) {
-        if sr.deadline.is_none() {
-            sr.deadline = Some(now + sr_rto(self.una, req, sr));
+    pub(in crate::transport) fn sr_on_sent(&self, now: u64, sr: &mut SrState) {
+        if sr.armed_at.is_none() {
+            sr.armed_at = Some(now);
         }
     }
 
     /// The timers of an `sr` QP at `now`: the IBA timer counts retries down as with
-    /// go-back-N (and ends the QP when they run out), and either timer starts a new
-    /// round that counts every PSN in flight that is not done as a hole.
+    /// go-back-N (and ends the QP when they run out) and starts a round that counts
+    /// every PSN in flight that is not done as a hole; RTO_low / RTO_high starts a
+    /// round that resends the oldest unacknowledged PSN and the holes known.
     pub(in crate::transport) fn sr_on_timer(
         &mut self,
         now: u64,
@@ -333,11 +342,18 @@ impl Completer {
                 sr.probe = true;
             }
         }
-        if sr.deadline.is_some_and(|d| d <= now) {
-            sr.deadline = None;
+        if sr.deadline(self.una, req.sent_hi).is_some_and(|d| d <= now) {
+            sr.armed_at = None;
             if outstanding {
+                // A tail loss (nothing after it arrived to report it), a lost
+                // resend or a lost ACK: the oldest PSN goes again; what else is
+                // missing shows when it arrives. Only the IBA timer counts
+                // everything in flight as lost (a spurious RTO_low costs a packet).
                 sr.counters.sr_timeouts += 1;
-                sr.hi = req.sent_hi;
+                let next = psn::add(self.una, 1);
+                if psn::lt(sr.hi, next) {
+                    sr.hi = next;
+                }
                 sr.resend_from = self.una;
                 sr.probe = true;
             }
@@ -353,17 +369,8 @@ impl Completer {
         sr.counters.fallbacks += 1;
         sr.done.clear();
         sr.arrived.clear();
-        sr.deadline = None;
+        sr.armed_at = None;
         req.chunk_writes = false;
         self.rewound_for = None;
-    }
-}
-
-/// IRN's timeout for what is in flight: RTO_low while at most N packets are.
-fn sr_rto(una: u32, req: &Requester, sr: &SrState) -> u64 {
-    if psn::sub(req.sent_hi, una) <= sr.params.low_pkts {
-        sr.params.rto_low_ns
-    } else {
-        sr.params.rto_high_ns
     }
 }
