@@ -628,3 +628,43 @@ fn the_selective_ack_on_the_wire() {
         }
     }
 }
+
+/// A peer that vanished: in `sr` too the IBA timer counts the retries down (the
+/// RTO_low / RTO_high resends in between spend none) and the QP ends in ERR with
+/// RETRY_EXC_ERR, the rest flushed.
+#[test]
+fn a_vanished_peer_ends_an_sr_qp_with_retry_exceeded() {
+    let (mut a, b) = pair_modes(LossRecovery::Sr, LossRecovery::Sr, 3, 1);
+    fill(&mut a, A_BASE, 8 * PMTU as usize, 2);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    let op = SendOp::Write {
+        remote_va: B_BASE,
+        rkey: bk,
+    };
+    for k in 0..3 {
+        a.qp.post_send(wr(k, op, A_BASE, 8 * PMTU, ak), &a.mrs)
+            .unwrap();
+    }
+    let mut hosts = [a, b];
+    let mut link = Link::new(1, 0, 0, 0);
+    link.up = false;
+    run(&mut hosts, &mut link, 0, 1_000_000_000, |h| {
+        h[0].qp.state() == QpState::Err
+    });
+    let a = &hosts[0];
+    let got: Vec<_> = a.cq.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        got,
+        [
+            (0, WcStatus::RetryExcErr),
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(
+        a.qp.counters().timeouts,
+        8,
+        "retry_cnt 7: eight IBA timeouts"
+    );
+    assert!(a.qp.sr_counters().unwrap().sr_timeouts >= 8);
+}

@@ -19,10 +19,13 @@ use crate::timer_wheel::TimerHandle;
 /// with both engines' poll turns and a shared host's scheduling in it, is tens
 /// to hundreds of microseconds whatever `DeviceConfig::base_rtt_ns` says.
 const SR_MIN_RTT_NS: u64 = 100_000;
-/// The shortest selective-repeat timeout (IRN's RTO_low; RTO_high at least 3x):
-/// below a millisecond, a descheduled peer makes spurious timeouts, each of which
-/// resends what is in flight.
+/// The shortest selective-repeat timeouts: IRN's RTO_low (while at most 3 packets
+/// are in flight) and RTO_high (otherwise). On a shared 2-core host an engine is
+/// descheduled for milliseconds at a time; a spurious RTO_high re-requests a READ
+/// not yet answered whole (the responder replays all of it), so it stays well
+/// above those stalls (docs/reliability.md, "Selective repeat").
 const SR_MIN_RTO_NS: u64 = 1_000_000;
+const SR_MIN_RTO_HIGH_NS: u64 = 10_000_000;
 
 impl Engine {
     /// Serves every slow-path request waiting, and the control plane's
@@ -468,7 +471,8 @@ impl Engine {
             // IRN's BDP cap and timeouts for this port's path, with the
             // floors a software NIC on a shared host needs (SR_MIN_RTT_NS).
             let rtt = self.base_rtt_ns.max(SR_MIN_RTT_NS);
-            let p = SrParams::for_path(self.line_rate_bps, rtt, cfg.pmtu, SR_MIN_RTO_NS);
+            let mut p = SrParams::for_path(self.line_rate_bps, rtt, cfg.pmtu, SR_MIN_RTO_NS);
+            p.rto_high_ns = p.rto_high_ns.max(SR_MIN_RTO_HIGH_NS);
             qp.set_sr_params(p).map_err(transport)?;
         }
         // A UD QP takes datagrams from anyone (its `remote` is itself: its

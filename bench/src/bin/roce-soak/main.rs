@@ -276,10 +276,11 @@ impl Rig {
         let mut flows = Vec::new();
         let modes = parse_modes(&o.loss_recovery)?;
         for (i, &cc) in ccs.iter().cycle().take(lay.qps).enumerate() {
+            let mode = modes[(i / ccs.len()) % modes.len()];
             let opts = QpOptions {
                 mtu: o.mtu,
                 cc,
-                loss_recovery: modes[(i / ccs.len()) % modes.len()],
+                loss_recovery: mode,
                 sq_depth: 256,
                 rq_depth: 256,
                 ..QpOptions::default()
@@ -293,6 +294,7 @@ impl Rig {
             }
             flows.push(Flow {
                 cc,
+                mode,
                 qa,
                 qb,
                 next_seq: 0,

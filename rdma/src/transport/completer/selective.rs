@@ -312,9 +312,11 @@ impl Completer {
     }
 
     /// The timers of an `sr` QP at `now`: the IBA timer counts retries down as with
-    /// go-back-N (and ends the QP when they run out) and starts a round that counts
-    /// every PSN in flight that is not done as a hole; RTO_low / RTO_high starts a
-    /// round that resends the oldest unacknowledged PSN and the holes known.
+    /// go-back-N (and ends the QP when they run out); it and RTO_low / RTO_high
+    /// start a round that resends the oldest unacknowledged PSN and the holes known
+    /// (what else is missing shows when that arrives; a spurious timeout, a stalled
+    /// host, costs a packet). After the IBA timer a READ is re-requested to its end
+    /// (any responder replays that) until the next selective ACK.
     pub(in crate::transport) fn sr_on_timer(
         &mut self,
         now: u64,
@@ -337,18 +339,21 @@ impl Completer {
                 }
                 self.retry_left = retries_left;
                 sr.part_reads = false;
-                sr.hi = req.sent_hi;
+                sr.counters.sr_timeouts += 1;
+                let next = psn::add(self.una, 1);
+                if psn::lt(sr.hi, next) {
+                    sr.hi = next;
+                }
                 sr.resend_from = self.una;
                 sr.probe = true;
+                return None;
             }
         }
         if sr.deadline(self.una, req.sent_hi).is_some_and(|d| d <= now) {
             sr.armed_at = None;
             if outstanding {
                 // A tail loss (nothing after it arrived to report it), a lost
-                // resend or a lost ACK: the oldest PSN goes again; what else is
-                // missing shows when it arrives. Only the IBA timer counts
-                // everything in flight as lost (a spurious RTO_low costs a packet).
+                // resend or a lost ACK: the oldest PSN goes again.
                 sr.counters.sr_timeouts += 1;
                 let next = psn::add(self.una, 1);
                 if psn::lt(sr.hi, next) {
