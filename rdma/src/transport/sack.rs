@@ -246,6 +246,11 @@ pub(crate) struct SrState {
     /// round is still missing means that resend was lost (the link keeps order
     /// between them, as IRN assumes): a new round starts then, not a timer later.
     pub round_hi: Option<u32>,
+    /// Requester: this round was started by RTO_low / RTO_high alone, which may
+    /// be a stall rather than a loss: a READ not known to have been executed is
+    /// then not requested again (its replay would be the whole READ); a report
+    /// of a hole or the IBA timer will.
+    pub timer_round: bool,
     /// Requester: when the RTO_low / RTO_high timer started (a packet left with
     /// none running, or the oldest unacknowledged PSN moved): it fires at
     /// [`SrState::deadline`], which follows the PSNs in flight.
@@ -287,6 +292,7 @@ impl SrState {
             hi: sq_psn,
             resend_from: sq_psn,
             round_hi: None,
+            timer_round: false,
             armed_at: None,
             part_reads: true,
             probe: false,

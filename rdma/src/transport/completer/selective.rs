@@ -172,6 +172,7 @@ impl Completer {
         let past = psn::add(p, 1);
         if psn::lt(sr.hi, past) {
             sr.hi = past;
+            sr.timer_round = false;
         }
     }
 
@@ -284,6 +285,11 @@ impl Completer {
                 sr.resend_from = stop;
                 continue;
             };
+            if !w.wr.op.is_atomic() && !psn::lt(w.first_psn, sr.cum) && sr.timer_round {
+                // A READ not known executed, and only a timer says it is late.
+                sr.resend_from = end;
+                continue;
+            }
             if w.wr.op.is_atomic() || !psn::lt(w.first_psn, sr.cum) {
                 // Not known executed: the request again, whole.
                 sr.resend_from = end;
@@ -339,6 +345,7 @@ impl Completer {
                 }
                 self.retry_left = retries_left;
                 sr.part_reads = false;
+                sr.timer_round = false;
                 sr.counters.sr_timeouts += 1;
                 let next = psn::add(self.una, 1);
                 if psn::lt(sr.hi, next) {
@@ -355,6 +362,7 @@ impl Completer {
                 // A tail loss (nothing after it arrived to report it), a lost
                 // resend or a lost ACK: the oldest PSN goes again.
                 sr.counters.sr_timeouts += 1;
+                sr.timer_round = true;
                 let next = psn::add(self.una, 1);
                 if psn::lt(sr.hi, next) {
                     sr.hi = next;
