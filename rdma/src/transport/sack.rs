@@ -246,11 +246,6 @@ pub(crate) struct SrState {
     /// round is still missing means that resend was lost (the link keeps order
     /// between them, as IRN assumes): a new round starts then, not a timer later.
     pub round_hi: Option<u32>,
-    /// Requester: this round was started by RTO_low / RTO_high alone, which may
-    /// be a stall rather than a loss: a READ not known to have been executed is
-    /// then not requested again (its replay would be the whole READ); a report
-    /// of a hole or the IBA timer will.
-    pub timer_round: bool,
     /// Requester: when the RTO_low / RTO_high timer started (a packet left with
     /// none running, or the oldest unacknowledged PSN moved): it fires at
     /// [`SrState::deadline`], which follows the PSNs in flight.
@@ -258,7 +253,7 @@ pub(crate) struct SrState {
     /// Requester: a READ's missing responses are re-requested run by run, which
     /// only an `sr` responder replays. Cleared by the IBA timer (a peer that
     /// ignored a run then gets the rest of the READ, as IBA 9.7.5.1.5 asks), set
-    /// again by the next selective ACK.
+    /// again by the next progress or selective ACK.
     pub part_reads: bool,
     /// Requester: a timer fired: the oldest unacknowledged PSN goes again even if
     /// the responder reported it placed (the cumulative ACK that would pass it may
@@ -292,7 +287,6 @@ impl SrState {
             hi: sq_psn,
             resend_from: sq_psn,
             round_hi: None,
-            timer_round: false,
             armed_at: None,
             part_reads: true,
             probe: false,

@@ -172,7 +172,6 @@ impl Completer {
         let past = psn::add(p, 1);
         if psn::lt(sr.hi, past) {
             sr.hi = past;
-            sr.timer_round = false;
         }
     }
 
@@ -224,6 +223,9 @@ impl Completer {
             return 0;
         }
         sr.done.clear_span(una0, psn::sub(self.una, una0));
+        // Progress after an IBA timeout: the peer answers again, and READ runs
+        // go back to being re-requested alone.
+        sr.part_reads = true;
         self.acked_lsn = req.lsn_at(self.una, cfg.pmtu);
         self.progress(now, cfg, req, out);
         sr.armed_at = (self.una != req.sent_hi).then_some(now);
@@ -285,11 +287,6 @@ impl Completer {
                 sr.resend_from = stop;
                 continue;
             };
-            if !w.wr.op.is_atomic() && !psn::lt(w.first_psn, sr.cum) && sr.timer_round {
-                // A READ not known executed, and only a timer says it is late.
-                sr.resend_from = end;
-                continue;
-            }
             if w.wr.op.is_atomic() || !psn::lt(w.first_psn, sr.cum) {
                 // Not known executed: the request again, whole.
                 sr.resend_from = end;
@@ -322,7 +319,7 @@ impl Completer {
     /// start a round that resends the oldest unacknowledged PSN and the holes known
     /// (what else is missing shows when that arrives; a spurious timeout, a stalled
     /// host, costs a packet). After the IBA timer a READ is re-requested to its end
-    /// (any responder replays that) until the next selective ACK.
+    /// (any responder replays that) until the next progress or selective ACK.
     pub(in crate::transport) fn sr_on_timer(
         &mut self,
         now: u64,
@@ -345,7 +342,6 @@ impl Completer {
                 }
                 self.retry_left = retries_left;
                 sr.part_reads = false;
-                sr.timer_round = false;
                 sr.counters.sr_timeouts += 1;
                 let next = psn::add(self.una, 1);
                 if psn::lt(sr.hi, next) {
@@ -362,7 +358,6 @@ impl Completer {
                 // A tail loss (nothing after it arrived to report it), a lost
                 // resend or a lost ACK: the oldest PSN goes again.
                 sr.counters.sr_timeouts += 1;
-                sr.timer_round = true;
                 let next = psn::add(self.una, 1);
                 if psn::lt(sr.hi, next) {
                     sr.hi = next;
