@@ -88,6 +88,7 @@ struct Stage {
 impl Stage {
     fn start(
         imp: Impairment,
+        burst: u32,
         pool: Arc<Mempool>,
         counters: Arc<ImpairCounters>,
         a: End,
@@ -99,6 +100,9 @@ impl Stage {
             .name("impair".into())
             .spawn(move || {
                 let mut paths = [ImpairedPath::new(a.rx, b.tx), ImpairedPath::new(b.rx, a.tx)];
+                for p in &mut paths {
+                    p.drop_burst = burst;
+                }
                 impair(&mut paths, &imp, &pool, &counters, &s);
                 let [ab, ba] = paths;
                 (
@@ -137,6 +141,7 @@ pub struct ImpairedLink {
     /// What the stage did.
     pub counters: Arc<ImpairCounters>,
     imp: Impairment,
+    burst: u32,
     pool: Arc<Mempool>,
     stage: Option<Stage>,
     name: String,
@@ -150,6 +155,19 @@ impl ImpairedLink {
         eal: &'static Eal,
         name: &str,
         imp: Impairment,
+        ca: DeviceConfig,
+        cb: DeviceConfig,
+    ) -> Result<ImpairedLink, VerbsError> {
+        Self::open_bursty(eal, name, imp, 1, ca, cb)
+    }
+
+    /// [`Self::open`] with burst loss: each drop takes `burst` frames in a
+    /// row on its direction (`impair::ImpairedPath::drop_burst`).
+    pub fn open_bursty(
+        eal: &'static Eal,
+        name: &str,
+        imp: Impairment,
+        burst: u32,
         ca: DeviceConfig,
         cb: DeviceConfig,
     ) -> Result<ImpairedLink, VerbsError> {
@@ -167,6 +185,7 @@ impl ImpairedLink {
         let counters = Arc::new(ImpairCounters::default());
         let stage = Stage::start(
             imp,
+            burst,
             pool.clone(),
             counters.clone(),
             End {
@@ -188,6 +207,7 @@ impl ImpairedLink {
             b: Some(b),
             counters,
             imp,
+            burst,
             pool,
             stage: Some(stage),
             name: name.to_owned(),
@@ -225,6 +245,7 @@ impl ImpairedLink {
         let (r2, t2) = m2.configure_single(&self.pool)?;
         self.stage = Some(Stage::start(
             self.imp,
+            self.burst,
             self.pool.clone(),
             self.counters.clone(),
             a_end,

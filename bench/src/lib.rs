@@ -2,6 +2,7 @@
 //!
 //! * [`chaos`]: the chaos soak's byte pattern, impaired link and memory census.
 //! * [`fwd`]: the io-forwarding loop (our answer to `testpmd --forward-mode=io`).
+//! * [`lossy`]: go-back-N against selective repeat on a lossy link (`roce-lossy`).
 //! * [`memory`]: hugepages first, `--no-huge` as the fallback, for every benchmark
 //!   process and its baseline.
 //! * [`perftest`]: perftest's output tables, for `roce-perf`.
@@ -12,6 +13,7 @@
 
 pub mod chaos;
 pub mod fwd;
+pub mod lossy;
 pub mod memory;
 pub mod perftest;
 pub mod testbed;

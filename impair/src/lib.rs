@@ -78,6 +78,12 @@ pub struct ImpairedPath {
     held: Option<Mbuf>,
     /// Frames waiting for room in the output port.
     out: Burst<64>,
+    /// Frames each drop takes, the dropped one and the next ones on this
+    /// path (burst loss, as a switch's overflowing queue drops; 1, the
+    /// default: independent drops).
+    pub drop_burst: u32,
+    /// Frames the current burst still takes.
+    burst_left: u32,
 }
 
 impl ImpairedPath {
@@ -88,6 +94,8 @@ impl ImpairedPath {
             tx,
             held: None,
             out: Burst::new(),
+            drop_burst: 1,
+            burst_left: 0,
         }
     }
 }
@@ -146,7 +154,13 @@ pub fn run(
             if out.is_empty() {
                 p.rx.recv(&mut inb);
                 for m in inb.drain() {
+                    if p.burst_left > 0 {
+                        p.burst_left -= 1;
+                        counters.dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     if rng.next_f64() < cfg.drop {
+                        p.burst_left = p.drop_burst.saturating_sub(1);
                         counters.dropped.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }

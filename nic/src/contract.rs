@@ -20,6 +20,7 @@ use std::sync::Arc;
 use cc::CcKind;
 use crossbeam_channel::Sender;
 use dpdk::ExtBuf;
+pub use rdma::transport::LossRecovery;
 use rdma::transport::{
     Access, AhId, QpError, QpState, RecvWr, SendWr, Service, Sge, UdDest, WorkCompletion,
 };
@@ -170,6 +171,11 @@ pub struct QpOptions {
     pub service: Service,
     /// The Q_Key of a UD QP (`ibv_qp_attr.qkey`, IBA 10.2.4.4).
     pub qkey: u32,
+    /// How an RC QP recovers a loss (`rdma::transport::sack`): go-back-N (the
+    /// default, what any standard peer does) or selective repeat, which the
+    /// peer must be configured with too (`--loss-recovery sr`,
+    /// `RSNIC_LOSS_RECOVERY=sr`; docs/reliability.md). Unused by UC and UD.
+    pub loss_recovery: LossRecovery,
 }
 
 impl Default for QpOptions {
@@ -189,6 +195,7 @@ impl Default for QpOptions {
             srq: None,
             service: Service::Rc,
             qkey: 0,
+            loss_recovery: LossRecovery::Gbn,
         }
     }
 }

@@ -38,6 +38,10 @@ struct Cli {
     /// Congestion control of every QP (RSNIC_CC): none, dcqcn, hpcc, ...
     #[arg(long, default_value = "none")]
     cc: String,
+    /// Loss recovery of every RC QP (RSNIC_LOSS_RECOVERY): gbn or sr (both
+    /// ends must agree).
+    #[arg(long = "loss-recovery", default_value = "gbn")]
+    loss_recovery: String,
     /// Extra EAL arguments (RSNIC_EAL), one string.
     #[arg(long)]
     eal: Option<String>,
@@ -97,7 +101,8 @@ fn main() -> ExitCode {
     cmd.args(&cli.program[1..])
         .env("LD_PRELOAD", preload)
         .env("RSNIC_DEV", &cli.dev)
-        .env("RSNIC_CC", &cli.cc);
+        .env("RSNIC_CC", &cli.cc)
+        .env("RSNIC_LOSS_RECOVERY", &cli.loss_recovery);
     match cli.ip {
         Some(ip) => cmd.env("RSNIC_IP", ip.to_string()),
         // Host mode: the library reads the interface's address; an RSNIC_IP

@@ -16,7 +16,8 @@ use cc::{CcKind, PathConfig};
 use qpcore::gbn_backoff::GoBackNBackoff;
 use qpcore::{qp_cc, Completions, FrameSink, QpCore};
 use rdma::transport::{
-    Access, MrTable, Qp, QpConfig, QpState, SendOp, SendWr, Sge, TxPacket, WcStatus, WorkCompletion,
+    Access, LossRecovery, MrTable, Qp, QpConfig, QpState, SendOp, SendWr, Sge, SrParams, TxPacket,
+    WcStatus, WorkCompletion,
 };
 use rdma::wire::frame::{IntInsert, NetHeaders};
 use rdma::wire::{parse_frame, EthernetAddress, FrameBuilder, Ipv4Address, Opcode, ParseOptions};
@@ -63,7 +64,15 @@ pub struct NicConfig {
     /// packet, as the paper's simulator; [`sched::scheduler::NIC_QUANTUM_BYTES`]
     /// is what the DPDK NIC uses.
     pub sched_quantum: u32,
+    /// Loss recovery of every QP (`rdma::transport::sack`): selective repeat
+    /// gets IRN's parameters for this path ([`SR_MIN_RTO_NS`]), and no
+    /// go-back-N backoff.
+    pub loss_recovery: LossRecovery,
 }
+
+/// The shortest selective-repeat timeout in the simulator: IRN's RTO_low
+/// (100 us; RTO_high at least 3x), whatever the base RTT.
+pub const SR_MIN_RTO_NS: u64 = 100_000;
 
 /// NIC counters (summed over hosts in the report).
 #[derive(Debug, Clone, Copy, Default)]
@@ -284,9 +293,16 @@ impl Nic {
             max_send_sge: 1,
             max_recv_sge: 1,
             srq: false,
+            loss_recovery: self.cfg.loss_recovery,
             ..QpConfig::default()
         };
         let mut qp = Qp::new(qcfg).map_err(|e| e.to_string())?;
+        let sr = self.cfg.loss_recovery == LossRecovery::Sr;
+        if sr {
+            let c = &self.cfg;
+            let p = SrParams::for_path(c.line_rate_bps, c.base_rtt_ns, c.mtu, SR_MIN_RTO_NS);
+            qp.set_sr_params(p).map_err(|e| e.to_string())?;
+        }
         for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
             qp.modify(st).map_err(|e| e.to_string())?;
         }
@@ -311,7 +327,8 @@ impl Nic {
         };
         let mut core = QpCore::new(cc, fb, probe_int, cc_ext, self.cfg.mtu);
         core.qp = Some(qp);
-        core.backoff = (self.cfg.cc == CcKind::None).then(|| GoBackNBackoff::new(self.cfg.mtu));
+        core.backoff =
+            (self.cfg.cc == CcKind::None && !sr).then(|| GoBackNBackoff::new(self.cfg.mtu));
         core.update_window();
         let s = Box::new(QpSlot { core, work: None });
         self.slots[i] = Some(s);

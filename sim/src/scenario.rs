@@ -48,6 +48,9 @@ pub struct Params {
     /// Bytes a QP without CC sends per visit of its NIC's round robin (0: one
     /// packet; QPs under CC always send one).
     pub sched_quantum: u32,
+    /// Loss recovery of every QP (go-back-N, or selective repeat with IRN's BDP
+    /// cap and timeouts: `rdma::transport::sack`).
+    pub loss_recovery: rdma::transport::LossRecovery,
 }
 
 /// The outcome of one run.
@@ -85,6 +88,7 @@ pub fn run(
             int_dscp: rdma::wire::int::DEFAULT_INT_DSCP,
             timeout_ns: p.timeout_ns,
             sched_quantum: p.sched_quantum,
+            loss_recovery: p.loss_recovery,
         },
         seed: p.seed,
         msg_bytes: if p.msg_bytes == 0 {

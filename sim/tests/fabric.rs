@@ -29,6 +29,7 @@ fn params(seed: u64) -> Params {
         partitions: 0,
         threads: 0,
         sched_quantum: 0,
+        loss_recovery: Default::default(),
     }
 }
 
@@ -96,6 +97,7 @@ fn ecmp_spreads_flows_over_the_uplinks_and_keeps_each_on_one_path() {
         int_dscp: rdma::wire::int::DEFAULT_INT_DSCP,
         timeout_ns: 67_108_864,
         sched_quantum: 0,
+        loss_recovery: Default::default(),
     };
     let cfg = RunConfig {
         nic,

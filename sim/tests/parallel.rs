@@ -39,6 +39,7 @@ fn run(
             int_dscp: rdma::wire::int::DEFAULT_INT_DSCP,
             timeout_ns: 67_108_864,
             sched_quantum: 0,
+            loss_recovery: Default::default(),
         },
         seed: 7,
         msg_bytes: u32::MAX >> 1,

@@ -50,6 +50,7 @@ fn incast_queue_p99_and_utilisation_within_20_percent_of_roce_testbed() {
         partitions: 0,
         threads: 0,
         sched_quantum: 0,
+        loss_recovery: Default::default(),
     };
     let mut bad = Vec::new();
     for (cc, util, q99) in TESTBED {

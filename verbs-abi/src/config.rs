@@ -8,6 +8,7 @@
 //! | `RSNIC_MAC` | the port's MAC (default: `02:52:53:<ip[1..4]>` on `net_tap`, else the port's) |
 //! | `RSNIC_CORE` | CPU to pin the engine thread to (default: not pinned) |
 //! | `RSNIC_CC` | congestion control of every QP: none, dcqcn, hpcc, ... (default none) |
+//! | `RSNIC_LOSS_RECOVERY` | loss recovery of every RC QP: `gbn` (go-back-N, the default) or `sr` (selective repeat; the peer must be an rsnic set to `sr` too) |
 //! | `RSNIC_EAL` | extra EAL arguments, split at white space |
 //! | `RSNIC_BUSY_POLL` | `1`: the engine never yields its core (default: it yields when idle, for hosts that share cores) |
 //! | `RSNIC_LOG` | `LEVEL` or `LEVEL:FILE`: what the library and DPDK inside it log, and where (default: `off`) |
@@ -26,6 +27,7 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use cc::CcKind;
+use rdma::transport::LossRecovery;
 
 /// What the environment asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +44,8 @@ pub struct Config {
     pub core: Option<usize>,
     /// Congestion control of the QPs.
     pub cc: CcKind,
+    /// Loss recovery of every RC QP (`RSNIC_LOSS_RECOVERY`).
+    pub loss_recovery: LossRecovery,
     /// Extra EAL arguments.
     pub eal: Vec<String>,
     /// Never yield the engine's core.
@@ -191,6 +195,12 @@ impl Config {
                 .parse::<CcKind>()
                 .map_err(|e| bad("RSNIC_CC", &c, format!("{e}")))?,
         };
+        let loss_recovery = match get("RSNIC_LOSS_RECOVERY") {
+            None => LossRecovery::Gbn,
+            Some(m) => m
+                .parse::<LossRecovery>()
+                .map_err(|e| bad("RSNIC_LOSS_RECOVERY", &m, e))?,
+        };
         let eal = get("RSNIC_EAL")
             .map(|s| s.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default();
@@ -205,6 +215,7 @@ impl Config {
             mac,
             core,
             cc,
+            loss_recovery,
             eal,
             busy_poll,
             log,
@@ -365,11 +376,13 @@ mod tests {
             ("RSNIC_DEV", "net_null0"),
             ("RSNIC_IP", "10.0.0.3"),
             ("RSNIC_CC", "hpcc"),
+            ("RSNIC_LOSS_RECOVERY", "sr"),
             ("RSNIC_MAC", "02:00:00:00:00:09"),
             ("RSNIC_EAL", " --log-level=debug  -m 512"),
         ]))
         .unwrap();
         assert_eq!(c.cc, CcKind::Hpcc);
+        assert_eq!(c.loss_recovery, LossRecovery::Sr);
         assert_eq!(c.port_mac(), Some([2, 0, 0, 0, 0, 9]));
         assert_eq!(c.eal, ["--log-level=debug", "-m", "512"]);
     }

@@ -3,7 +3,7 @@
 //! ([`Command`]). It may allocate; the per-packet path never waits for it.
 
 use cc::{CcKind, CongestionControl, PathConfig};
-use rdma::transport::{Qp, QpConfig, QpState, Service};
+use rdma::transport::{LossRecovery, Qp, QpConfig, QpState, Service, SrParams};
 use rdma::wire::frame::{FrameBuilder, IntInsert, NetHeaders};
 use rdma::wire::{bth, EthernetAddress, HeaderTemplate, Ipv4Address};
 
@@ -13,6 +13,19 @@ use super::{Engine, QpSlot, MAX_HOPS, ROCE_DSCP};
 use crate::contract::{Command, DoorbellSlot, EngineError, QpOptions, RemoteQp};
 use crate::gbn_backoff::GoBackNBackoff;
 use crate::timer_wheel::TimerHandle;
+
+/// The round-trip time a selective-repeat QP's BDP cap and timeouts assume at
+/// least (`rdma::transport::SrParams::for_path`): a software NIC's real RTT,
+/// with both engines' poll turns and a shared host's scheduling in it, is tens
+/// to hundreds of microseconds whatever `DeviceConfig::base_rtt_ns` says.
+const SR_MIN_RTT_NS: u64 = 100_000;
+/// The shortest selective-repeat timeouts: IRN's RTO_low (while at most 3 packets
+/// are in flight) and RTO_high (otherwise). On a shared 2-core host an engine is
+/// descheduled for milliseconds at a time; a spurious RTO_high re-requests a READ
+/// not yet answered whole (the responder replays all of it), so it stays well
+/// above those stalls (docs/reliability.md, "Selective repeat").
+const SR_MIN_RTO_NS: u64 = 1_000_000;
+const SR_MIN_RTO_HIGH_NS: u64 = 10_000_000;
 
 impl Engine {
     /// Serves every slow-path request waiting, and the control plane's
@@ -484,9 +497,22 @@ impl Engine {
             srq: s.opts.srq.is_some(),
             service: s.opts.service,
             qkey: s.opts.qkey,
+            loss_recovery: match s.opts.service {
+                Service::Rc => s.opts.loss_recovery,
+                _ => LossRecovery::Gbn,
+            },
         };
         let transport = |source| EngineError::Transport { qpn, source };
         let mut qp = Qp::new(cfg).map_err(transport)?;
+        let sr = cfg.loss_recovery == LossRecovery::Sr;
+        if sr {
+            // IRN's BDP cap and timeouts for this port's path, with the
+            // floors a software NIC on a shared host needs (SR_MIN_RTT_NS).
+            let rtt = self.base_rtt_ns.max(SR_MIN_RTT_NS);
+            let mut p = SrParams::for_path(self.line_rate_bps, rtt, cfg.pmtu, SR_MIN_RTO_NS);
+            p.rto_high_ns = p.rto_high_ns.max(SR_MIN_RTO_HIGH_NS);
+            qp.set_sr_params(p).map_err(transport)?;
+        }
         // A UD QP takes datagrams from anyone (its `remote` is itself: its
         // packets go where their address handles say).
         if s.opts.service != Service::Ud {
@@ -516,7 +542,8 @@ impl Engine {
         } else {
             None
         };
-        if s.opts.cc == CcKind::None {
+        if s.opts.cc == CcKind::None && !sr {
+            // Selective repeat resends no window: its BDP cap is the bound.
             s.core.backoff = Some(GoBackNBackoff::new(cfg.pmtu));
         }
         s.core.qp = Some(qp);

@@ -18,6 +18,8 @@ use crate::wire::frame::RoceFrame;
 use crate::wire::psn;
 use crate::wire::transport_hdrs::{rnr_timer_ns, AethSyndrome, NakCode};
 
+mod selective;
+
 /// What a response did to the QP: nothing more, or the QP must enter ERR with the
 /// oldest WQE completing with this status.
 pub(super) type Fatal = Option<WcStatus>;

@@ -127,6 +127,10 @@ pub struct QpConfig {
     /// it, and a work request whose remote Q_Key has the high bit set sends it
     /// instead (IBA 10.2.4.4). Unused by RC and UC.
     pub qkey: u32,
+    /// How an RC QP recovers a loss (crate::transport::sack): go-back-N (the
+    /// default, IBA 9.7.5.1.3) or selective repeat, which both ends must have
+    /// agreed on. Unused by UC and UD.
+    pub loss_recovery: super::sack::LossRecovery,
 }
 
 impl Default for QpConfig {
@@ -153,6 +157,7 @@ impl Default for QpConfig {
             srq: false,
             service: Service::Rc,
             qkey: 0,
+            loss_recovery: super::sack::LossRecovery::Gbn,
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod qp;
 mod requester;
 mod responder;
 mod rq;
+pub mod sack;
 pub mod sgl;
 pub mod srq;
 pub mod wc;
@@ -26,5 +27,6 @@ pub use qp::{
     nest_hot_lines, EchoedHops, Payload, Qp, QpConfig, QpCounters, QpError, QpEvent, QpState,
     TxPacket, UnreliableCounters,
 };
+pub use sack::{LossRecovery, SrCounters, SrParams};
 pub use srq::Srq;
 pub use wc::{AhId, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};

@@ -26,6 +26,7 @@ use super::output::Outputs;
 pub use super::output::{EchoedHops, Payload, QpCounters, QpEvent, TxPacket, UnreliableCounters};
 use super::requester::Requester;
 use super::responder::{Responder, Verdict};
+use super::sack::{LossRecovery, SrCounters, SrParams, SrState};
 use super::sgl::SglStore;
 use super::srq::Srq;
 use super::wc::{RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};
@@ -78,6 +79,9 @@ pub struct Qp {
     /// The destinations of a UD QP's posted send WQEs, in posting order (one per
     /// WQE; room for `sq_depth`, none for RC and UC).
     ud_dests: VecDeque<UdDest>,
+    /// Selective repeat (crate::transport::sack): an RC QP configured `sr` has
+    /// its state here, cold for every other QP.
+    sr: Option<Box<SrState>>,
 }
 
 impl Qp {
@@ -128,10 +132,14 @@ impl Qp {
             ));
         }
         let ud = cfg.service == Service::Ud;
+        let sr = (cfg.service == Service::Rc && cfg.loss_recovery == LossRecovery::Sr)
+            .then(|| Box::new(SrState::new(cfg.sq_psn, SrParams::default())));
+        let mut req = Requester::new(&cfg);
+        req.chunk_writes = sr.is_some();
         Ok(Self {
             cfg,
             state: QpState::Reset,
-            req: Requester::new(&cfg),
+            req,
             comp: Completer::new(&cfg),
             resp: Responder::new(&cfg),
             ext: CcExtState::new(),
@@ -142,7 +150,45 @@ impl Qp {
             ext_probe: false,
             resp_output: false,
             ud_dests: VecDeque::with_capacity(if ud { cfg.sq_depth.into() } else { 0 }),
+            sr,
         })
+    }
+
+    /// How the QP recovers a loss now: `sr` while configured so and not fallen
+    /// back (crate::transport::sack), else `gbn`.
+    pub fn loss_recovery(&self) -> LossRecovery {
+        if self.sr_active() {
+            LossRecovery::Sr
+        } else {
+            LossRecovery::Gbn
+        }
+    }
+
+    /// The selective-repeat counters of a QP configured `sr` (also after it fell
+    /// back to go-back-N).
+    pub fn sr_counters(&self) -> Option<&SrCounters> {
+        self.sr.as_deref().map(|s| &s.counters)
+    }
+
+    /// Sets the selective-repeat parameters of a QP configured `sr` (IRN's BDP
+    /// cap and two timeouts; crate::transport::sack::SrParams), before it sends.
+    pub fn set_sr_params(&mut self, p: SrParams) -> Result<(), QpError> {
+        let Some(sr) = self.sr.as_deref_mut() else {
+            return Result::Err(QpError::Config("the QP is not configured sr"));
+        };
+        if p.bdp_pkts == 0 || p.rto_low_ns == 0 || p.rto_high_ns == 0 {
+            return Result::Err(QpError::Config("sr: cap and timeouts above 0"));
+        }
+        sr.params = SrParams {
+            bdp_pkts: p.bdp_pkts.min(super::sack::WINDOW),
+            ..p
+        };
+        Ok(())
+    }
+
+    #[inline]
+    fn sr_active(&self) -> bool {
+        self.sr.as_ref().is_some_and(|s| s.active)
     }
 
     /// Configuration.
@@ -196,7 +242,11 @@ impl Qp {
             Err => self.enter_error(None),
             Reset => {
                 let cfg = self.cfg;
+                let params = self.sr.as_ref().map(|s| s.params);
                 *self = Self::new(cfg)?;
+                if let (Some(sr), Some(p)) = (self.sr.as_deref_mut(), params) {
+                    sr.params = p;
+                }
             }
             _ => self.state = to,
         }
@@ -250,6 +300,9 @@ impl Qp {
         self.req.next_psn = psn;
         self.req.sent_hi = psn;
         self.comp.una = psn;
+        if let Some(sr) = self.sr.as_deref_mut() {
+            *sr = SrState::new(psn, sr.params);
+        }
         Ok(())
     }
 
@@ -588,7 +641,15 @@ impl Qp {
     /// The earliest time [`Qp::on_timer`] has work to do, if any.
     pub fn next_timer(&self) -> Option<u64> {
         let rnr = (self.req.rnr_until > 0).then_some(self.req.rnr_until);
-        match (self.comp.rto_deadline, rnr) {
+        let t = match (self.comp.rto_deadline, rnr) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let sr = self.sr.as_ref().filter(|s| s.active);
+        match (
+            t,
+            sr.and_then(|s| s.deadline(self.comp.una, self.req.sent_hi)),
+        ) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -606,6 +667,9 @@ impl Qp {
         self.ud_dests.clear();
         self.resp.flush(q, &mut self.out.cq);
         self.comp.rto_deadline = None;
+        if let Some(sr) = self.sr.as_deref_mut() {
+            sr.armed_at = None;
+        }
         self.out.push_event(QpEvent::Error);
         tracing::debug!(qpn = q, ?failing, "QP entered error state");
     }
@@ -677,6 +741,21 @@ impl Qp {
             return None;
         }
         let sqd = self.state == QpState::Sqd;
+        if let Some(sr) = self.sr.as_deref_mut().filter(|s| s.active) {
+            // Selective repeat: a hole first, then new packets within the cap.
+            if self.req.rnr_until <= now_ns {
+                if let Some(p) = self.comp.sr_next_hole(&self.req, sr, &self.cfg) {
+                    self.comp.on_sent(now_ns, &self.cfg);
+                    self.comp.sr_on_sent(now_ns, sr);
+                    self.out.counters.tx_packets += 1;
+                    self.out.counters.count_error(|c| &mut c.tx_retransmits);
+                    return Some(p);
+                }
+            }
+            if !self.req.within_cap(self.comp.una, sr.params.bdp_pkts) {
+                return None;
+            }
+        }
         // The packet stays where the requester built it (returned as is, only
         // looked at here): a `TxPacket` is ~300 bytes, and moving it out of the
         // `Option` and back in cost two copies per packet.
@@ -694,6 +773,9 @@ impl Qp {
             self.out.counters.tx_packets += 1;
             if p.retransmit {
                 self.out.counters.count_error(|c| &mut c.tx_retransmits);
+            }
+            if let Some(sr) = self.sr.as_deref_mut().filter(|s| s.active) {
+                self.comp.sr_on_sent(now_ns, sr);
             }
         }
         t
@@ -817,8 +899,17 @@ impl Qp {
                     self.resp
                         .on_uc_request(f, &self.cfg, &*mrs, mem, &mut self.out, srq)
                 } else {
-                    self.resp
-                        .on_request(f, &self.cfg, mrs, mem, &mut self.ext, &mut self.out, srq)
+                    let sr = self.sr.as_deref_mut().filter(|s| s.active);
+                    self.resp.on_request(
+                        f,
+                        &self.cfg,
+                        mrs,
+                        mem,
+                        &mut self.ext,
+                        &mut self.out,
+                        srq,
+                        sr,
+                    )
                 };
                 self.resp_output = self.resp.has_output();
                 if v == Verdict::Error {
@@ -828,15 +919,31 @@ impl Qp {
             _ if op.is_response()
                 && matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe) =>
             {
-                let heard = self.comp.on_response(
-                    f,
-                    now_ns,
-                    &self.cfg,
-                    &mut self.req,
-                    &self.sq_sgls,
-                    mem,
-                    &mut self.out,
-                );
+                let sr = self.sr.as_deref_mut().filter(|s| s.active);
+                let heard = sr
+                    .and_then(|sr| {
+                        self.comp.sr_on_response(
+                            f,
+                            now_ns,
+                            &self.cfg,
+                            &mut self.req,
+                            &self.sq_sgls,
+                            mem,
+                            &mut self.out,
+                            sr,
+                        )
+                    })
+                    .unwrap_or_else(|| {
+                        self.comp.on_response(
+                            f,
+                            now_ns,
+                            &self.cfg,
+                            &mut self.req,
+                            &self.sq_sgls,
+                            mem,
+                            &mut self.out,
+                        )
+                    });
                 match heard {
                     Heard::Done => {}
                     Heard::ReadData => {
@@ -887,7 +994,13 @@ impl Qp {
         if self.state == QpState::Err {
             return;
         }
-        if let Some(st) = self.comp.on_timer(now_ns, &mut self.req, &mut self.out) {
+        let fatal = match self.sr.as_deref_mut().filter(|s| s.active) {
+            Some(sr) => self
+                .comp
+                .sr_on_timer(now_ns, &mut self.req, &mut self.out, sr),
+            None => self.comp.on_timer(now_ns, &mut self.req, &mut self.out),
+        };
+        if let Some(st) = fatal {
             self.enter_error(Some(st));
         }
     }

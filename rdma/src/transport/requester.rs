@@ -18,6 +18,8 @@ use crate::wire::psn;
 use crate::wire::transport_hdrs::{AtomicEthRepr, IethRepr, ImmDtRepr, RethRepr};
 use std::collections::VecDeque;
 
+mod selective;
+
 /// A posted send work request and, once started, where it sits in PSN and LSN space.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SendWqe {
@@ -34,6 +36,10 @@ pub(super) struct SendWqe {
     /// it: the status it completes with, after which the QP enters ERR. The cursor
     /// stops at it, so nothing posted after it leaves.
     pub local_err: Option<WcStatus>,
+    /// A plain WRITE sent as one WRITE ONLY per path MTU, each with the RETH of
+    /// its bytes, so that a responder in `sr` can place any of them on arrival
+    /// (crate::transport::sack): started while the QP was in `sr`.
+    pub chunked: bool,
 }
 
 impl SendWqe {
@@ -71,6 +77,9 @@ pub(super) struct Requester {
     pub rnr_until: u64,
     /// Packets sent since the last one with AckReq.
     noack_pkts: u32,
+    /// The QP is in `sr`: a plain WRITE of several packets starts chunked
+    /// ([`SendWqe::chunked`]).
+    pub chunk_writes: bool,
 }
 
 /// A request packet asks for an ACK (BTH AckReq) at the end of every message, when
@@ -91,6 +100,7 @@ impl Requester {
             rd_outstanding: 0,
             rnr_until: 0,
             noack_pkts: 0,
+            chunk_writes: false,
         }
     }
 
@@ -182,6 +192,7 @@ impl Requester {
                 lsn_len,
                 started: false,
                 local_err: None,
+                chunked: false,
             },
         );
         Ok(())
@@ -214,6 +225,7 @@ impl Requester {
                 lsn_len: 0,
                 started: false,
                 local_err: err,
+                chunked: false,
             },
         );
         Ok(())
@@ -380,6 +392,7 @@ impl Requester {
             w.first_psn = self.next_psn;
             w.first_lsn = self.next_lsn;
             w.started = true;
+            w.chunked = self.chunk_writes && w.npkts > 1 && matches!(w.wr.op, SendOp::Write { .. });
             self.next_psn = psn::add(self.next_psn, w.npkts);
             self.next_lsn = self.next_lsn.wrapping_add(w.lsn_len);
             if w.wr.op.needs_response() {
@@ -508,13 +521,17 @@ fn build_request(
                 SendOp::SendImm(i) | SendOp::WriteImm { imm: i, .. } => Some(i),
                 _ => None,
             };
-            let mut opcode = data_opcode(
-                matches!(op, SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_)),
-                w.npkts == 1,
-                idx == 0,
-                last,
-                imm.is_some(),
-            );
+            let mut opcode = if w.chunked {
+                Opcode::WriteOnly
+            } else {
+                data_opcode(
+                    matches!(op, SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_)),
+                    w.npkts == 1,
+                    idx == 0,
+                    last,
+                    imm.is_some(),
+                )
+            };
             // SEND with Invalidate: its last (or only) packet carries the IETH.
             let ieth = match op {
                 SendOp::SendInv(rkey) if last => {
@@ -538,10 +555,18 @@ fn build_request(
                     remote_va, rkey, ..
                 } = op
                 {
-                    r.reth = Some(RethRepr {
-                        va: remote_va,
-                        rkey,
-                        dma_len: total,
+                    r.reth = Some(if w.chunked {
+                        RethRepr {
+                            va: remote_va.wrapping_add(u64::from(off)),
+                            rkey,
+                            dma_len: len,
+                        }
+                    } else {
+                        RethRepr {
+                            va: remote_va,
+                            rkey,
+                            dma_len: total,
+                        }
                     });
                 }
             }
@@ -653,6 +678,7 @@ mod tests {
                 lsn_len,
                 started,
                 local_err: None,
+                chunked: false,
             });
             if started {
                 p = psn::add(p, npkts);

@@ -80,6 +80,10 @@ struct Common {
     /// PFC on the data class: PAUSE an ingress link above XOFF queued bytes.
     #[arg(long)]
     pfc: bool,
+    /// Loss recovery of every QP: gbn (go-back-N) or sr (selective repeat with
+    /// IRN's BDP cap and timeouts).
+    #[arg(long = "loss-recovery", default_value = "gbn")]
+    loss_recovery: rdma::transport::LossRecovery,
     /// PFC XOFF per ingress link (resume at half of it).
     #[arg(long, default_value = "256KB")]
     pfc_xoff: String,
@@ -218,6 +222,7 @@ fn params(
         partitions: c.partitions.unwrap_or(0),
         threads: c.threads.unwrap_or(0),
         sched_quantum: c.sched_quantum,
+        loss_recovery: c.loss_recovery,
     })
 }
 

@@ -77,6 +77,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_qp(
             rq_depth: cap.max_recv_wr.max(1) as u16,
             mtu: backend.dev.max_path_mtu(),
             cc: backend.cfg.cc,
+            loss_recovery: backend.cfg.loss_recovery,
             max_rd_atomic: MAX_RD_ATOMIC,
             // Checked above: at most MAX_SGE.
             max_send_sge: cap.max_send_sge.max(1) as u8,

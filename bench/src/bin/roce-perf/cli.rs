@@ -139,6 +139,12 @@ pub struct Opts {
     /// Congestion control.
     #[arg(long = "cc", value_enum, default_value = "none")]
     pub cc: CcArg,
+    /// Loss recovery of the RC QPs: `gbn` (go-back-N, IBA) or `sr` (selective
+    /// repeat, rdma::transport::sack), which the peer must run too (our
+    /// exchange refuses a mismatch; with a perftest peer the QPs fall back to
+    /// gbn).
+    #[arg(long = "loss-recovery", default_value = "gbn")]
+    pub loss_recovery: rdma::transport::LossRecovery,
     /// The port's line rate in Gbit/s (`DeviceConfig::line_rate_bps`): what
     /// the NIC's port shaper lets onto the wire (all shards together) and
     /// what the CC assumes. A ring pair or TAP has no rate of its own; a

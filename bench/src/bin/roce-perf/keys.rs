@@ -133,11 +133,16 @@ pub(super) fn exchange_rsnic(
     me: &Mine<'_>,
 ) -> Res<Exchanged> {
     let mut s = stream;
-    let ext: Vec<String> = if o.cc.uses_extensions() {
+    let mut ext: Vec<String> = if o.cc.uses_extensions() {
         vec!["cc".into()]
     } else {
         Vec::new()
     };
+    if o.loss_recovery == rdma::transport::LossRecovery::Sr {
+        // Both ends must run selective repeat: the exchange compares the
+        // extensions as sets and refuses a mismatch.
+        ext.push("sr".into());
+    }
     let link = Link::Rsnic {
         s: s.try_clone()?,
         client: !me.server,

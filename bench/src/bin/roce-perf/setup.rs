@@ -15,7 +15,7 @@ use bench::perftest::{self, AddressLine};
 use dpdk::{Eal, Port};
 use nic::verbs::{CompletionQueue, Device, MemoryRegion, QpOptions, QueuePair, RemoteQp};
 use oob::perftest::{self as pt, PerftestConn, Protocol, Role};
-use rdma::transport::{Access, WcStatus, WorkCompletion};
+use rdma::transport::{Access, LossRecovery, WcStatus, WorkCompletion};
 
 use crate::cli::{ExchangeArg, Opts, Test};
 use crate::keys::{exchange_perftest, exchange_rsnic, Exchanged, Mine};
@@ -312,7 +312,15 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         (cycle, cache_line, mtu) = (hello.cycle_buffer, hello.cache_line, hello.mtu);
         perftest_conn = Some(conn);
     }
-    let (cq, mut qps, qopts) = create_qps(test, o, &dev, mtu)?;
+    let mut loss_recovery = o.loss_recovery;
+    if protocol == Protocol::Perftest && loss_recovery != LossRecovery::Gbn {
+        // Selective repeat is between rsnic peers that agreed on it.
+        if !quiet {
+            eprintln!("roce-perf: --loss-recovery {loss_recovery}: a perftest peer gets gbn");
+        }
+        loss_recovery = LossRecovery::Gbn;
+    }
+    let (cq, mut qps, qopts) = create_qps(test, o, &dev, mtu, loss_recovery)?;
     let nq = qps.len();
     let layout = Layout::new(max_size, cycle, cache_line, nq, o.shared_buffer);
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
@@ -426,6 +434,7 @@ fn create_qps(
     o: &Opts,
     dev: &Device,
     mtu: u32,
+    loss_recovery: LossRecovery,
 ) -> Res<(Cqs, Vec<QueuePair>, QpOptions)> {
     let mut cq = Cqs {
         cqs: Vec::new(),
@@ -447,6 +456,7 @@ fn create_qps(
         cc: o.cc,
         timeout_ns: 4_096u64 << o.qp_timeout,
         max_send_sge: o.sge,
+        loss_recovery,
         ..QpOptions::default()
     };
     let nq = usize::from(o.qps.max(1));
@@ -486,7 +496,7 @@ fn print_preamble(
     link: &Link,
     lines: &[(AddressLine, AddressLine)],
 ) {
-    let settings = vec![
+    let mut settings = vec![
         ("Dual-port", "OFF".to_string()),
         ("Device", o.dev.as_str().to_string()),
         ("Number of qps", nq.to_string()),
@@ -501,6 +511,9 @@ fn print_preamble(
             format!("Ethernet ({} exchange)", link.protocol()),
         ),
     ];
+    if o.loss_recovery != LossRecovery::Gbn && link.protocol() != Protocol::Perftest {
+        settings.push(("Loss recovery", o.loss_recovery.to_string()));
+    }
     print!("{}", perftest::preamble(test.title(), &settings));
     for (l, _) in lines {
         print!("{}", l.format("local"));

@@ -24,6 +24,7 @@ mod traffic;
 use dpdk::Eal;
 use impair::Impairment;
 use nic::verbs::{CompletionQueue, DeviceConfig, MemoryRegion, QpOptions};
+use rdma::transport::LossRecovery;
 use rdma::transport::{Access, WcOpcode, WcStatus, WorkCompletion};
 use traffic::{
     on_receive, on_send_completion, post_more, post_recv, Flow, Layout, Totals, RECV_BUFS,
@@ -43,6 +44,10 @@ struct Opts {
     /// QPs per congestion control.
     #[arg(long, default_value_t = 2)]
     qps_per_cc: usize,
+    /// Loss recovery of the QPs: `gbn`, `sr` or `both` (the QPs of each CC
+    /// take turns: the first gbn, the second sr, ...).
+    #[arg(long = "loss-recovery", default_value = "both")]
+    loss_recovery: String,
     /// Largest message, bytes (sizes are drawn from 1 ..= this).
     #[arg(long, default_value_t = 16384)]
     max_msg: usize,
@@ -152,6 +157,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--loss-recovery`: one mode, or `both` (gbn and sr in turn).
+fn parse_modes(s: &str) -> Result<Vec<LossRecovery>, SoakError> {
+    if s == "both" {
+        return Ok(vec![LossRecovery::Gbn, LossRecovery::Sr]);
+    }
+    s.parse::<LossRecovery>()
+        .map(|m| vec![m])
+        .map_err(|e| SoakError::Usage(format!("--loss-recovery: {e} (or both)")))
+}
+
 fn parse_ccs(s: &str) -> Result<Vec<CcKind>, SoakError> {
     if s == "all" {
         return Ok(CcKind::ALL.to_vec());
@@ -201,6 +216,7 @@ impl Mix {
 
 fn soak(o: &Opts) -> Result<(), SoakError> {
     let ccs = parse_ccs(&o.cc)?;
+    parse_modes(&o.loss_recovery)?;
     if o.max_msg == 0 || o.window == 0 || o.qps_per_cc == 0 {
         return Err(SoakError::Usage(
             "--max-msg, --window and --qps-per-cc must be at least 1".into(),
@@ -258,10 +274,13 @@ impl Rig {
         let a_cq = link.a().create_cq(cq_depth)?;
         let b_cq = link.b().create_cq(cq_depth)?;
         let mut flows = Vec::new();
+        let modes = parse_modes(&o.loss_recovery)?;
         for (i, &cc) in ccs.iter().cycle().take(lay.qps).enumerate() {
+            let mode = modes[(i / ccs.len()) % modes.len()];
             let opts = QpOptions {
                 mtu: o.mtu,
                 cc,
+                loss_recovery: mode,
                 sq_depth: 256,
                 rq_depth: 256,
                 ..QpOptions::default()
@@ -275,6 +294,7 @@ impl Rig {
             }
             flows.push(Flow {
                 cc,
+                mode,
                 qa,
                 qb,
                 next_seq: 0,
@@ -305,11 +325,12 @@ impl Rig {
 
 fn print_banner(o: &Opts, ccs: &[CcKind], pairs: usize) {
     println!(
-        "roce-soak: {} s, {} QP pairs ({} per CC: {}), WRITE_IMM/SEND_IMM/READ of 1..={} B, window {}, MTU {}; stage loss {} dup {} reorder {} corrupt {} (both directions), seed {}",
+        "roce-soak: {} s, {} QP pairs ({} per CC: {}; loss recovery {}), WRITE_IMM/SEND_IMM/READ of 1..={} B, window {}, MTU {}; stage loss {} dup {} reorder {} corrupt {} (both directions), seed {}",
         o.secs,
         pairs,
         o.qps_per_cc,
         ccs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+        o.loss_recovery,
         o.max_msg,
         o.window,
         o.mtu,

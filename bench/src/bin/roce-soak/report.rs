@@ -2,6 +2,7 @@
 //! what the stage and the NICs counted and the memory census; and the check that
 //! every impairment asked for really happened (else the run proved nothing).
 
+use rdma::transport::LossRecovery;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -54,6 +55,20 @@ pub(super) fn print(ccs: &[CcKind], rig: &Rig, census: &Census, totals: &Totals,
             d[2],
             b as f64 / 1048576.0
         );
+    }
+    for mode in [LossRecovery::Gbn, LossRecovery::Sr] {
+        let fl = || rig.flows.iter().filter(|f| f.mode == mode);
+        if fl().next().is_some() {
+            let m: u64 = fl().map(|f| f.done.iter().sum::<u64>()).sum();
+            let b: u64 = fl().map(|f| f.bytes).sum();
+            println!(
+                "{:<8} {:>6} {:>45.1}  (loss recovery, {} QP pairs)",
+                mode.to_string(),
+                m,
+                b as f64 / 1048576.0,
+                fl().count()
+            );
+        }
     }
     println!(
         "stage: forwarded {} dropped {} duplicated {} reordered {} corrupted {}",

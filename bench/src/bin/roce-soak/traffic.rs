@@ -80,6 +80,8 @@ impl Layout {
 /// One QP pair under test and its bookkeeping.
 pub(super) struct Flow {
     pub(super) cc: CcKind,
+    /// Its QPs' loss recovery.
+    pub(super) mode: rdma::transport::LossRecovery,
     pub(super) qa: QueuePair,
     pub(super) qb: QueuePair,
     pub(super) next_seq: u64,

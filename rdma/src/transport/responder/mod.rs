@@ -15,6 +15,7 @@ use super::inline_deque::InlineDeque;
 use super::mr::{Access, MemorySpace, MrTable, MwType};
 use super::output::{Outputs, Payload, TxPacket};
 use super::rq::RecvWqe;
+use super::sack::SrState;
 use super::sgl::{self, SglStore};
 use super::srq::Srq;
 use super::wc::{Sge, WcOpcode, WcStatus, WorkCompletion};
@@ -30,6 +31,7 @@ use std::collections::VecDeque;
 
 mod execute;
 mod recv;
+mod selective;
 mod unreliable;
 
 /// The message being received, between its FIRST and LAST packets.
@@ -75,18 +77,23 @@ impl ReadResource {
     /// (the requester re-requests from the first missing response, IBA 9.7.5.1.5).
     /// A replay from inside the READ continues its opcode sequence (MIDDLE/LAST), as
     /// rxe's `read_reply` does and its completer expects.
-    fn replay(&self, p: u32, r: &RethRepr, pmtu: u32) -> Option<ReadJob> {
+    ///
+    /// With `part` (an `sr` QP, crate::transport::sack) `r` may also ask for a
+    /// shorter run from there, a hole in the responses the requester got: it is
+    /// replayed alone, its last packet a READ RESPONSE LAST.
+    fn replay(&self, p: u32, r: &RethRepr, pmtu: u32, part: bool) -> Option<ReadJob> {
         let idx = psn::sub(p, self.first_psn);
         if idx >= self.npkts || r.rkey != self.rkey {
             return None;
         }
         let off = idx * pmtu;
         let rest = self.len - off.min(self.len);
-        (r.va == self.va + u64::from(off) && r.dma_len == rest).then_some(ReadJob {
+        let len_ok = r.dma_len == rest || (part && r.dma_len > 0 && r.dma_len < rest);
+        (r.va == self.va + u64::from(off) && len_ok).then_some(ReadJob {
             psn: p,
             va: r.va,
             rkey: r.rkey,
-            remaining: rest,
+            remaining: r.dma_len,
             first: idx == 0,
             msn: self.msn,
         })
@@ -320,7 +327,10 @@ impl Responder {
 
     // ------------------------------------------------------------ the request chain
 
-    /// A request packet (SEND, WRITE, READ, ATOMIC) for this QP.
+    /// A request packet (SEND, WRITE, READ, ATOMIC) for this QP. `sr` is the QP's
+    /// selective-repeat state while it is in `sr` (crate::transport::sack): a
+    /// request ahead of the expected PSN is then placed or reported
+    /// (`selective`), not NAKed.
     #[allow(clippy::too_many_arguments)]
     pub fn on_request<M: MemorySpace + ?Sized>(
         &mut self,
@@ -331,16 +341,20 @@ impl Responder {
         ext: &mut CcExtState,
         out: &mut Outputs,
         mut srq: Option<&mut Srq>,
+        sr: Option<&mut SrState>,
     ) -> Verdict {
         ext.on_request(f, out);
         match self.check_psn(f.bth.psn) {
             PsnCheck::Ahead => {
+                if let Some(sr) = sr {
+                    return self.sr_ahead(sr, f, cfg, mrs, mem, out);
+                }
                 self.out_of_sequence(out);
                 return Verdict::Continue;
             }
             PsnCheck::Duplicate => {
                 out.counters.count_error(|c| &mut c.rx_duplicates);
-                self.duplicate(f, cfg, &*mrs, out);
+                self.duplicate(f, cfg, &*mrs, out, sr.is_some());
                 return Verdict::Continue;
             }
             PsnCheck::Expected => out.counters.rx_packets += 1,
@@ -359,7 +373,11 @@ impl Responder {
                     // the message is placed (IBA 10.6.7.2.4).
                     let _ = mrs.invalidate(i.0);
                 }
+                let from = self.epsn;
                 self.execute(f, t, cfg, mem, out);
+                if let Some(sr) = sr {
+                    self.sr_pass(sr, from, out);
+                }
                 Verdict::Continue
             }
             Err(r) => self.refuse(f, r, cfg, out, srq),
@@ -618,8 +636,17 @@ impl Responder {
     /// its PSNs (a new, shorter PSN range; the region re-checked), superseding a replay
     /// of it still queued; ATOMICs are answered from the result cache, never executed
     /// twice; SEND/WRITE re-ACK the newest PSN received in order. Anything else is
-    /// dropped (counted as a duplicate).
-    fn duplicate(&mut self, f: &RoceFrame<'_>, cfg: &QpConfig, mrs: &MrTable, out: &mut Outputs) {
+    /// dropped (counted as a duplicate). On an `sr` QP (`part`) a READ may ask for a
+    /// run of an earlier READ's responses ([`ReadResource::replay`]), and supersedes
+    /// only a queued replay from the same PSN.
+    fn duplicate(
+        &mut self,
+        f: &RoceFrame<'_>,
+        cfg: &QpConfig,
+        mrs: &MrTable,
+        out: &mut Outputs,
+        part: bool,
+    ) {
         let p = f.bth.psn;
         let op = f.bth.opcode;
         if op == Opcode::ReadRequest {
@@ -627,7 +654,7 @@ impl Responder {
             let Some(job) = self
                 .read_cache
                 .iter()
-                .find_map(|res| res.replay(p, &r, cfg.pmtu))
+                .find_map(|res| res.replay(p, &r, cfg.pmtu, part))
             else {
                 return;
             };
@@ -641,8 +668,9 @@ impl Responder {
                     Err(_) => return,
                 }
             }
-            self.out
-                .retain(|i| !matches!(i, RespItem::Read(j) if j.msn == job.msn));
+            self.out.retain(
+                |i| !matches!(i, RespItem::Read(j) if j.msn == job.msn && (!part || j.psn == p)),
+            );
             // Everything before it counts as delivered for the READ-response window.
             self.resp_acked_lsn = self.resp_next_lsn;
             self.push_out(RespItem::Read(job), out);

@@ -1,0 +1,78 @@
+//! The requester's side of selective repeat (crate::transport::sack; IRN §3.1-3.2):
+//! a hole resent alone, without moving the cursor that sends new packets, a READ's
+//! missing run of responses re-requested alone, and the cap on PSNs in flight.
+
+use super::{build_request, Requester, SendWqe};
+use crate::transport::config::QpConfig;
+use crate::transport::output::TxPacket;
+use crate::transport::sack::WINDOW;
+use crate::wire::ccext::{CcExtFlags, CcExtRepr};
+use crate::wire::ipv4::Ecn;
+use crate::wire::psn;
+
+impl Requester {
+    /// The started WQE that holds PSN `p`.
+    pub(in crate::transport) fn holder(&self, p: u32) -> Option<SendWqe> {
+        self.sq
+            .iter()
+            .take_while(|w| w.started)
+            .find(|w| w.holds(p))
+            .copied()
+    }
+
+    /// PSN `p` of started WQE `w` sent again, asking for an ACK. For a READ, `p` is
+    /// the first of `run` response PSNs asked for again: the READ request for them
+    /// alone (its RETH at their offset, their length; the whole READ when `p` is its
+    /// first PSN and `run` all of it).
+    pub(in crate::transport) fn resend(
+        &self,
+        w: &SendWqe,
+        p: u32,
+        run: u32,
+        cfg: &QpConfig,
+    ) -> TxPacket {
+        let idx = psn::sub(p, w.first_psn);
+        let (mut repr, payload, lsn, lsn_len, _) = build_request(w, idx, p, cfg);
+        if w.wr.op.needs_response() {
+            if let Some(r) = repr.reth.as_mut() {
+                let off = idx * cfg.pmtu;
+                let rest = w.wr.sge.len - off.min(w.wr.sge.len);
+                r.dma_len = rest.min(run.saturating_mul(cfg.pmtu));
+            }
+        }
+        repr.bth.ack_req = true;
+        if cfg.cc_ext {
+            repr.ccext = Some(CcExtRepr::data(lsn, CcExtFlags::empty()));
+        }
+        TxPacket {
+            repr,
+            payload,
+            ecn: Ecn::Ect0,
+            priority: false,
+            lsn,
+            lsn_len,
+            retransmit: true,
+            ah: None,
+        }
+    }
+
+    /// Whether the cursor's next packet keeps the PSNs in flight (from `una` to past
+    /// it, a READ's whole response range) within `cap` and the bitmaps' window (IRN's
+    /// BDP-FC); one may always go when nothing is in flight.
+    pub(in crate::transport) fn within_cap(&self, una: u32, cap: u32) -> bool {
+        if una == self.sent_hi {
+            return true;
+        }
+        let Some(w) = self.sq.get(self.tx_idx) else {
+            return true;
+        };
+        let end = if w.started {
+            psn::add(psn::add(w.first_psn, self.tx_pkt), 1)
+        } else if w.wr.op.needs_response() {
+            psn::add(self.next_psn, w.npkts)
+        } else {
+            psn::add(self.next_psn, 1)
+        };
+        psn::sub(end, una) <= cap.min(WINDOW)
+    }
+}
