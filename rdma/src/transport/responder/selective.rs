@@ -123,9 +123,14 @@ fn place_ahead<M: MemorySpace + ?Sized>(
     }
     // The key the bytes are reached through: the region's, also for a memory
     // window's R_Key (`check_rkey`).
-    let Ok(key) =
-        mrs.check_remote_in(cfg.pd, cfg.qpn, r.rkey, r.va, u64::from(len), Access::REMOTE_WRITE)
-    else {
+    let Ok(key) = mrs.check_remote_in(
+        cfg.pd,
+        cfg.qpn,
+        r.rkey,
+        r.va,
+        u64::from(len),
+        Access::REMOTE_WRITE,
+    ) else {
         return false;
     };
     mem.copy_in_key(key, r.va, f.payload);
