@@ -8,6 +8,7 @@ use rdma::cm::{CmEvent, ConnParams};
 use super::{QueuePair, RemoteQp, VerbsError};
 use crate::contract::{CmDone, CmOp, Command};
 use crate::device::Device;
+use crate::notify::EventNotify;
 
 /// The path MTU of a CM message's `enum ibv_mtu` (1 = 256 ... 5 = 4096).
 pub fn mtu_of_enum(m: u8) -> u32 {
@@ -63,6 +64,20 @@ impl QueuePair {
 impl Device {
     fn cm(&self, op: CmOp) -> Result<CmDone, VerbsError> {
         self.call(0, |reply| Command::Cm { op, reply })
+    }
+
+    /// An eventfd the engine signals whenever CM events are queued (for a
+    /// program that sleeps until [`Self::cm_events`] has something: librdmacm's
+    /// event channels). One per device: a second call replaces the first.
+    pub fn cm_notifier(&self) -> Result<std::sync::Arc<EventNotify>, VerbsError> {
+        let n = std::sync::Arc::new(EventNotify::new().map_err(VerbsError::Channel)?);
+        self.cm(CmOp::Notify(n.clone()))?;
+        Ok(n)
+    }
+
+    /// Stops accepting requests for `service_id`.
+    pub fn cm_unlisten(&self, service_id: u64) -> Result<(), VerbsError> {
+        self.cm(CmOp::Unlisten(service_id)).map(drop)
     }
 
     /// Accept connection requests for `service_id` (`rdma::wire::cm::service_id`).
