@@ -769,7 +769,10 @@ pub(crate) fn qp_attr(
             }
             .into();
             a.dest_qp_num = peer.qpn;
-            a.rq_psn = peer.psn;
+            // We receive from the PSN we announced and send from the peer's
+            // (Linux's ib_cm: a REQ's or REP's Starting PSN is its sender's
+            // receive PSN).
+            a.rq_psn = s.psn;
             a.max_dest_rd_atomic = s.resources.0;
             a.min_rnr_timer = 12;
             a.ah_attr = events::ah_to(dst.ip().octets());
@@ -784,7 +787,7 @@ pub(crate) fn qp_attr(
         }
         IBV_QPS_RTS => {
             let peer = s.peer.ok_or(libc::EINVAL)?;
-            a.sq_psn = s.psn;
+            a.sq_psn = peer.psn;
             a.timeout = s.ack_timeout.unwrap_or(match peer.ack_timeout {
                 0 => 18,
                 t => t,
@@ -1259,8 +1262,10 @@ pub(crate) extern "C" fn rsnic_rdma_create_ep(
                 Err(())
             } else {
                 if !qp_init_attr.is_null() {
-                    // SAFETY: the program's attributes, copied for each request.
-                    let a = unsafe { *qp_init_attr };
+                    // SAFETY: the program's attributes, copied for each
+                    // request, of the address info's QP type (as librdmacm).
+                    let mut a = unsafe { *qp_init_attr };
+                    a.qp_type = r.ai_qp_type as ibv_qp_type;
                     let _ = with_id(cid, |st, idp| {
                         st.ids.get_mut(&idp).expect("live").ep_qp = Some((a, pd));
                         Ok(())
@@ -1272,7 +1277,12 @@ pub(crate) extern "C" fn rsnic_rdma_create_ep(
             }
         } else if rsnic_rdma_resolve_addr(cid, r.ai_src_addr, r.ai_dst_addr, 2000) != 0
             || rsnic_rdma_resolve_route(cid, 2000) != 0
-            || (!qp_init_attr.is_null() && rsnic_rdma_create_qp(cid, pd, qp_init_attr) != 0)
+            || (!qp_init_attr.is_null() && {
+                // SAFETY: the program's attributes: the QP type is the
+                // address info's (as librdmacm sets it).
+                unsafe { (*qp_init_attr).qp_type = r.ai_qp_type as ibv_qp_type };
+                rsnic_rdma_create_qp(cid, pd, qp_init_attr) != 0
+            })
         {
             Err(())
         } else {
