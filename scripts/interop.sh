@@ -386,7 +386,9 @@ run_cm() { # ROLE(of rsnic) NAME HOST-SERVER-ARGS... -- GUEST-CLIENT-ARGS... (th
     guest_start "$id" "timeout 50 ${gargs[*]} $NIC_IP"
   else
     guest_start "$id" "timeout 50 ${gargs[*]}"
-    sleep 4
+    # The guest's server listens a few seconds later (TCG): a REQ before
+    # that is rejected (no listener) and the client gives up.
+    sleep 6
     ip netns exec rxe-ns timeout 60 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP -- "${args[@]}" $GUEST_IP >"$W/$id.host" 2>&1 &
     hp=$!
   fi

@@ -215,19 +215,40 @@ pub(crate) extern "C" fn rsnic_rdma_getaddrinfo(
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
     guard(-1, || {
-        if res.is_null() || (node.is_null() && service.is_null()) {
+        if res.is_null() {
             return minus_one(libc::EINVAL);
         }
         // SAFETY: the program's hints, or NULL.
         let h = unsafe { hints.as_ref() };
+        // Without a node and a service the addresses are the hints' own
+        // (libfabric's verbs provider asks so).
+        let hint_dst = h
+            .filter(|h| !h.ai_dst_addr.is_null())
+            .and_then(|h| parse_sockaddr(h.ai_dst_addr).ok());
+        let hint_src_only = h
+            .filter(|h| !h.ai_src_addr.is_null())
+            .and_then(|h| parse_sockaddr(h.ai_src_addr).ok());
+        if node.is_null() && service.is_null() && hint_dst.is_none() && hint_src_only.is_none() {
+            return minus_one(libc::EINVAL);
+        }
         let flags = h.map_or(0, |h| h.ai_flags);
         if h.is_some_and(|h| h.ai_family != 0 && h.ai_family != libc::AF_INET) {
             return libc::EAI_FAMILY;
         }
         let numeric = flags & RAI_NUMERICHOST as c_int != 0;
-        let addr = match lookup(text(node), text(service), numeric) {
-            Ok(a) => a,
-            Err(eai) => return eai,
+        let from_hints = node.is_null() && service.is_null();
+        let addr = if from_hints {
+            let passive = flags & RAI_PASSIVE as c_int != 0;
+            match (passive, hint_src_only, hint_dst) {
+                (true, Some(a), _) | (false, _, Some(a)) => a,
+                (_, Some(a), None) | (_, None, Some(a)) => a,
+                _ => return minus_one(libc::EINVAL),
+            }
+        } else {
+            match lookup(text(node), text(service), numeric) {
+                Ok(a) => a,
+                Err(eai) => return eai,
+            }
         };
         let qp_type = h.map_or(0, |h| h.ai_qp_type);
         let qp_type = if qp_type == 0 {
@@ -256,7 +277,7 @@ pub(crate) extern "C" fn rsnic_rdma_getaddrinfo(
         let hint_src = h
             .filter(|h| !h.ai_src_addr.is_null())
             .and_then(|h| parse_sockaddr(h.ai_src_addr).ok());
-        if flags & RAI_PASSIVE as c_int != 0 {
+        if flags & RAI_PASSIVE as c_int != 0 || (from_hints && hint_dst.is_none()) {
             a.ai_src_addr = alloc_sockaddr(addr);
             a.ai_src_len = len;
         } else {

@@ -29,9 +29,11 @@
 mod addr;
 mod calls;
 mod events;
+mod qp;
 
 pub(crate) use calls::*;
 pub(crate) use events::*;
+pub(crate) use qp::*;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddrV4;
