@@ -17,7 +17,7 @@
 # Then (cm) rdma_cm: rping -v and perftest -R between rsnic (librsnic_verbs.so's
 # librdmacm) and rxe (the kernel's CM), both roles, the CM MADs decoded by tshark.
 #
-# usage: scripts/interop.sh [matrix|lossy|switch|verbs|agree|cm|all|retx]   (default all; retx,
+# usage: scripts/interop.sh [matrix|lossy|switch|verbs|agree|cm|cmtime|all|retx]   (default all; retx,
 #        not in all: the retransmit ratio of --cc none into the guest, RETX_N=2200)
 # env:   INTEROP_MATRIX_OUT=FILE  also write the matrix there (markdown)
 set -uo pipefail
@@ -437,6 +437,27 @@ if [ "$what" = all ] || [ "$what" = cm ]; then
       with_retry run_cm client "ib_read_lat -R" ib_read_lat -R -d rsnic0 -s 64 -n 200 -F -- ib_read_lat -R -d rxe0 -s 64 -n 200 -F -o 16
     fi
   done
+fi
+# Connection set-up time (docs/connection.md; not in `all`): librdmacm's cmtime
+# -c 1, CMTIME_RUNS times (default 15), its "connect" step (rdma_connect to
+# ESTABLISHED: REQ, REP, RTU), rsnic connecting to rxe and rxe to rsnic;
+# prints the medians.
+if [ "$what" = cmtime ]; then
+  n=${CMTIME_RUNS:-15}
+  med() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
+  guest_start ct-srv "for i in \$(seq $n); do timeout 20 cmtime -b $GUEST_IP -c 1 >/dev/null 2>&1; done"
+  sleep 4
+  for i in $(seq "$n"); do
+    ip netns exec rxe-ns timeout 20 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP -- cmtime -s $GUEST_IP -c 1 2>/dev/null | awk '/^connect/ {print $3}'
+    sleep 1
+  done | grep -E '^[0-9.]+$' >"$W/ct.rsnic-to-rxe"
+  $G wait rxe0 ct-srv 120 >/dev/null
+  ip netns exec rxe-ns timeout 300 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP -- bash -c "for i in \$(seq $n); do cmtime -b $NIC_IP -c 1 >/dev/null 2>&1; done" &
+  sp=$!
+  sleep 3
+  $G run rxe0 "for i in \$(seq $n); do timeout 20 cmtime -s $NIC_IP -c 1 2>/dev/null | awk '/^connect/ {print \$3}'; sleep 1; done" 300 | grep -E '^[0-9.]+$' >"$W/ct.rxe-to-rsnic"
+  wait $sp
+  echo "interop: cmtime connect (ms, median of $n): rsnic -> rxe $(med <"$W/ct.rsnic-to-rxe") ($(tr '\n' ' ' <"$W/ct.rsnic-to-rxe")); rxe -> rsnic $(med <"$W/ct.rxe-to-rsnic") ($(tr '\n' ' ' <"$W/ct.rxe-to-rsnic"))"
 fi
 if [ "$what" = all ] || [ "$what" = lossy ]; then
   # 1 % loss on both bridge ports, so both directions lose frames: tc netem

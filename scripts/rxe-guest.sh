@@ -195,7 +195,7 @@ build_locked() {
   progs="/usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_bw /usr/bin/ib_write_lat
          /usr/bin/ib_read_lat /usr/bin/ib_send_lat /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong
          /usr/bin/ibv_uc_pingpong /usr/bin/ibv_ud_pingpong /usr/bin/ibv_srq_pingpong
-         /usr/bin/rdma /sbin/ip /bin/ip /usr/bin/rping"
+         /usr/bin/rdma /sbin/ip /bin/ip /usr/bin/rping /usr/bin/cmtime"
   libs=$(ldd "$R/usr/bin/verbs_agree" | awk '/=>/{print $3} /ld-linux/{print $1}')
   for p in $progs; do
     [ -e "$p" ] || continue
