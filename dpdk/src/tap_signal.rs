@@ -24,6 +24,8 @@ use std::os::fd::RawFd;
 
 /// fcntl(2) `F_SETOWN_EX` (glibc's `bits/fcntl-linux.h`; not in `libc`).
 const F_SETOWN_EX: libc::c_int = 15;
+/// fcntl(2) `F_GETSIG` (not in `libc` for this target).
+const F_GETSIG: libc::c_int = 11;
 /// fcntl(2) `F_GETOWN_EX`.
 const F_GETOWN_EX: libc::c_int = 16;
 /// `f_owner_ex.type`: one thread.
@@ -64,6 +66,10 @@ impl TapSignalRoute {
                 && set_owner(fd, F_OWNER_TID, tid)
             {
                 routed += 1;
+                // This thread may block every other signal (a library's
+                // threads must never run the program's handlers): the
+                // PMD's own must still reach it.
+                unblock_here(fd_signal(fd));
             }
         }
         tracing::debug!(routed, tid, "TAP RX signals routed to this thread");
@@ -100,6 +106,26 @@ fn tun_fds() -> Vec<RawFd> {
         (fl >= 0 && fl & libc::O_ASYNC != 0).then_some(fd)
     })
     .collect()
+}
+
+/// The signal a descriptor raises (`F_GETSIG`; 0 means SIGIO).
+fn fd_signal(fd: RawFd) -> libc::c_int {
+    // SAFETY: F_GETSIG takes no argument.
+    match unsafe { libc::fcntl(fd, F_GETSIG) } {
+        s if s > 0 => s,
+        _ => libc::SIGIO,
+    }
+}
+
+/// Unblocks one signal on the calling thread.
+fn unblock_here(sig: libc::c_int) {
+    // SAFETY: a local sigset, filled by sigemptyset/sigaddset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 /// The descriptor's signal owner (`F_GETOWN_EX`).

@@ -25,6 +25,16 @@ use nic::verbs::Device;
 
 use crate::config::Config;
 
+/// Blocks every signal on the calling thread (a thread of ours).
+fn block_all_signals() {
+    // SAFETY: a local sigset filled by sigfillset.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
+}
+
 /// The running device of this process.
 pub struct Backend {
     /// The rsnic device (its engine thread runs until the process exits).
@@ -51,7 +61,16 @@ impl Backend {
                 // program's threads and their CPU sets untouched.
                 std::thread::Builder::new()
                     .name("rsnic-start".into())
-                    .spawn(move || Self::start(cfg))
+                    .spawn(move || {
+                        // Every thread the device starts (DPDK's interrupt
+                        // thread, the engine's) inherits this mask: none of
+                        // them may take a signal meant for the program (an
+                        // alarm that must interrupt the program's own wait,
+                        // qperf's). The engine's thread unblocks only the TAP
+                        // PMD's signal, routed to it (dpdk::TapSignalRoute).
+                        block_all_signals();
+                        Self::start(cfg)
+                    })
                     .map_err(|e| format!("cannot start a thread: {e}"))?
                     .join()
                     .map_err(|_| "the start-up thread panicked".to_string())?

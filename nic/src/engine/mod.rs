@@ -203,6 +203,8 @@ pub struct Engine {
     /// Async events, the link state, slots of destroyed QPs (lifecycle.rs).
     life: lifecycle::Lifecycle,
     qps: Vec<Option<Box<QpSlot>>>,
+    /// Where the search for a free QP slot starts (round robin).
+    next_qp_slot: usize,
     /// Indices of connected QPs (whose counters are published).
     connected: Vec<usize>,
     /// QPs holding completions that a full CQ could not take, retried every
@@ -361,6 +363,7 @@ impl Engine {
             ahs: Vec::new(),
             life: lifecycle::Lifecycle::new(),
             qps: (0..MAX_QPS).map(|_| None).collect(),
+            next_qp_slot: 0,
             connected: Vec::with_capacity(MAX_QPS),
             cq_waiting: Vec::with_capacity(MAX_QPS),
             sched: Scheduler::new(MAX_QPS as u32, PACING_BURST_BYTES, MAX_QPS)

@@ -396,11 +396,16 @@ impl Engine {
                 return Err(EngineError::NoSuchSrq(k));
             }
         }
-        let i = self
-            .qps
-            .iter()
-            .position(Option::is_none)
+        // Round robin from the slot after the last one taken, as rxe's pool
+        // allocates: a destroyed QP's number comes back last, so a peer's CM
+        // that still remembers the old connection (timewait) does not take a
+        // new REQ from it for a stale one (REJ 10).
+        let n = self.qps.len();
+        let i = (0..n)
+            .map(|k| (self.next_qp_slot + k) % n)
+            .find(|&i| self.qps[i].is_none())
             .ok_or(EngineError::TooManyQps)?;
+        self.next_qp_slot = (i + 1) % n;
         let psn = self.next_psn();
         let path = PathConfig {
             line_rate_bps: self.line_rate_bps,

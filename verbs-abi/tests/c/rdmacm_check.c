@@ -19,7 +19,10 @@
  * the connected QPs, rdma_disconnect (DISCONNECTED on both sides); a
  * rejected request (REJECTED, status 28, the private data); UD over SIDR
  * (udaddy's flow: CONNECT_REQUEST, ESTABLISHED with the QPN and Q_Key, a
- * datagram); rdma_destroy_id of everything. Exits 0 only if every check
+ * datagram); rdma_destroy_id of everything; every thread the library
+ * started (the engine's, DPDK's, the CM's) blocks the program's signals, so an
+ * alarm meant to interrupt the program's own wait reaches the program's
+ * thread (qperf stops its tests so). Exits 0 only if every check
  * passed; prints one line per check.
  */
 #include <errno.h>
@@ -31,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <signal.h>
 
 static int failures;
 
@@ -108,6 +113,52 @@ static int one_wc(struct ibv_cq *cq, struct ibv_wc *wc)
 			return n;
 	}
 	return 0;
+}
+
+/* Threads of this process not started by the program (rsnic-*, eal-*) that
+ * leave one of SIGALRM, SIGINT, SIGTERM, SIGUSR1 unblocked: their count. */
+static int library_threads_taking_signals(int *seen)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int bad = 0;
+
+	*seen = 0;
+	while (d && (e = readdir(d))) {
+		char path[300], comm[64] = "", line[256];
+		unsigned long long blk = 0;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		if ((f = fopen(path, "r"))) {
+			if (!fgets(comm, sizeof comm, f))
+				comm[0] = 0;
+			comm[strcspn(comm, "\n")] = 0;
+			fclose(f);
+		}
+		if (strncmp(comm, "rsnic-", 6) && strncmp(comm, "eal-", 4))
+			continue;
+		(*seen)++;
+		snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+		if ((f = fopen(path, "r"))) {
+			while (fgets(line, sizeof line, f))
+				if (sscanf(line, "SigBlk: %llx", &blk) == 1)
+					break;
+			fclose(f);
+		}
+		int sigs[] = { SIGALRM, SIGINT, SIGTERM, SIGUSR1 };
+		for (unsigned i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+			if (!(blk & (1ULL << (sigs[i] - 1)))) {
+				printf("     %s leaves signal %d unblocked\n", comm, sigs[i]);
+				bad++;
+				break;
+			}
+	}
+	if (d)
+		closedir(d);
+	return bad;
 }
 
 int main(int argc, char **argv)
@@ -341,6 +392,8 @@ int main(int argc, char **argv)
 	rdma_destroy_qp(us);
 	CHECK(rdma_destroy_id(us) == 0 && rdma_destroy_id(uc) == 0 && rdma_destroy_id(ul) == 0,
 	      "rdma_destroy_id (UD)");
+	int seen, untouched = library_threads_taking_signals(&seen);
+	CHECK(seen >= 2 && untouched == 0, "the library's %d threads block the program's signals (%d do not)", seen, untouched);
 	rdma_destroy_event_channel(ch);
 	printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
 	return failures != 0;
