@@ -668,3 +668,125 @@ fn a_vanished_peer_ends_an_sr_qp_with_retry_exceeded() {
     );
     assert!(a.qp.sr_counters().unwrap().sr_timeouts >= 8);
 }
+
+/// The PSN of a packet.
+fn psn_of(p: &TxPacket) -> u32 {
+    p.repr.bth.psn
+}
+
+/// A READ of 12 responses: B has sent 4 when A, which lost the 3rd, re-requests it:
+/// the replay goes out before the 8 responses still queued (IRN sends
+/// retransmissions first), so A's READ waits for the hole alone, not for the rest of
+/// the READ and then a round trip.
+#[test]
+fn a_re_requested_read_run_goes_before_the_responses_queued_behind_it() {
+    let (mut a, mut b) = pair_modes(LossRecovery::Sr, LossRecovery::Sr, 40, 1);
+    let d = fill(&mut b, B_BASE + 0x8000, 12 * PMTU as usize, 7);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    let op = SendOp::Read {
+        remote_va: B_BASE + 0x8000,
+        rkey: bk,
+    };
+    a.qp.post_send(wr(1, op, A_BASE + 0x4000, d.len() as u32, ak), &a.mrs)
+        .unwrap();
+    let req = a.qp.poll_tx(0).unwrap();
+    deliver(&a, &req, &mut b);
+    let first: Vec<TxPacket> = (0..4).map(|_| b.qp.poll_tx(0).unwrap()).collect();
+    for (i, p) in first.iter().enumerate() {
+        if i != 2 {
+            deliver(&b, p, &mut a);
+        }
+    }
+    let rereq = a.qp.poll_tx(0).expect("the hole re-requested");
+    assert_eq!(psn_of(&rereq), 40 + 2);
+    assert_eq!(rereq.repr.reth.unwrap().dma_len, PMTU);
+    deliver(&a, &rereq, &mut b);
+    let next = b.qp.poll_tx(0).unwrap();
+    assert_eq!(psn_of(&next), 40 + 2, "the replay first, then the rest");
+    deliver(&b, &next, &mut a);
+    let mut rest = vec![];
+    while let Some(p) = b.qp.poll_tx(0) {
+        rest.push(psn_of(&p));
+        deliver(&b, &p, &mut a);
+    }
+    assert_eq!(rest, (4..12).map(|i| 40 + i).collect::<Vec<_>>());
+    assert_eq!(a.cq.len(), 1);
+    assert_eq!(a.cq[0].status, WcStatus::Success);
+    assert_eq!(a.mem.read(A_BASE + 0x4000, d.len()), &d[..]);
+}
+
+/// A whole READ asked again (the requester's timer fired before its first response
+/// came: a stalled host) while B is sending it: B replays it once from the start,
+/// not the rest of the original and then all of it again.
+#[test]
+fn a_whole_read_asked_again_while_it_is_sent_is_replayed_once() {
+    for m in [LossRecovery::Sr, LossRecovery::Gbn] {
+        let (mut a, mut b) = pair_modes(m, m, 40, 1);
+        let d = fill(&mut b, B_BASE + 0x8000, 12 * PMTU as usize, 8);
+        let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+        let op = SendOp::Read {
+            remote_va: B_BASE + 0x8000,
+            rkey: bk,
+        };
+        a.qp.post_send(wr(1, op, A_BASE + 0x4000, d.len() as u32, ak), &a.mrs)
+            .unwrap();
+        let req = a.qp.poll_tx(0).unwrap();
+        deliver(&a, &req, &mut b);
+        let early: Vec<TxPacket> = (0..4).map(|_| b.qp.poll_tx(0).unwrap()).collect();
+        deliver(&a, &req, &mut b);
+        let mut sent = vec![];
+        while let Some(p) = b.qp.poll_tx(0) {
+            sent.push(psn_of(&p));
+            deliver(&b, &p, &mut a);
+        }
+        assert_eq!(sent, (0..12).map(|i| 40 + i).collect::<Vec<_>>(), "{m}");
+        drop(early);
+        assert_eq!(a.cq.len(), 1, "{m}");
+        assert_eq!(a.mem.read(A_BASE + 0x4000, d.len()), &d[..]);
+    }
+}
+
+/// The cap on PSNs in flight (IRN's BDP-FC) counts what is still in the network: a
+/// hole at the oldest PSN, with everything after it reported placed, does not stop
+/// new packets for the round trip its resend takes.
+#[test]
+fn a_hole_at_the_oldest_psn_does_not_stop_new_packets_at_the_cap() {
+    let (mut a, mut b) = pair_modes(LossRecovery::Sr, LossRecovery::Sr, 40, 1);
+    a.qp.set_sr_params(SrParams {
+        bdp_pkts: 8,
+        rto_low_ns: 20_000,
+        rto_high_ns: 30_000,
+        low_pkts: 3,
+    })
+    .unwrap();
+    let d = fill(&mut a, A_BASE, 32 * PMTU as usize, 5);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    let op = SendOp::Write {
+        remote_va: B_BASE,
+        rkey: bk,
+    };
+    a.qp.post_send(wr(1, op, A_BASE, d.len() as u32, ak), &a.mrs)
+        .unwrap();
+    let mut burst = vec![];
+    while let Some(p) = a.qp.poll_tx(0) {
+        burst.push(p);
+    }
+    assert_eq!(burst.len(), 8, "the cap");
+    for p in &burst[1..] {
+        deliver(&a, p, &mut b);
+    }
+    while let Some(p) = b.qp.poll_tx(0) {
+        deliver(&b, &p, &mut a);
+    }
+    // The hole first, then new packets: 1 PSN of 9 is in the network.
+    let mut next = vec![];
+    while let Some(p) = a.qp.poll_tx(0) {
+        next.push(psn_of(&p));
+    }
+    assert_eq!(next.first(), Some(&40), "the hole resent");
+    assert_eq!(
+        next[1..],
+        (8..15).map(|i| 40 + i).collect::<Vec<_>>()[..],
+        "7 new PSNs while the hole is on its way"
+    );
+}

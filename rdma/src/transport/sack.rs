@@ -233,6 +233,9 @@ pub(crate) struct SrState {
     /// request the responder reported placed, a READ response or ATOMIC ACK
     /// received).
     pub done: PsnBitmap,
+    /// Requester: how many PSNs [`Self::done`] marks (all of them past the
+    /// oldest unacknowledged PSN): what the cap on PSNs in flight leaves out.
+    pub done_ahead: u32,
     /// Requester: the responder's expected PSN as last heard (every request before
     /// it was executed in order).
     pub cum: u32,
@@ -283,6 +286,7 @@ impl SrState {
             counters: SrCounters::default(),
             arrived: PsnBitmap::default(),
             done: PsnBitmap::default(),
+            done_ahead: 0,
             cum: sq_psn,
             hi: sq_psn,
             resend_from: sq_psn,
@@ -340,12 +344,24 @@ impl PsnBitmap {
         was
     }
 
-    /// Clears the `n` PSNs from `from` (all of them when `n >= WINDOW`).
-    pub fn clear_span(&mut self, from: u32, n: u32) {
+    /// Marks PSN `p`; whether it was not marked before.
+    #[inline]
+    pub fn insert(&mut self, p: u32) -> bool {
+        let (w, b) = Self::at(p);
+        let new = self.words[w] & b == 0;
+        self.words[w] |= b;
+        new
+    }
+
+    /// Clears the `n` PSNs from `from` (all of them when `n >= WINDOW`); how many
+    /// of them were marked.
+    pub fn clear_span(&mut self, from: u32, n: u32) -> u32 {
         if n >= WINDOW {
+            let was = self.words.iter().map(|w| w.count_ones()).sum();
             self.words = [0; (WINDOW / 64) as usize];
-            return;
+            return was;
         }
+        let mut was = 0;
         let mut p = from;
         let mut left = n;
         while left > 0 {
@@ -357,10 +373,12 @@ impl PsnBitmap {
             } else {
                 ((1u64 << take) - 1) << bit
             };
+            was += (self.words[(i / 64) as usize] & mask).count_ones();
             self.words[(i / 64) as usize] &= !mask;
             left -= take;
             p = psn::add(p, take);
         }
+        was
     }
 
     /// Clears everything.
@@ -460,17 +478,16 @@ mod tests {
             let off = (r % u64::from(WINDOW)) as u32;
             let p = psn::add(base, off);
             match r >> 60 {
-                0..=7 => {
+                0..=3 => {
                     b.set(p);
                     model.insert(p);
                 }
+                4..=7 => assert_eq!(b.insert(p), model.insert(p)),
                 8..=11 => assert_eq!(b.take(p), model.remove(&p)),
                 _ => {
                     let n = (r >> 32) as u32 % 300;
-                    b.clear_span(base, n);
-                    for k in 0..n {
-                        model.remove(&psn::add(base, k));
-                    }
+                    let was = (0..n).filter(|k| model.remove(&psn::add(base, *k))).count();
+                    assert_eq!(b.clear_span(base, n) as usize, was);
                     base = psn::add(base, n);
                 }
             }
@@ -490,7 +507,7 @@ mod tests {
                 .find(|q| !model.contains(q));
             assert_eq!(b.find(probe, lim, false), want_clear);
         }
-        b.clear_span(0, WINDOW);
+        assert_eq!(b.clear_span(0, WINDOW) as usize, model.len());
         assert_eq!(b.find(0, WINDOW, true), None);
     }
 }

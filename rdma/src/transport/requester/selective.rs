@@ -56,10 +56,16 @@ impl Requester {
         }
     }
 
-    /// Whether the cursor's next packet keeps the PSNs in flight (from `una` to past
-    /// it, a READ's whole response range) within `cap` and the bitmaps' window (IRN's
-    /// BDP-FC); one may always go when nothing is in flight.
-    pub(in crate::transport) fn within_cap(&self, una: u32, cap: u32) -> bool {
+    /// Whether the cursor's next packet keeps the PSNs in flight within `cap` (IRN's
+    /// BDP-FC, §3.2) and the PSNs from `una` to past it (a READ's whole response
+    /// range) within the bitmaps' window; one may always go when nothing is in
+    /// flight. In flight are the PSNs from `una` on that are not `done` (`done_ahead`
+    /// of them are: reported placed, a READ response received), as RFC 6675's "pipe"
+    /// counts what a SACK reports out of the network: IRN counts from the
+    /// cumulative ACK, so with the cap at the BDP a hole at `una` stops new packets
+    /// for the round trip its resend takes, which loss after loss halves the goodput
+    /// (docs/reliability.md).
+    pub(in crate::transport) fn within_cap(&self, una: u32, done_ahead: u32, cap: u32) -> bool {
         if una == self.sent_hi {
             return true;
         }
@@ -73,6 +79,7 @@ impl Requester {
         } else {
             psn::add(self.next_psn, 1)
         };
-        psn::sub(end, una) <= cap.min(WINDOW)
+        let span = psn::sub(end, una);
+        span <= WINDOW && span.saturating_sub(done_ahead) <= cap
     }
 }
