@@ -790,3 +790,50 @@ fn a_hole_at_the_oldest_psn_does_not_stop_new_packets_at_the_cap() {
         "7 new PSNs while the hole is on its way"
     );
 }
+
+/// A READ request counts as one packet against the cap when it goes (its responses
+/// follow the earlier ones at the responder): with a cap of 8 and READs of 12
+/// responses, the second READ goes once 7 PSNs are still in flight, not only once the
+/// first READ has ended.
+#[test]
+fn a_read_goes_once_what_is_before_it_fits_the_cap() {
+    let (mut a, mut b) = pair_modes(LossRecovery::Sr, LossRecovery::Sr, 40, 1);
+    a.qp.set_sr_params(SrParams {
+        bdp_pkts: 8,
+        rto_low_ns: 20_000,
+        rto_high_ns: 30_000,
+        low_pkts: 3,
+    })
+    .unwrap();
+    let len = 12 * PMTU;
+    let d = fill(&mut b, B_BASE + 0x8000, 2 * len as usize, 6);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    for k in 0..2u64 {
+        let op = SendOp::Read {
+            remote_va: B_BASE + 0x8000 + k * u64::from(len),
+            rkey: bk,
+        };
+        let to = A_BASE + 0x4000 + k * u64::from(len);
+        a.qp.post_send(wr(k, op, to, len, ak), &a.mrs).unwrap();
+    }
+    let r1 = a.qp.poll_tx(0).unwrap();
+    assert!(a.qp.poll_tx(0).is_none(), "12 PSNs in flight, cap 8");
+    deliver(&a, &r1, &mut b);
+    for _ in 0..4 {
+        let p = b.qp.poll_tx(0).unwrap();
+        deliver(&b, &p, &mut a);
+    }
+    assert!(a.qp.poll_tx(0).is_none(), "8 in flight and the request");
+    let p = b.qp.poll_tx(0).unwrap();
+    deliver(&b, &p, &mut a);
+    let r2 =
+        a.qp.poll_tx(0)
+            .expect("7 in flight and the request: the second READ");
+    assert_eq!(psn_of(&r2), 40 + 12);
+    deliver(&a, &r2, &mut b);
+    while let Some(p) = b.qp.poll_tx(0) {
+        deliver(&b, &p, &mut a);
+    }
+    assert_eq!(a.cq.len(), 2);
+    assert_eq!(a.mem.read(A_BASE + 0x4000, d.len()), &d[..]);
+}
