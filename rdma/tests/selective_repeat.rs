@@ -837,3 +837,55 @@ fn a_read_goes_once_what_is_before_it_fits_the_cap() {
     assert_eq!(a.cq.len(), 2);
     assert_eq!(a.mem.read(A_BASE + 0x4000, d.len()), &d[..]);
 }
+
+/// A resent hole that is lost again, once everything after it was reported: the hole
+/// is all that is in flight, and the timer that sends it again is RTO_low (IRN §3.1),
+/// not RTO_high, which counted every PSN from the oldest unacknowledged one.
+#[test]
+fn a_lost_resend_with_nothing_else_in_flight_waits_rto_low() {
+    let base = QpConfig {
+        pmtu: PMTU,
+        timeout_ns: 50_000_000,
+        loss_recovery: LossRecovery::Sr,
+        ..Default::default()
+    };
+    let (mut a, mut b) = pair_from(base, 40, 1);
+    a.qp.set_sr_params(SrParams {
+        bdp_pkts: 64,
+        rto_low_ns: 20_000,
+        rto_high_ns: 1_000_000,
+        low_pkts: 3,
+    })
+    .unwrap();
+    let d = fill(&mut b, B_BASE + 0x8000, 12 * PMTU as usize, 6);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    let op = SendOp::Read {
+        remote_va: B_BASE + 0x8000,
+        rkey: bk,
+    };
+    a.qp.post_send(wr(1, op, A_BASE + 0x4000, d.len() as u32, ak), &a.mrs)
+        .unwrap();
+    let req = a.qp.poll_tx(1_000).unwrap();
+    deliver_at(&a, &req, &mut b, 2_000);
+    // Every response but the 3rd arrives; the re-request of the 3rd is lost.
+    let mut k = 0;
+    while let Some(p) = b.qp.poll_tx(3_000) {
+        if k != 2 {
+            deliver_at(&b, &p, &mut a, 4_000);
+        }
+        k += 1;
+    }
+    let lost = a.qp.poll_tx(5_000).expect("the hole re-requested");
+    assert_eq!(psn_of(&lost), 40 + 2);
+    assert!(a.qp.poll_tx(5_000).is_none());
+    assert_eq!(a.qp.next_timer(), Some(4_000 + 20_000), "RTO_low");
+    a.qp.on_timer(24_000);
+    let again = a.qp.poll_tx(24_000).expect("asked again");
+    assert_eq!(psn_of(&again), 40 + 2);
+    deliver_at(&a, &again, &mut b, 25_000);
+    while let Some(p) = b.qp.poll_tx(26_000) {
+        deliver_at(&b, &p, &mut a, 27_000);
+    }
+    assert_eq!(a.cq.len(), 1);
+    assert_eq!(a.mem.read(A_BASE + 0x4000, d.len()), &d[..]);
+}

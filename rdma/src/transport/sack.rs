@@ -265,12 +265,19 @@ pub(crate) struct SrState {
 }
 
 impl SrState {
-    /// When the RTO_low / RTO_high timer fires, with PSNs `una` to `sent_hi` in
-    /// flight: IRN's RTO_low while at most N are, RTO_high otherwise (so a timer
-    /// started by the first packet of a burst takes the burst's timeout).
+    /// When the RTO_low / RTO_high timer fires, with PSNs `una` to `sent_hi` sent:
+    /// IRN's RTO_low while at most N packets are in flight (§3.1: nothing sent after
+    /// them will reveal their loss), RTO_high otherwise (so a timer started by the
+    /// first packet of a burst takes the burst's timeout). In flight as the cap
+    /// counts them ([`Self::done_ahead`] left out): once everything after a resent
+    /// hole has been reported, the hole is all that is in flight, and a resend that
+    /// was lost too waits RTO_low, not RTO_high (a program that waits for the
+    /// hole's completion before it posts more sends nothing that would start the
+    /// next round).
     pub fn deadline(&self, una: u32, sent_hi: u32) -> Option<u64> {
         let t = self.armed_at?;
-        let rto = if psn::sub(sent_hi, una) <= self.params.low_pkts {
+        let in_flight = psn::sub(sent_hi, una).saturating_sub(self.done_ahead);
+        let rto = if in_flight <= self.params.low_pkts {
             self.params.rto_low_ns
         } else {
             self.params.rto_high_ns
