@@ -50,7 +50,9 @@
 //! Everything else is an ordinary ACKNOWLEDGE (ICRC included), so tshark and scapy
 //! decode it, as a NAK with a reserved code. A standard requester (rxe's
 //! `check_ack`, hardware) takes a reserved NAK code as a fatal error, so a responder
-//! sends one only on a QP configured `sr` on both ends, and never after the QP fell
+//! sends one only on a QP in `sr`, which the NIC makes only with a peer known to be
+//! an rsnic QP in `sr` too (negotiated by the IB CM, `crate::cm::ext`, or told by an
+//! exchange between two rsnic programs; docs/reliability.md), and never after the QP fell
 //! back to go-back-N: a requester in `sr` that hears a PSN sequence error NAK (a NAK
 //! with no selective part) knows that the peer's responder does go-back-N, and the
 //! QP falls back ([`SrCounters::fallbacks`]): the bitmap is forgotten, the requester
