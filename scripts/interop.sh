@@ -459,9 +459,11 @@ table netdev rsnic_loss {
 }
 NFT
   fi
-  ip netns exec rxe-ns dumpcap -q -i rsnic-tap0 -f 'udp port 4791' -w "$W/sr.pcapng" >/dev/null 2>&1 &
+  # On the bridge, which lives as long as the namespace (the TAP PMD may recreate
+  # rsnic-tap0 under a capture); rsnic's frames cross it to reach the guest.
+  ip netns exec rxe-ns dumpcap -q -i rxe-br0 -f 'udp port 4791' -w "$W/sr.pcapng" >"$W/sr.dumpcap" 2>&1 &
   capture=$!
-  sleep 1
+  for _ in $(seq 50); do [ -s "$W/sr.pcapng" ] && break; sleep 0.2; done
   # rsnic receives the WRITEs (its responder would send selective ACKs), then
   # rsnic READs (its requester would re-request runs).
   host_pre_saved=("${host_pre[@]}")
@@ -503,6 +505,8 @@ NFT
   else
     fails=$((fails + 1))
     echo "interop: sr: FAIL: $sacks selective ACKs in $frames frames from rsnic"
+    sed 's/^/    dumpcap: /' "$W/sr.dumpcap" | tail -4
+    ls -l "$W/sr.pcapng" 2>&1 | sed 's/^/    /'
     rows+=("| sr: rsnic's frames to rxe under 1 % loss | - | - | - | **fail** | $sacks SACKs in $frames frames |")
   fi
 fi
