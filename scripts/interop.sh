@@ -14,14 +14,15 @@
 # host run unmodified on rsnic through librsnic_verbs.so (rsnic-exec, issue
 # 22) against the same binaries on rxe in the guest, both roles.
 #
-# Then (cm) rsnic's IB CM against the kernel's: a REQ to perftest's rdma_cm server.
+# Then (cm) rdma_cm: rping -v and perftest -R between rsnic (librsnic_verbs.so's
+# librdmacm) and rxe (the kernel's CM), both roles, the CM MADs decoded by tshark.
 #
 # Then (sr) selective repeat configured on rsnic (issue 43) with 1 % loss both
 # ways: roce-perf --loss-recovery sr, perftest under rsnic-exec --loss-recovery sr
 # and the CM with a QP that wants sr, each against rxe: every run passes, the QPs
 # run go-back-N, and no frame rsnic sends carries a selective ACK.
 #
-# usage: scripts/interop.sh [matrix|lossy|switch|verbs|agree|cm|sr|all|retx]   (default all; retx,
+# usage: scripts/interop.sh [matrix|lossy|switch|verbs|agree|cm|cmtime|sr|all|retx]   (default all; retx,
 #        not in all: the retransmit ratio of --cc none into the guest, RETX_N=2200)
 # env:   INTEROP_MATRIX_OUT=FILE  also write the matrix there (markdown)
 set -uo pipefail
@@ -367,47 +368,101 @@ if [ "$what" = all ] || [ "$what" = agree ]; then
     rows+=("| verbs_agree.c on rsnic and on rxe | - | - | - | **fail** | see the log |")
   fi
 fi
-# The IB CM on QP 1 against the Linux kernel's (issue 41): perftest's rdma_cm
-# server (ib_write_bw -R) on rxe takes rsnic's REQ (rdma_cm's cma_hdr, the TCP
-# port space's service ID) for one of its own and replies; rsnic connects its QP
-# from the REP and sends the RTU (nic/examples/cm_connect.rs). Linux sends no DREP
-# before its application disconnects, so the release is not part of the check.
+# rdma_cm against the Linux kernel's (issue 41): Debian's unmodified rping
+# (data verified with -v) and perftest's -R, on rsnic through
+# librsnic_verbs.so's librdmacm and on rxe through the real librdmacm and the
+# kernel's CM, rsnic as server and as client. The CM MADs are captured on
+# rsnic's TAP and tshark must decode each without a malformed field.
+run_cm() { # ROLE(of rsnic) NAME HOST-SERVER-ARGS... -- GUEST-CLIENT-ARGS... (the other role swaps addresses)
+  local role=$1 name=$2 id why="" t0=$SECONDS
+  shift 2
+  local args=() gargs=()
+  while [ "$1" != -- ]; do args+=("$1"); shift; done
+  shift
+  gargs=("$@")
+  id=cm-${name// /_}-$role
+  ip netns exec rxe-ns dumpcap -q -i rsnic-tap0 -f 'udp port 4791' -w "$W/$id.pcapng" >/dev/null 2>&1 &
+  local cap=$! hp
+  sleep 0.5
+  if [ "$role" = server ]; then
+    ip netns exec rxe-ns timeout 60 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP -- "${args[@]}" >"$W/$id.host" 2>&1 &
+    hp=$!
+    sleep 3
+    guest_start "$id" "timeout 50 ${gargs[*]} $NIC_IP"
+  else
+    guest_start "$id" "timeout 50 ${gargs[*]}"
+    # The guest's server listens a few seconds later (TCG): a REQ before
+    # that is rejected (no listener) and the client gives up.
+    sleep 6
+    ip netns exec rxe-ns timeout 60 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP -- "${args[@]}" $GUEST_IP >"$W/$id.host" 2>&1 &
+    hp=$!
+  fi
+  wait $hp; local hrc=$?
+  $G wait rxe0 "$id" 60 >"$W/$id.guest"; local grc=$?
+  kill $cap 2>/dev/null; wait $cap 2>/dev/null
+  mkdir -p target/interop-cm && cp "$W/$id".* target/interop-cm/ 2>/dev/null
+  local mads bad check
+  mads=$(tshark -r "$W/$id.pcapng" -Y 'infiniband.mad.mgmtclass == 7' -T fields -e infiniband.mad.attributeid 2>/dev/null | sort | uniq -c | awk '{printf "%s%sx%s", sep, $1, $2; sep=" "}')
+  bad=$(tshark -r "$W/$id.pcapng" -Y 'infiniband.mad.mgmtclass == 7 && _ws.malformed' 2>/dev/null | wc -l)
+  case $name in
+    rping*) check='ping data: rdma-ping-' ;;
+    *) check='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+' ;;
+  esac
+  [ $hrc = 0 ] || why="$why rsnic rc=$hrc: $(tail -1 "$W/$id.host")"
+  [ $grc = 0 ] || why="$why rxe rc=$grc: $(tail -1 "$W/$id.guest")"
+  # Both ends print their result, but ib_read_lat's server (perftest).
+  case $name in
+    ib_read_lat*) if [ "$role" = server ]; then grep -qE "$check" "$W/$id.guest" || why="$why no result on rxe"
+      else grep -qE "$check" "$W/$id.host" || why="$why no result on rsnic"; fi ;;
+    *) grep -qE "$check" "$W/$id.host" || why="$why no result on rsnic"
+      grep -qE "$check" "$W/$id.guest" || why="$why no result on rxe" ;;
+  esac
+  [ -n "$mads" ] || why="$why no CM MAD captured"
+  [ "$bad" = 0 ] || why="$why $bad malformed CM MADs"
+  if [ -z "$why" ]; then
+    printf 'interop: rdma_cm %-22s rsnic %-6s ok   MADs %s (%s s)\n' "$name" "$role" "$mads" "$((SECONDS - t0))"
+    rows+=("| rdma_cm: $name | rsnic $role | - | - | pass | MADs (attr id) $mads |")
+  else
+    fails=$((fails + 1))
+    printf 'interop: rdma_cm %-22s rsnic %-6s FAIL %s\n' "$name" "$role" "$why"
+    rows+=("| rdma_cm: $name | rsnic $role | - | - | **fail** | ${why:0:80} |")
+    tail -4 "$W/$id.host" | sed 's/^/    host: /'
+    tail -4 "$W/$id.guest" | sed 's/^/    guest: /'
+  fi
+}
 if [ "$what" = all ] || [ "$what" = cm ]; then
-  [ -x target/release/examples/cm_connect ] || cargo build --release -q -p nic --example cm_connect
-  $G start rxe0 cmsrv "timeout 8 ib_write_bw -R -d rxe0 -p 18516 -n 5 >/dev/null 2>&1; true"
-  sleep 2
-  ip netns exec rxe-ns timeout 30 target/release/examples/cm_connect --dev net_tap0,iface=rsnic-tap0 \
-    --ip $NIC_IP --peer $GUEST_IP --port 18516 --pcap "$W/cm.pcapng" >"$W/cm.out" 2>&1
-  crc=$?
-  $G wait rxe0 cmsrv 30 >/dev/null
-  mads=$(tshark -r "$W/cm.pcapng" -Y 'infiniband.mad.mgmtclass == 7' -T fields -e infiniband.mad.attributeid 2>/dev/null | tr '\n' ' ')
-  if [ $crc = 0 ] && grep -q 'established' "$W/cm.out"; then
-    echo "interop: CM: rsnic's REQ accepted by rxe's rdma_cm listener, REP taken, RTU sent (MADs: $mads)"
-    rows+=("| IB CM: rsnic REQ -> rxe rdma_cm (ib_write_bw -R) | - | - | - | pass | REQ/REP/RTU |")
-  else
-    fails=$((fails + 1))
-    echo "interop: CM: FAIL (rc $crc; MADs: $mads)"
-    sed 's/^/    /' "$W/cm.out" | grep -v '^    \(tap_\|qdisc\|eth_dev_tap\)' | tail -8
-    rows+=("| IB CM: rsnic REQ -> rxe rdma_cm (ib_write_bw -R) | - | - | - | **fail** | see the log |")
-  fi
-  # The other way: perftest's rdma_cm client on rxe connects to rsnic's listener.
-  ip netns exec rxe-ns timeout 30 target/release/examples/cm_connect --dev net_tap0,iface=rsnic-tap0 \
-    --ip $NIC_IP --listen --port 18517 --pcap "$W/cm2.pcapng" >"$W/cm2.out" 2>&1 &
-  lpid=$!
-  sleep 2
-  $G run rxe0 "timeout 8 ib_write_bw -R -d rxe0 -p 18517 -n 5 $NIC_IP >/dev/null 2>&1; true" 30 >/dev/null
-  wait $lpid
-  crc=$?
-  mads=$(tshark -r "$W/cm2.pcapng" -Y 'infiniband.mad.mgmtclass == 7' -T fields -e infiniband.mad.attributeid 2>/dev/null | tr '\n' ' ')
-  if [ $crc = 0 ] && grep -q 'established' "$W/cm2.out"; then
-    echo "interop: CM: rxe's rdma_cm REQ accepted by rsnic's listener, REP taken by Linux, its RTU received (MADs: $mads)"
-    rows+=("| IB CM: rxe rdma_cm (ib_write_bw -R) -> rsnic listener | - | - | - | pass | REQ/REP/RTU |")
-  else
-    fails=$((fails + 1))
-    echo "interop: CM (rsnic listening): FAIL (rc $crc; MADs: $mads)"
-    sed 's/^/    /' "$W/cm2.out" | grep -v '^    \(tap_\|qdisc\|eth_dev_tap\)' | tail -8
-    rows+=("| IB CM: rxe rdma_cm (ib_write_bw -R) -> rsnic listener | - | - | - | **fail** | see the log |")
-  fi
+  for role in server client; do
+    if [ $role = server ]; then
+      with_retry run_cm server "rping -C 20 -v" rping -s -a $NIC_IP -C 20 -v -- rping -c -C 20 -v -a
+      with_retry run_cm server "ib_write_bw -R" ib_write_bw -R -d rsnic0 -s 4096 -n 200 -F -- ib_write_bw -R -d rxe0 -s 4096 -n 200 -F
+      with_retry run_cm server "ib_read_lat -R" ib_read_lat -R -d rsnic0 -s 64 -n 200 -F -- ib_read_lat -R -d rxe0 -s 64 -n 200 -F -o 16
+    else
+      with_retry run_cm client "rping -C 20 -v" rping -c -C 20 -v -a -- rping -s -a $GUEST_IP -C 20 -v
+      with_retry run_cm client "ib_write_bw -R" ib_write_bw -R -d rsnic0 -s 4096 -n 200 -F -- ib_write_bw -R -d rxe0 -s 4096 -n 200 -F
+      with_retry run_cm client "ib_read_lat -R" ib_read_lat -R -d rsnic0 -s 64 -n 200 -F -- ib_read_lat -R -d rxe0 -s 64 -n 200 -F -o 16
+    fi
+  done
+fi
+# Connection set-up time (docs/connection.md; not in `all`): librdmacm's cmtime
+# -c 1, CMTIME_RUNS times (default 15), its "connect" step (rdma_connect to
+# ESTABLISHED: REQ, REP, RTU), rsnic connecting to rxe and rxe to rsnic;
+# prints the medians.
+if [ "$what" = cmtime ]; then
+  n=${CMTIME_RUNS:-15}
+  med() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
+  guest_start ct-srv "for i in \$(seq $n); do timeout 20 cmtime -b $GUEST_IP -c 1 >/dev/null 2>&1; done"
+  sleep 4
+  for i in $(seq "$n"); do
+    ip netns exec rxe-ns timeout 20 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP -- cmtime -s $GUEST_IP -c 1 2>/dev/null | awk '/^connect/ {print $3}'
+    sleep 1
+  done | grep -E '^[0-9.]+$' >"$W/ct.rsnic-to-rxe"
+  $G wait rxe0 ct-srv 120 >/dev/null
+  ip netns exec rxe-ns timeout 300 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP -- bash -c "for i in \$(seq $n); do cmtime -b $NIC_IP -c 1 >/dev/null 2>&1; done" &
+  sp=$!
+  sleep 3
+  $G run rxe0 "for i in \$(seq $n); do timeout 20 cmtime -s $NIC_IP -c 1 2>/dev/null | awk '/^connect/ {print \$3}'; sleep 1; done" 300 | grep -E '^[0-9.]+$' >"$W/ct.rxe-to-rsnic"
+  wait $sp
+  echo "interop: cmtime connect (ms, median of $n): rsnic -> rxe $(med <"$W/ct.rsnic-to-rxe") ($(tr '\n' ' ' <"$W/ct.rsnic-to-rxe")); rxe -> rsnic $(med <"$W/ct.rxe-to-rsnic") ($(tr '\n' ' ' <"$W/ct.rxe-to-rsnic"))"
 fi
 if [ "$what" = all ] || [ "$what" = lossy ]; then
   # 1 % loss on both bridge ports, so both directions lose frames: tc netem

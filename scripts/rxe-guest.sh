@@ -195,7 +195,7 @@ build_locked() {
   progs="/usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_bw /usr/bin/ib_write_lat
          /usr/bin/ib_read_lat /usr/bin/ib_send_lat /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong
          /usr/bin/ibv_uc_pingpong /usr/bin/ibv_ud_pingpong /usr/bin/ibv_srq_pingpong
-         /usr/bin/rdma /sbin/ip /bin/ip"
+         /usr/bin/rdma /sbin/ip /bin/ip /usr/bin/rping /usr/bin/cmtime"
   libs=$(ldd "$R/usr/bin/verbs_agree" | awk '/=>/{print $3} /ld-linux/{print $1}')
   for p in $progs; do
     [ -e "$p" ] || continue
@@ -212,6 +212,8 @@ build_locked() {
   prov=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so 2>/dev/null | head -1)
   [ -n "$prov" ] || die "no rxe verbs provider (apt-get install ibverbs-providers)"
   libs="$libs $prov $(ldd "$prov" | awk '/=>/{print $3}')"
+  # glibc dlopens libgcc_s for pthread_exit/cancel (rping's threads).
+  libs="$libs $(ls /lib/x86_64-linux-gnu/libgcc_s.so.1 2>/dev/null)"
   for l in $(echo $libs | tr ' ' '\n' | sort -u); do
     [ -e "$l" ] || continue
     mkdir -p "$R$(dirname "$l")"; cp -L "$l" "$R$l"

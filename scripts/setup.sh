@@ -18,7 +18,8 @@ fi
 
 pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev gcc make tshark iproute2 python3 python3-pip procps
   qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils libibverbs-dev ibverbs-providers perftest busybox-static cpio kmod nftables
-  libbpf-dev libxdp-dev linux-libc-dev iputils-ping)
+  libbpf-dev libxdp-dev linux-libc-dev iputils-ping
+  librdmacm-dev rdmacm-utils qperf libfabric-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -28,6 +28,9 @@ fn main() {
         .allowlist_type("_compat_ibv_port_attr")
         .allowlist_var("IBV_.*")
         .allowlist_var("__VERBS_ABI_IS_EXTENDED")
+        .allowlist_type("rdma_.*")
+        .allowlist_var("RDMA_.*")
+        .allowlist_var("RAI_.*")
         .derive_debug(false)
         .derive_default(true)
         .layout_tests(false)
@@ -36,8 +39,8 @@ fn main() {
         .generate()
         .unwrap_or_else(|e| {
             panic!(
-                "bindgen on infiniband/verbs.h failed ({e}): install libibverbs-dev \
-                 (scripts/setup.sh)"
+                "bindgen on infiniband/verbs.h and rdma/rdma_cma.h failed ({e}): install \
+                 libibverbs-dev and librdmacm-dev (scripts/setup.sh)"
             )
         });
     bindings
@@ -71,19 +74,24 @@ fn main() {
             None => nodes.push((node.to_owned(), vec![name.to_owned()])),
         }
     }
+    // Each library's nodes chain to its previous one (IBVERBS_1.1 follows
+    // IBVERBS_1.0, RDMACM_1.1 follows RDMACM_1.0); private nodes stand alone.
     let mut map = String::new();
-    let mut prev: Option<String> = None;
+    let mut prev: Vec<(String, String)> = Vec::new();
     for (node, names) in &nodes {
         writeln!(map, "{node} {{\n  global:").unwrap();
         for n in names {
             writeln!(map, "    {n};").unwrap();
         }
-        match (&prev, node.starts_with("IBVERBS_PRIVATE")) {
-            (Some(p), false) => writeln!(map, "}} {p};").unwrap(),
+        let family = node.rsplit_once('_').map_or(node.as_str(), |(f, _)| f);
+        let private = node.contains("PRIVATE");
+        match prev.iter().find(|(f, _)| f == family) {
+            Some((_, p)) if !private => writeln!(map, "}} {p};").unwrap(),
             _ => writeln!(map, "}};").unwrap(),
         }
-        if !node.starts_with("IBVERBS_PRIVATE") {
-            prev = Some(node.clone());
+        if !private {
+            prev.retain(|(f, _)| f != family);
+            prev.push((family.to_owned(), node.clone()));
         }
     }
     let asm = format!(".text\n.p2align 4\n{asm}");

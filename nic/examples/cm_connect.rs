@@ -101,11 +101,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             req.local_qpn,
                             req.starting_psn
                         );
+                        let params = qp.cm_params();
                         let remote =
-                            qp.cm_remote(peer_ip, req.local_qpn, req.starting_psn, req.path_mtu);
+                            qp.cm_remote(peer_ip, req.local_qpn, req.starting_psn, req.path_mtu)?;
                         qp.connect(&remote)?;
                         print_mode(&qp)?;
-                        dev.cm_accept(id, qp.cm_params(), &[])?;
+                        dev.cm_accept(id, params, &[])?;
                     }
                     CmEvent::Established { .. } => {
                         println!("cm_connect: established");
@@ -143,7 +144,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         "cm_connect: REP from QPN {:#x}, PSN {:#x}",
                         rep.local_qpn, rep.starting_psn
                     );
-                    let remote = qp.cm_remote(a.peer.octets(), rep.local_qpn, rep.starting_psn, 3);
+                    let remote =
+                        qp.cm_remote(a.peer.octets(), rep.local_qpn, rep.starting_psn, 3)?;
                     qp.connect(&remote)?;
                     print_mode(&qp)?;
                     dev.cm_ready(id)?;

@@ -227,6 +227,9 @@ pub struct RemoteQp {
 /// A request to the communication manager ([`Command::Cm`]; `rdma::cm::Cm`'s calls).
 #[derive(Debug, Clone)]
 pub enum CmOp {
+    /// Signal this notifier whenever events are queued (one per device; a
+    /// later one replaces it).
+    Notify(std::sync::Arc<crate::notify::EventNotify>),
     /// Accept REQs for a service ID.
     Listen(u64),
     /// Stop accepting them.

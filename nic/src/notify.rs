@@ -113,6 +113,41 @@ impl CqNotify {
     }
 }
 
+/// A plain wake-up: the engine signals it when it queued something for a
+/// program thread that sleeps on it (the CM's events, `rdma_get_cm_event`).
+/// One eventfd, no arm: a signal per batch of events, never per packet.
+#[derive(Debug)]
+pub struct EventNotify {
+    fd: EventFd,
+}
+
+impl EventNotify {
+    /// A notifier with a fresh non-blocking eventfd.
+    pub fn new() -> std::io::Result<EventNotify> {
+        Ok(EventNotify {
+            fd: EventFd::new()?,
+        })
+    }
+
+    /// Wakes the sleeper (the engine's half).
+    pub fn signal(&self) {
+        self.fd.signal();
+    }
+
+    /// Sleeps until signalled or `timeout` passed (None: forever), then
+    /// resets; whether it was signalled.
+    pub fn wait(&self, timeout: Option<Duration>) -> std::io::Result<bool> {
+        self.fd.wait(timeout)
+    }
+}
+
+impl AsRawFd for EventNotify {
+    /// The eventfd, for a program's own `poll`.
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 impl AsRawFd for CqNotify {
     /// The eventfd, for a program that waits in its own `epoll`.
     fn as_raw_fd(&self) -> RawFd {

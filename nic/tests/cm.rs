@@ -49,9 +49,16 @@ fn cm_connects_qps_that_move_data_and_releases_them() {
     };
     assert_eq!(req.local_qpn, qa.qpn());
     // The passive side readies its QP from the REQ, then replies.
-    let to_a = qb.cm_remote(IP_A, req.local_qpn, req.starting_psn, req.path_mtu);
+    let params_b = qb.cm_params();
+    let to_a = qb
+        .cm_remote(IP_A, req.local_qpn, req.starting_psn, req.path_mtu)
+        .unwrap();
+    // Each side receives from the PSN it announced and sends from the peer's
+    // (Linux's ib_cm).
+    assert_eq!(to_a.psn, params_b.starting_psn);
+    assert_eq!(qb.remote_info().psn, req.starting_psn);
     qb.connect(&to_a).unwrap();
-    b.cm_accept(ib, qb.cm_params(), b"welcome").unwrap();
+    b.cm_accept(ib, params_b, b"welcome").unwrap();
     let rep = match one_event(&a, "the reply") {
         CmEvent::ConnectReply { id, rep } => {
             assert_eq!(id, ia);
@@ -63,7 +70,9 @@ fn cm_connects_qps_that_move_data_and_releases_them() {
         (rep.local_qpn, &rep.private_data[..7]),
         (qb.qpn(), &b"welcome"[..])
     );
-    let to_b = qa.cm_remote(IP_B, rep.local_qpn, rep.starting_psn, req.path_mtu);
+    let to_b = qa
+        .cm_remote(IP_B, rep.local_qpn, rep.starting_psn, req.path_mtu)
+        .unwrap();
     qa.connect(&to_b).unwrap();
     a.cm_ready(ia).unwrap();
     assert_eq!(
@@ -240,16 +249,21 @@ fn cm_negotiates_selective_repeat_only_between_two_sr_qps() {
             req.private_data[2..].iter().all(|&x| x == 0),
             "tail taken off"
         );
-        qb.connect(&qb.cm_remote(IP_A, req.local_qpn, req.starting_psn, req.path_mtu))
+        let params_b = qb.cm_params();
+        let to_a = qb
+            .cm_remote(IP_A, req.local_qpn, req.starting_psn, req.path_mtu)
             .unwrap();
-        b.cm_accept(ib, qb.cm_params(), b"").unwrap();
+        qb.connect(&to_a).unwrap();
+        b.cm_accept(ib, params_b, b"").unwrap();
         let rep = match one_event(&a, "the reply") {
             CmEvent::ConnectReply { rep, .. } => rep,
             e => panic!("{e:?}"),
         };
         assert!(rep.private_data.iter().all(|&x| x == 0), "tail taken off");
-        qa.connect(&qa.cm_remote(IP_B, rep.local_qpn, rep.starting_psn, req.path_mtu))
+        let to_b = qa
+            .cm_remote(IP_B, rep.local_qpn, rep.starting_psn, req.path_mtu)
             .unwrap();
+        qa.connect(&to_b).unwrap();
         a.cm_ready(ia).unwrap();
         let _ = one_event(&a, "A established");
         let _ = one_event(&b, "B established");

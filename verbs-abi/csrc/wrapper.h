@@ -1,2 +1,4 @@
-/* What bindgen reads: the system's own libibverbs headers (Debian libibverbs-dev). */
+/* What bindgen reads: the system's own libibverbs and librdmacm headers
+ * (Debian libibverbs-dev, librdmacm-dev). */
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>

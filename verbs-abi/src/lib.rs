@@ -34,6 +34,7 @@ pub mod abi;
 pub mod backend;
 pub mod config;
 pub mod objects;
+pub mod rdmacm;
 pub mod translate;
 
 /// libibverbs' types and constants from the system's `infiniband/verbs.h`.

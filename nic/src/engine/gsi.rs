@@ -40,8 +40,14 @@ impl Engine {
         while let Some((ip, mad)) = self.cm.poll_out() {
             self.gsi_send(ip, mad, now);
         }
+        let queued = self.cm_events.len();
         while let Some(e) = self.cm.poll_event() {
             self.cm_events.push_back(e);
+        }
+        if self.cm_events.len() > queued {
+            if let Some(n) = &self.cm_notify {
+                n.signal();
+            }
         }
     }
 
@@ -134,6 +140,13 @@ impl Engine {
     /// A [`crate::contract::Command::Cm`] request.
     pub(super) fn cm_command(&mut self, op: CmOp, now: u64) -> Result<CmDone, EngineError> {
         let r = match op {
+            CmOp::Notify(n) => {
+                if !self.cm_events.is_empty() {
+                    n.signal();
+                }
+                self.cm_notify = Some(n);
+                Ok(CmDone::Done)
+            }
             CmOp::Listen(sid) => {
                 self.cm.listen(sid);
                 Ok(CmDone::Done)

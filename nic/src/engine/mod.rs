@@ -241,6 +241,8 @@ pub struct Engine {
     cm: rdma::cm::Cm,
     /// Its events, until the API takes them.
     cm_events: std::collections::VecDeque<rdma::cm::CmEvent>,
+    /// Signalled when `cm_events` gets events (`CmOp::Notify`).
+    cm_notify: Option<std::sync::Arc<crate::notify::EventNotify>>,
     /// MADs waiting for their destination's ARP resolution.
     gsi_waiting: Vec<([u8; 4], rdma::wire::CmMad)>,
     /// The PSN of QP 1's next datagram.
@@ -394,6 +396,7 @@ impl Engine {
                 ..rdma::cm::CmConfig::default()
             }),
             cm_events: std::collections::VecDeque::new(),
+            cm_notify: None,
             gsi_waiting: Vec::new(),
             gsi_psn: (cfg.mr_key_seed as u32) & 0xFF_FFFF,
         })

@@ -8,6 +8,7 @@ use rdma::cm::{CmEvent, ConnParams};
 use super::{QueuePair, RemoteQp, VerbsError};
 use crate::contract::{CmDone, CmOp, Command};
 use crate::device::Device;
+use crate::notify::EventNotify;
 
 /// The path MTU of a CM message's `enum ibv_mtu` (1 = 256 ... 5 = 4096).
 pub fn mtu_of_enum(m: u8) -> u32 {
@@ -21,8 +22,14 @@ pub fn mtu_of_enum(m: u8) -> u32 {
 }
 
 impl QueuePair {
-    /// What a REQ or REP announces for this QP: its QPN and first PSN, the path MTU,
-    /// 16 READs/atomics each way, retry and RNR retry 7.
+    /// What a REQ or REP announces for this QP: its QPN and the PSN it
+    /// **receives** from (its first expected PSN), the path MTU, 16
+    /// READs/atomics each way, retry and RNR retry 7.
+    ///
+    /// The Starting PSN of a REQ or REP is the sender's receive PSN, as Linux's
+    /// `ib_cm` uses it (`cm_req_handler`/`cm_rep_handler` take the peer's as
+    /// the send queue's PSN): each side sends from the PSN the other announced.
+    /// Call it before [`Self::cm_remote`], which moves the send PSN.
     pub fn cm_params(&self) -> ConnParams {
         let r = self.remote_info();
         let path_mtu = match r.mtu {
@@ -46,23 +53,47 @@ impl QueuePair {
         }
     }
 
-    /// The peer QP a CM exchange named (its QPN, first PSN and path MTU, at
-    /// `peer_ip`), to [`Self::connect`] to: the MAC is resolved by ARP.
-    pub fn cm_remote(&self, peer_ip: [u8; 4], qpn: u32, psn: u32, path_mtu: u8) -> RemoteQp {
-        RemoteQp {
+    /// The peer QP a CM exchange named (its QPN, the Starting PSN it announced
+    /// and the path MTU, at `peer_ip`), to [`Self::connect`] to: this QP now
+    /// sends from the peer's announced PSN and receives from the one
+    /// [`Self::cm_params`] announced. The MAC is resolved by ARP.
+    pub fn cm_remote(
+        &mut self,
+        peer_ip: [u8; 4],
+        qpn: u32,
+        psn: u32,
+        path_mtu: u8,
+    ) -> Result<RemoteQp, VerbsError> {
+        let ours = self.remote_info();
+        self.set_sq_psn(psn)?;
+        Ok(RemoteQp {
             qpn,
-            psn,
+            psn: ours.psn,
             ip: peer_ip,
             mac: None,
             mtu: mtu_of_enum(path_mtu),
-            cc: self.remote_info().cc,
-        }
+            cc: ours.cc,
+        })
     }
 }
 
 impl Device {
     fn cm(&self, op: CmOp) -> Result<CmDone, VerbsError> {
         self.call(0, |reply| Command::Cm { op, reply })
+    }
+
+    /// An eventfd the engine signals whenever CM events are queued (for a
+    /// program that sleeps until [`Self::cm_events`] has something: librdmacm's
+    /// event channels). One per device: a second call replaces the first.
+    pub fn cm_notifier(&self) -> Result<std::sync::Arc<EventNotify>, VerbsError> {
+        let n = std::sync::Arc::new(EventNotify::new().map_err(VerbsError::Channel)?);
+        self.cm(CmOp::Notify(n.clone()))?;
+        Ok(n)
+    }
+
+    /// Stops accepting requests for `service_id`.
+    pub fn cm_unlisten(&self, service_id: u64) -> Result<(), VerbsError> {
+        self.cm(CmOp::Unlisten(service_id)).map(drop)
     }
 
     /// Accept connection requests for `service_id` (`rdma::wire::cm::service_id`).

@@ -100,6 +100,7 @@ pub(crate) use cq::*;
 pub(crate) use device::*;
 pub(crate) use ex::{ctx_create_cq_ex, ctx_create_qp_ex};
 pub use ex::{CqExTail, QpExTail};
+pub(crate) use memory::rsnic_ibv_alloc_pd;
 pub(crate) use mw::{bind_op, ctx_alloc_mw, ctx_bind_mw, ctx_dealloc_mw};
 pub(crate) use qp::*;
 pub(crate) use srq::{op_post_srq_recv, srq_for_qp};
