@@ -126,6 +126,9 @@ pub fn measure(
     };
     let mut qa = link.a().create_qp(&cq, &cq, opts)?;
     let mut qb = link.b().create_qp(&bcq, &bcq, opts)?;
+    // Both rsnic QPs of this process, configured alike.
+    qa.set_peer_loss_recovery(mode);
+    qb.set_peer_loss_recovery(mode);
     qa.connect(&qb.remote_info())?;
     qb.connect(&qa.remote_info())?;
     let post = |qa: &mut nic::verbs::QueuePair, k: usize| {

@@ -2,7 +2,11 @@
 //! REQ carries rdma_cm's `cma_hdr` and the TCP port space's service ID, so a Linux
 //! rdma_cm server (perftest's `ib_write_bw -R` on rxe, rping) takes it for one of its
 //! own; the REP's QPN and PSN connect our QP, the RTU establishes the connection, and
-//! (with `--disconnect`) a DREQ releases it. Prints each CM event.
+//! (with `--disconnect`) a DREQ releases it. Prints each CM event. With
+//! `--loss-recovery sr` the QP wants selective repeat: the REQ (or REP) offers it in
+//! its private data's tail (`rdma::cm::ext`), and the QP runs it only if the peer's
+//! CM agreed; the loss recovery the QP runs is printed once it is connected
+//! (`scripts/interop.sh sr`: a Linux peer never agrees, so `gbn`).
 //!
 //! `cargo run --release -p nic --example cm_connect -- --dev net_tap0,iface=rsnic-tap0
 //! --ip 10.0.0.1 --peer 10.0.0.2 --port 18515 --disconnect`
@@ -40,6 +44,21 @@ struct Args {
     /// Write every frame sent and received to this pcapng file.
     #[arg(long)]
     pcap: Option<std::path::PathBuf>,
+    /// The QP's loss recovery: gbn or sr (run only where the peer's CM agrees).
+    #[arg(long, default_value = "gbn")]
+    loss_recovery: rdma::transport::LossRecovery,
+}
+
+/// Prints the loss recovery the connected QP runs (from its describe line).
+fn print_mode(qp: &nic::verbs::QueuePair) -> Result<(), Box<dyn std::error::Error>> {
+    let d = qp.describe()?;
+    let mode = d
+        .split("loss_recovery ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or("?");
+    println!("cm_connect: loss recovery {mode}");
+    Ok(())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -54,7 +73,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cfg.pcap = a.pcap.clone();
     let dev = Device::open(eal, port, cfg)?;
     let cq = dev.create_cq(64)?;
-    let mut qp = dev.create_qp(&cq, &cq, QpOptions::default())?;
+    let opts = QpOptions {
+        loss_recovery: a.loss_recovery,
+        ..QpOptions::default()
+    };
+    let mut qp = dev.create_qp(&cq, &cq, opts)?;
     let sid = service_id(RDMA_PS_TCP, a.port);
     if a.listen {
         dev.cm_listen(sid)?;
@@ -82,6 +105,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         let remote =
                             qp.cm_remote(peer_ip, req.local_qpn, req.starting_psn, req.path_mtu)?;
                         qp.connect(&remote)?;
+                        print_mode(&qp)?;
                         dev.cm_accept(id, params, &[])?;
                     }
                     CmEvent::Established { .. } => {
@@ -123,6 +147,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let remote =
                         qp.cm_remote(a.peer.octets(), rep.local_qpn, rep.starting_psn, 3)?;
                     qp.connect(&remote)?;
+                    print_mode(&qp)?;
                     dev.cm_ready(id)?;
                 }
                 CmEvent::Established { .. } => {

@@ -171,10 +171,13 @@ pub struct QpOptions {
     pub service: Service,
     /// The Q_Key of a UD QP (`ibv_qp_attr.qkey`, IBA 10.2.4.4).
     pub qkey: u32,
-    /// How an RC QP recovers a loss (`rdma::transport::sack`): go-back-N (the
-    /// default, what any standard peer does) or selective repeat, which the
-    /// peer must be configured with too (`--loss-recovery sr`,
-    /// `RSNIC_LOSS_RECOVERY=sr`; docs/reliability.md). Unused by UC and UD.
+    /// How an RC QP may recover a loss (`rdma::transport::sack`): go-back-N (the
+    /// default, what any standard peer does) or selective repeat (`--loss-recovery
+    /// sr`, `RSNIC_LOSS_RECOVERY=sr`; docs/reliability.md). `Sr` is what this QP
+    /// wants: it runs `sr` only with a peer known to be an rsnic QP that wants it
+    /// too, as the port's CM negotiated it (`rdma::cm::ext`) or an exchange told
+    /// it (`QueuePair::set_peer_loss_recovery`); with any other peer, go-back-N.
+    /// Unused by UC and UD.
     pub loss_recovery: LossRecovery,
 }
 
@@ -614,6 +617,10 @@ pub enum Command {
         qpn: u32,
         /// The peer.
         remote: RemoteQp,
+        /// The peer is an rsnic QP configured `sr` too, as an exchange told it
+        /// (`QueuePair::set_peer_loss_recovery`; the port's CM may also have
+        /// negotiated it).
+        peer_sr: bool,
         /// Done.
         reply: Reply<()>,
     },
@@ -663,6 +670,8 @@ pub enum Command {
         qpn: u32,
         /// The new state (with the peer, for RTR).
         to: QpTransition,
+        /// At RTR: as [`Command::Connect`]'s.
+        peer_sr: bool,
         /// Done.
         reply: Reply<()>,
     },

@@ -208,3 +208,100 @@ fn sidr_resolves_a_ud_qp_that_takes_a_datagram() {
     lb.read(40, &mut got);
     assert_eq!(&got, b"datagram via SIDR");
 }
+
+/// The QP's loss recovery as the engine runs it (its describe line).
+fn mode_of(qp: &nic::verbs::QueuePair) -> String {
+    let d = qp.describe().unwrap();
+    let at = d.find("loss_recovery ").expect("a connected QP") + "loss_recovery ".len();
+    d[at..].split_whitespace().next().unwrap().to_string()
+}
+
+/// Selective repeat is negotiated by the CM (issue 43, `rdma::cm::ext`): both QPs
+/// configured `sr` run it; where one side is `gbn` both run go-back-N; the consumers
+/// never see the tail in the private data. A QP configured `sr` connected without
+/// the CM runs go-back-N unless the program says its peer is an `sr` rsnic QP.
+#[test]
+fn cm_negotiates_selective_repeat_only_between_two_sr_qps() {
+    use rdma::transport::LossRecovery::{Gbn, Sr};
+    let (a, b) = support::device_pair("cm_sr", 1024, |c| c);
+    let (mut ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (la, lb) = (
+        a.reg_mr(64 << 10, support::ALL).unwrap(),
+        b.reg_mr(64 << 10, support::ALL).unwrap(),
+    );
+    let mut keep = vec![];
+    for (k, (ma, mb)) in [(Sr, Sr), (Sr, Gbn), (Gbn, Sr)].into_iter().enumerate() {
+        let svc = service_id(RDMA_PS_TCP, 18600 + k as u16);
+        b.cm_listen(svc).unwrap();
+        let opts = |m| QpOptions {
+            loss_recovery: m,
+            ..QpOptions::default()
+        };
+        let mut qa = a.create_qp(&ca, &ca, opts(ma)).unwrap();
+        let mut qb = b.create_qp(&cb, &cb, opts(mb)).unwrap();
+        let ia = a.cm_connect(IP_B, svc, qa.cm_params(), b"hi").unwrap();
+        let (ib, req) = match one_event(&b, "the request") {
+            CmEvent::ConnectRequest { id, req, .. } => (id, req),
+            e => panic!("{e:?}"),
+        };
+        assert_eq!(&req.private_data[..2], b"hi");
+        assert!(
+            req.private_data[2..].iter().all(|&x| x == 0),
+            "tail taken off"
+        );
+        let params_b = qb.cm_params();
+        let to_a = qb
+            .cm_remote(IP_A, req.local_qpn, req.starting_psn, req.path_mtu)
+            .unwrap();
+        qb.connect(&to_a).unwrap();
+        b.cm_accept(ib, params_b, b"").unwrap();
+        let rep = match one_event(&a, "the reply") {
+            CmEvent::ConnectReply { rep, .. } => rep,
+            e => panic!("{e:?}"),
+        };
+        assert!(rep.private_data.iter().all(|&x| x == 0), "tail taken off");
+        let to_b = qa
+            .cm_remote(IP_B, rep.local_qpn, rep.starting_psn, req.path_mtu)
+            .unwrap();
+        qa.connect(&to_b).unwrap();
+        a.cm_ready(ia).unwrap();
+        let _ = one_event(&a, "A established");
+        let _ = one_event(&b, "B established");
+        let want = if (ma, mb) == (Sr, Sr) { "sr" } else { "gbn" };
+        assert_eq!(
+            (mode_of(&qa), mode_of(&qb)),
+            (want.into(), want.into()),
+            "{ma} {mb}"
+        );
+        let data: Vec<u8> = (0..12_000usize).map(|i| (i * 13 + k) as u8).collect();
+        la.write(0, &data);
+        qa.post_send(support::write_wr(1, &la, 0, &lb, 0, 12_000))
+            .unwrap();
+        let w = ca.wait(Duration::from_secs(10)).expect("WRITE completion");
+        assert_eq!(w.status, WcStatus::Success);
+        let mut got = vec![0u8; 12_000];
+        lb.read(0, &mut got);
+        assert!(got == data);
+        // Kept: a QPN freed while its connection lives would be reused, and the
+        // next REQ from it rejected as stale (IBA 12.9.8.3.3).
+        keep.push((qa, qb));
+    }
+
+    // Without the CM: an `sr` QP gets go-back-N, unless its peer is vouched for.
+    for told in [false, true] {
+        let o = QpOptions {
+            loss_recovery: Sr,
+            ..QpOptions::default()
+        };
+        let mut qa = a.create_qp(&ca, &ca, o).unwrap();
+        let mut qb = b.create_qp(&cb, &cb, o).unwrap();
+        if told {
+            qa.set_peer_loss_recovery(Sr);
+            qb.set_peer_loss_recovery(Sr);
+        }
+        qa.connect(&qb.remote_info()).unwrap();
+        qb.connect(&qa.remote_info()).unwrap();
+        let want = if told { "sr" } else { "gbn" };
+        assert_eq!((mode_of(&qa), mode_of(&qb)), (want.into(), want.into()));
+    }
+}

@@ -17,6 +17,8 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+pub mod ext;
+
 use crate::wire::cm::{
     rej_reason, CmDreq, CmIds, CmMad, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq, SidrRep,
     SidrReq,
@@ -227,6 +229,11 @@ struct Conn {
     deadline: Option<u64>,
     wait_ns: u64,
     retries_left: u8,
+    /// Selective repeat (issue 43, [`ext`]): active, our REQ offered it;
+    /// passive, the peer's REQ did.
+    sr_offered: bool,
+    /// Selective repeat agreed: the REP said so (active), or ours did (passive).
+    sr_agreed: bool,
 }
 
 /// The connection manager of one port.
@@ -339,7 +346,24 @@ impl Cm {
         p: &ConnParams,
         private_data: &[u8],
     ) -> Result<u32, CmError> {
-        let private_data = copy_private::<92>(private_data)?;
+        self.connect_offering(now, peer_ip, service_id, p, private_data, false)
+    }
+
+    /// [`Self::connect`] for a QP that would run selective repeat: with `sr`, the
+    /// REQ offers it to an rsnic peer ([`ext`], in the private data's last bytes
+    /// where the consumer's leave them free; otherwise nothing is offered).
+    pub fn connect_offering(
+        &mut self,
+        now: u64,
+        peer_ip: [u8; 4],
+        service_id: u64,
+        p: &ConnParams,
+        private_data: &[u8],
+        sr: bool,
+    ) -> Result<u32, CmError> {
+        let used = private_data.len();
+        let mut private_data = copy_private::<92>(private_data)?;
+        let sr = sr && ext::put(&mut private_data, used, ext::SELECTIVE_REPEAT);
         let id = self.new_id();
         let t = self.cfg.response_timeout;
         let req = CmReq {
@@ -393,6 +417,8 @@ impl Cm {
                 deadline: None,
                 wait_ns: 0,
                 retries_left: 0,
+                sr_offered: sr,
+                sr_agreed: false,
             },
         );
         self.send_and_wait(now, id, CmMessage::Req(Box::new(req)), timeout_ns(t));
@@ -417,8 +443,25 @@ impl Cm {
         p: &ConnParams,
         private_data: &[u8],
     ) -> Result<(), CmError> {
-        let private_data = copy_private::<196>(private_data)?;
-        let remote_id = self.conn_in(id, &[CmState::ReqRcvd])?.remote_id;
+        self.accept_offering(now, id, p, private_data, false)
+    }
+
+    /// [`Self::accept`] for a QP that would run selective repeat: with `sr`, and
+    /// where the REQ offered it, the REP agrees ([`ext`]; only where the consumer's
+    /// private data leaves room, else the connection stays go-back-N).
+    pub fn accept_offering(
+        &mut self,
+        now: u64,
+        id: u32,
+        p: &ConnParams,
+        private_data: &[u8],
+        sr: bool,
+    ) -> Result<(), CmError> {
+        let used = private_data.len();
+        let mut private_data = copy_private::<196>(private_data)?;
+        let c = self.conn_in(id, &[CmState::ReqRcvd])?;
+        let remote_id = c.remote_id;
+        let sr = sr && c.sr_offered && ext::put(&mut private_data, used, ext::SELECTIVE_REPEAT);
         let rep = CmRep {
             local_comm_id: id,
             remote_comm_id: remote_id,
@@ -439,6 +482,7 @@ impl Cm {
         if let Some(c) = self.conns.get_mut(&id) {
             c.state = CmState::RepSent;
             c.local_qpn = p.qpn;
+            c.sr_agreed = sr;
         }
         let t = timeout_ns(self.cfg.response_timeout);
         self.send_and_wait(now, id, CmMessage::Rep(Box::new(rep)), t);
@@ -535,6 +579,23 @@ impl Cm {
             c.state = CmState::TimeWait;
             c.deadline = Some(now + tw);
         }
+    }
+
+    /// Whether the QP at `peer_ip` numbered `remote_qpn` and ours run selective
+    /// repeat, as this port's CM negotiated it ([`ext`]): the peer's REP agreed to
+    /// our REQ's offer, or the peer's REQ offered it (we agree in our REP when our QP
+    /// is configured `sr`, the caller's check). False for any peer the CM did not
+    /// connect, and after the connection ended.
+    pub fn sr_agreed(&self, peer_ip: [u8; 4], remote_qpn: u32) -> bool {
+        self.conns.values().any(|c| {
+            c.peer_ip == peer_ip
+                && c.remote_qpn == remote_qpn
+                && match c.state {
+                    CmState::ReqRcvd => c.sr_offered,
+                    CmState::RepSent | CmState::RepRcvd | CmState::Established => c.sr_agreed,
+                    _ => false,
+                }
+        })
     }
 
     /// A CM MAD from `src_ip`.
@@ -672,12 +733,19 @@ impl Cm {
                 deadline: Some(now + timeout_ns(r.remote_cm_response_timeout) / 2),
                 wait_ns: 0,
                 retries_left: 0,
+                sr_offered: false,
+                sr_agreed: false,
             },
         );
+        let mut req = Box::new(*r);
+        let offer = ext::take(&mut req.private_data);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.sr_offered = offer.is_some_and(|f| f & ext::SELECTIVE_REPEAT != 0);
+        }
         self.events.push_back(CmEvent::ConnectRequest {
             id,
             peer_ip: src_ip,
-            req: Box::new(*r),
+            req,
         });
     }
 
@@ -693,10 +761,11 @@ impl Cm {
                 c.remote_qpn = r.local_qpn;
                 c.deadline = None;
                 c.last = None;
-                self.events.push_back(CmEvent::ConnectReply {
-                    id,
-                    rep: Box::new(*r),
-                });
+                let mut rep = Box::new(*r);
+                let answer = ext::take(&mut rep.private_data);
+                c.sr_agreed =
+                    c.sr_offered && answer.is_some_and(|f| f & ext::SELECTIVE_REPEAT != 0);
+                self.events.push_back(CmEvent::ConnectReply { id, rep });
             }
             // Our RTU was lost: the REP comes again; so does the RTU.
             CmState::Established if c.remote_id == r.local_comm_id => {
@@ -759,6 +828,8 @@ impl Cm {
                 deadline: None,
                 wait_ns: 0,
                 retries_left: 0,
+                sr_offered: false,
+                sr_agreed: false,
             },
         );
         let req = CmMessage::SidrReq(Box::new(SidrReq {
@@ -938,6 +1009,81 @@ mod tests {
 
     fn events(c: &mut Cm) -> Vec<CmEvent> {
         std::iter::from_fn(|| c.poll_event()).collect()
+    }
+
+    /// Selective repeat is agreed only where both sides want it (issue 43): the
+    /// offer and the answer ride in the private data's tail ([`ext`]), which the
+    /// consumers never see; a REQ whose data leaves no room offers nothing.
+    #[test]
+    fn selective_repeat_is_agreed_only_where_both_want_it() {
+        for (a_sr, b_sr, data_len) in [
+            (true, true, 5),
+            (true, false, 5),
+            (false, true, 5),
+            (false, false, 5),
+            (true, true, 85),
+        ] {
+            let (mut a, mut b) = pair();
+            b.listen(SVC);
+            let data: Vec<u8> = (1..=data_len as u8).collect();
+            let ia = a
+                .connect_offering(0, B, SVC, &params(0x11, 0x1000), &data, a_sr)
+                .unwrap();
+            pump(0, &mut a, &mut b, |_| false);
+            let ib = match events(&mut b).as_slice() {
+                [CmEvent::ConnectRequest { id, req, .. }] => {
+                    assert_eq!(&req.private_data[..data_len], &data[..]);
+                    assert!(req.private_data[data_len..].iter().all(|&x| x == 0));
+                    *id
+                }
+                e => panic!("{e:?}"),
+            };
+            let offered = a_sr && data_len <= 84;
+            assert_eq!(b.sr_agreed(A, 0x11), offered, "passive, before accepting");
+            b.accept_offering(0, ib, &params(0x22, 0x2000), b"ok", b_sr)
+                .unwrap();
+            pump(0, &mut a, &mut b, |_| false);
+            match events(&mut a).as_slice() {
+                [CmEvent::ConnectReply { rep, .. }] => {
+                    assert_eq!(&rep.private_data[..2], b"ok");
+                    assert!(rep.private_data[2..].iter().all(|&x| x == 0));
+                }
+                e => panic!("{e:?}"),
+            }
+            let both = offered && b_sr;
+            assert_eq!(a.sr_agreed(B, 0x22), both, "{a_sr} {b_sr} {data_len}");
+            assert_eq!(b.sr_agreed(A, 0x11), both, "{a_sr} {b_sr} {data_len}");
+            assert!(!a.sr_agreed(B, 0x23) && !a.sr_agreed(A, 0x22), "another QP");
+            a.ready(ia).unwrap();
+            pump(0, &mut a, &mut b, |_| false);
+            assert_eq!(a.sr_agreed(B, 0x22), both);
+        }
+    }
+
+    /// A standard CM's REQ (no tail) gets no agreement, and its REP none either:
+    /// only `connect`/`accept` of a Linux peer, which never add the tail.
+    #[test]
+    fn a_standard_peer_gets_no_selective_repeat() {
+        let (mut a, mut b) = pair();
+        b.listen(SVC);
+        let ia = a.connect(0, B, SVC, &params(0x11, 0x1000), b"std").unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        let ib = match events(&mut b).as_slice() {
+            [CmEvent::ConnectRequest { id, .. }] => *id,
+            e => panic!("{e:?}"),
+        };
+        assert!(!b.sr_agreed(A, 0x11));
+        b.accept_offering(0, ib, &params(0x22, 0x2000), b"", true)
+            .unwrap();
+        pump(0, &mut a, &mut b, |_| false);
+        match events(&mut a).as_slice() {
+            [CmEvent::ConnectReply { rep, .. }] => {
+                assert!(rep.private_data.iter().all(|&x| x == 0), "no tail sent")
+            }
+            e => panic!("{e:?}"),
+        }
+        assert!(!a.sr_agreed(B, 0x22) && !b.sr_agreed(A, 0x11));
+        let _ = ia;
     }
 
     /// REQ, REP, RTU: both sides established, each with the other's QPN and PSN.

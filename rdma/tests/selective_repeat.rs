@@ -668,3 +668,224 @@ fn a_vanished_peer_ends_an_sr_qp_with_retry_exceeded() {
     );
     assert!(a.qp.sr_counters().unwrap().sr_timeouts >= 8);
 }
+
+/// The PSN of a packet.
+fn psn_of(p: &TxPacket) -> u32 {
+    p.repr.bth.psn
+}
+
+/// A READ of 12 responses: B has sent 4 when A, which lost the 3rd, re-requests it:
+/// the replay goes out before the 8 responses still queued (IRN sends
+/// retransmissions first), so A's READ waits for the hole alone, not for the rest of
+/// the READ and then a round trip.
+#[test]
+fn a_re_requested_read_run_goes_before_the_responses_queued_behind_it() {
+    let (mut a, mut b) = pair_modes(LossRecovery::Sr, LossRecovery::Sr, 40, 1);
+    let d = fill(&mut b, B_BASE + 0x8000, 12 * PMTU as usize, 7);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    let op = SendOp::Read {
+        remote_va: B_BASE + 0x8000,
+        rkey: bk,
+    };
+    a.qp.post_send(wr(1, op, A_BASE + 0x4000, d.len() as u32, ak), &a.mrs)
+        .unwrap();
+    let req = a.qp.poll_tx(0).unwrap();
+    deliver(&a, &req, &mut b);
+    let first: Vec<TxPacket> = (0..4).map(|_| b.qp.poll_tx(0).unwrap()).collect();
+    for (i, p) in first.iter().enumerate() {
+        if i != 2 {
+            deliver(&b, p, &mut a);
+        }
+    }
+    let rereq = a.qp.poll_tx(0).expect("the hole re-requested");
+    assert_eq!(psn_of(&rereq), 40 + 2);
+    assert_eq!(rereq.repr.reth.unwrap().dma_len, PMTU);
+    deliver(&a, &rereq, &mut b);
+    let next = b.qp.poll_tx(0).unwrap();
+    assert_eq!(psn_of(&next), 40 + 2, "the replay first, then the rest");
+    deliver(&b, &next, &mut a);
+    let mut rest = vec![];
+    while let Some(p) = b.qp.poll_tx(0) {
+        rest.push(psn_of(&p));
+        deliver(&b, &p, &mut a);
+    }
+    assert_eq!(rest, (4..12).map(|i| 40 + i).collect::<Vec<_>>());
+    assert_eq!(a.cq.len(), 1);
+    assert_eq!(a.cq[0].status, WcStatus::Success);
+    assert_eq!(a.mem.read(A_BASE + 0x4000, d.len()), &d[..]);
+}
+
+/// A whole READ asked again (the requester's timer fired before its first response
+/// came: a stalled host) while B is sending it: B replays it once from the start,
+/// not the rest of the original and then all of it again.
+#[test]
+fn a_whole_read_asked_again_while_it_is_sent_is_replayed_once() {
+    for m in [LossRecovery::Sr, LossRecovery::Gbn] {
+        let (mut a, mut b) = pair_modes(m, m, 40, 1);
+        let d = fill(&mut b, B_BASE + 0x8000, 12 * PMTU as usize, 8);
+        let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+        let op = SendOp::Read {
+            remote_va: B_BASE + 0x8000,
+            rkey: bk,
+        };
+        a.qp.post_send(wr(1, op, A_BASE + 0x4000, d.len() as u32, ak), &a.mrs)
+            .unwrap();
+        let req = a.qp.poll_tx(0).unwrap();
+        deliver(&a, &req, &mut b);
+        let early: Vec<TxPacket> = (0..4).map(|_| b.qp.poll_tx(0).unwrap()).collect();
+        deliver(&a, &req, &mut b);
+        let mut sent = vec![];
+        while let Some(p) = b.qp.poll_tx(0) {
+            sent.push(psn_of(&p));
+            deliver(&b, &p, &mut a);
+        }
+        assert_eq!(sent, (0..12).map(|i| 40 + i).collect::<Vec<_>>(), "{m}");
+        drop(early);
+        assert_eq!(a.cq.len(), 1, "{m}");
+        assert_eq!(a.mem.read(A_BASE + 0x4000, d.len()), &d[..]);
+    }
+}
+
+/// The cap on PSNs in flight (IRN's BDP-FC) counts what is still in the network: a
+/// hole at the oldest PSN, with everything after it reported placed, does not stop
+/// new packets for the round trip its resend takes.
+#[test]
+fn a_hole_at_the_oldest_psn_does_not_stop_new_packets_at_the_cap() {
+    let (mut a, mut b) = pair_modes(LossRecovery::Sr, LossRecovery::Sr, 40, 1);
+    a.qp.set_sr_params(SrParams {
+        bdp_pkts: 8,
+        rto_low_ns: 20_000,
+        rto_high_ns: 30_000,
+        low_pkts: 3,
+    })
+    .unwrap();
+    let d = fill(&mut a, A_BASE, 32 * PMTU as usize, 5);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    let op = SendOp::Write {
+        remote_va: B_BASE,
+        rkey: bk,
+    };
+    a.qp.post_send(wr(1, op, A_BASE, d.len() as u32, ak), &a.mrs)
+        .unwrap();
+    let mut burst = vec![];
+    while let Some(p) = a.qp.poll_tx(0) {
+        burst.push(p);
+    }
+    assert_eq!(burst.len(), 8, "the cap");
+    for p in &burst[1..] {
+        deliver(&a, p, &mut b);
+    }
+    while let Some(p) = b.qp.poll_tx(0) {
+        deliver(&b, &p, &mut a);
+    }
+    // The hole first, then new packets: 1 PSN of 9 is in the network.
+    let mut next = vec![];
+    while let Some(p) = a.qp.poll_tx(0) {
+        next.push(psn_of(&p));
+    }
+    assert_eq!(next.first(), Some(&40), "the hole resent");
+    assert_eq!(
+        next[1..],
+        (8..15).map(|i| 40 + i).collect::<Vec<_>>()[..],
+        "7 new PSNs while the hole is on its way"
+    );
+}
+
+/// A READ request counts as one packet against the cap when it goes (its responses
+/// follow the earlier ones at the responder): with a cap of 8 and READs of 12
+/// responses, the second READ goes once 7 PSNs are still in flight, not only once the
+/// first READ has ended.
+#[test]
+fn a_read_goes_once_what_is_before_it_fits_the_cap() {
+    let (mut a, mut b) = pair_modes(LossRecovery::Sr, LossRecovery::Sr, 40, 1);
+    a.qp.set_sr_params(SrParams {
+        bdp_pkts: 8,
+        rto_low_ns: 20_000,
+        rto_high_ns: 30_000,
+        low_pkts: 3,
+    })
+    .unwrap();
+    let len = 12 * PMTU;
+    let d = fill(&mut b, B_BASE + 0x8000, 2 * len as usize, 6);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    for k in 0..2u64 {
+        let op = SendOp::Read {
+            remote_va: B_BASE + 0x8000 + k * u64::from(len),
+            rkey: bk,
+        };
+        let to = A_BASE + 0x4000 + k * u64::from(len);
+        a.qp.post_send(wr(k, op, to, len, ak), &a.mrs).unwrap();
+    }
+    let r1 = a.qp.poll_tx(0).unwrap();
+    assert!(a.qp.poll_tx(0).is_none(), "12 PSNs in flight, cap 8");
+    deliver(&a, &r1, &mut b);
+    for _ in 0..4 {
+        let p = b.qp.poll_tx(0).unwrap();
+        deliver(&b, &p, &mut a);
+    }
+    assert!(a.qp.poll_tx(0).is_none(), "8 in flight and the request");
+    let p = b.qp.poll_tx(0).unwrap();
+    deliver(&b, &p, &mut a);
+    let r2 =
+        a.qp.poll_tx(0)
+            .expect("7 in flight and the request: the second READ");
+    assert_eq!(psn_of(&r2), 40 + 12);
+    deliver(&a, &r2, &mut b);
+    while let Some(p) = b.qp.poll_tx(0) {
+        deliver(&b, &p, &mut a);
+    }
+    assert_eq!(a.cq.len(), 2);
+    assert_eq!(a.mem.read(A_BASE + 0x4000, d.len()), &d[..]);
+}
+
+/// A resent hole that is lost again, once everything after it was reported: the hole
+/// is all that is in flight, and the timer that sends it again is RTO_low (IRN §3.1),
+/// not RTO_high, which counted every PSN from the oldest unacknowledged one.
+#[test]
+fn a_lost_resend_with_nothing_else_in_flight_waits_rto_low() {
+    let base = QpConfig {
+        pmtu: PMTU,
+        timeout_ns: 50_000_000,
+        loss_recovery: LossRecovery::Sr,
+        ..Default::default()
+    };
+    let (mut a, mut b) = pair_from(base, 40, 1);
+    a.qp.set_sr_params(SrParams {
+        bdp_pkts: 64,
+        rto_low_ns: 20_000,
+        rto_high_ns: 1_000_000,
+        low_pkts: 3,
+    })
+    .unwrap();
+    let d = fill(&mut b, B_BASE + 0x8000, 12 * PMTU as usize, 6);
+    let (ak, bk) = (a.mr.lkey, b.mr.rkey);
+    let op = SendOp::Read {
+        remote_va: B_BASE + 0x8000,
+        rkey: bk,
+    };
+    a.qp.post_send(wr(1, op, A_BASE + 0x4000, d.len() as u32, ak), &a.mrs)
+        .unwrap();
+    let req = a.qp.poll_tx(1_000).unwrap();
+    deliver_at(&a, &req, &mut b, 2_000);
+    // Every response but the 3rd arrives; the re-request of the 3rd is lost.
+    let mut k = 0;
+    while let Some(p) = b.qp.poll_tx(3_000) {
+        if k != 2 {
+            deliver_at(&b, &p, &mut a, 4_000);
+        }
+        k += 1;
+    }
+    let lost = a.qp.poll_tx(5_000).expect("the hole re-requested");
+    assert_eq!(psn_of(&lost), 40 + 2);
+    assert!(a.qp.poll_tx(5_000).is_none());
+    assert_eq!(a.qp.next_timer(), Some(4_000 + 20_000), "RTO_low");
+    a.qp.on_timer(24_000);
+    let again = a.qp.poll_tx(24_000).expect("asked again");
+    assert_eq!(psn_of(&again), 40 + 2);
+    deliver_at(&a, &again, &mut b, 25_000);
+    while let Some(p) = b.qp.poll_tx(26_000) {
+        deliver_at(&b, &p, &mut a, 27_000);
+    }
+    assert_eq!(a.cq.len(), 1);
+    assert_eq!(a.mem.read(A_BASE + 0x4000, d.len()), &d[..]);
+}

@@ -6,6 +6,7 @@
 //! timers run on the slow path; its events wait here until the API takes them
 //! ([`crate::contract::Command::Cm`]).
 
+use rdma::transport::{LossRecovery, Service};
 use rdma::wire::bth::{BthRepr, Opcode};
 use rdma::wire::frame::{FrameBuilder, NetHeaders, RoceFrame, RoceRepr};
 use rdma::wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
@@ -124,6 +125,18 @@ impl Engine {
         self.cm.next_deadline()
     }
 
+    /// Whether QP `qpn` of this port wants selective repeat (an RC QP whose options
+    /// say `sr`): its REQ offers it, its REP agrees where the REQ offered it
+    /// (`rdma::cm::ext`; issue 43).
+    fn wants_sr(&self, qpn: u32) -> bool {
+        qpn.checked_sub(self.qpn_base)
+            .and_then(|i| self.qps.get(i as usize))
+            .and_then(Option::as_ref)
+            .is_some_and(|s| {
+                s.opts.service == Service::Rc && s.opts.loss_recovery == LossRecovery::Sr
+            })
+    }
+
     /// A [`crate::contract::Command::Cm`] request.
     pub(super) fn cm_command(&mut self, op: CmOp, now: u64) -> Result<CmDone, EngineError> {
         let r = match op {
@@ -147,18 +160,22 @@ impl Engine {
                 service_id,
                 params,
                 private_data,
-            } => self
-                .cm
-                .connect(now, peer_ip, service_id, &params, &private_data)
-                .map(CmDone::Id),
+            } => {
+                let sr = self.wants_sr(params.qpn);
+                self.cm
+                    .connect_offering(now, peer_ip, service_id, &params, &private_data, sr)
+                    .map(CmDone::Id)
+            }
             CmOp::Accept {
                 id,
                 params,
                 private_data,
-            } => self
-                .cm
-                .accept(now, id, &params, &private_data)
-                .map(|()| CmDone::Done),
+            } => {
+                let sr = self.wants_sr(params.qpn);
+                self.cm
+                    .accept_offering(now, id, &params, &private_data, sr)
+                    .map(|()| CmDone::Done)
+            }
             CmOp::Reject {
                 id,
                 reason,

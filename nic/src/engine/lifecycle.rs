@@ -108,8 +108,13 @@ impl Engine {
     /// slow_path.rs and ignored here).
     pub(super) fn lifecycle_command(&mut self, cmd: Command) {
         match cmd {
-            Command::ModifyQp { qpn, to, reply } => {
-                let _ = reply.send(self.modify_qp(qpn, to));
+            Command::ModifyQp {
+                qpn,
+                to,
+                peer_sr,
+                reply,
+            } => {
+                let _ = reply.send(self.modify_qp(qpn, to, peer_sr));
             }
             Command::DestroyQp { qpn, reply } => {
                 let r = self.destroy_qp(qpn);
@@ -230,7 +235,12 @@ impl Engine {
     }
 
     /// `ibv_modify_qp` to `to`, if IBA 10.3.1 allows it from the QP's state.
-    pub(super) fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<(), EngineError> {
+    pub(super) fn modify_qp(
+        &mut self,
+        qpn: u32,
+        to: QpTransition,
+        peer_sr: bool,
+    ) -> Result<(), EngineError> {
         let i = self.qp_index(qpn)?;
         let from = {
             let s = self.qps[i].as_deref().expect("qp_index checked it");
@@ -251,7 +261,7 @@ impl Engine {
                     return Err(illegal(QpState::Rtr));
                 }
                 self.slot_mut(i).expect("checked").stop_at_rtr = true;
-                let r = self.connect(qpn, &remote);
+                let r = self.connect(qpn, &remote, peer_sr);
                 if let Some(s) = self.slot_mut(i) {
                     s.stop_at_rtr = false;
                 }

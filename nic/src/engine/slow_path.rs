@@ -109,8 +109,13 @@ impl Engine {
                 } => {
                     let _ = reply.send(self.create_qp(pd, send_cq, recv_cq, opts, ring));
                 }
-                Command::Connect { qpn, remote, reply } => {
-                    let _ = reply.send(self.connect(qpn, &remote));
+                Command::Connect {
+                    qpn,
+                    remote,
+                    peer_sr,
+                    reply,
+                } => {
+                    let _ = reply.send(self.connect(qpn, &remote, peer_sr));
                 }
                 Command::SetSqPsn { qpn, psn, reply } => {
                     let _ = reply.send(self.set_sq_psn(qpn, psn));
@@ -273,9 +278,11 @@ impl Engine {
         out += " ]";
         if let Some(qp) = s.core.qp.as_ref() {
             out += &format!(
-                " | {:?} next_timer {:?} has_control {} next_lsn {} acked_lsn {} next_psn {} \
-                 una_psn {} expected_psn {} sq_outstanding {} in_flight {} cc_window {:?} {:?}",
+                " | {:?} loss_recovery {} next_timer {:?} has_control {} next_lsn {} acked_lsn {} \
+                 next_psn {} una_psn {} expected_psn {} sq_outstanding {} in_flight {} \
+                 cc_window {:?} {:?}",
                 qp.state(),
+                qp.loss_recovery(),
                 qp.next_timer().map(|t| t as i64 - now as i64),
                 qp.has_control(),
                 qp.next_lsn(),
@@ -467,8 +474,18 @@ impl Engine {
         Ok((self.qpn_base + i as u32, psn))
     }
 
-    pub(super) fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), EngineError> {
+    /// Connects QP `qpn` to `remote`; `peer_sr`: an exchange told us the peer
+    /// runs selective repeat too (else only the port's CM may have agreed it).
+    pub(super) fn connect(
+        &mut self,
+        qpn: u32,
+        remote: &RemoteQp,
+        peer_sr: bool,
+    ) -> Result<(), EngineError> {
         let int_dscp = self.int_dscp;
+        // Selective repeat only with a peer known to run it (issue 43): a standard
+        // peer takes a selective ACK as a fatal error.
+        let peer_sr = peer_sr || self.cm.sr_agreed(remote.ip, remote.qpn);
         let i = qpn
             .checked_sub(self.qpn_base)
             .ok_or(EngineError::NoSuchQp(qpn))? as usize;
@@ -502,8 +519,8 @@ impl Engine {
             srq: s.opts.srq.is_some(),
             service: s.opts.service,
             qkey: s.opts.qkey,
-            loss_recovery: match s.opts.service {
-                Service::Rc => s.opts.loss_recovery,
+            loss_recovery: match (s.opts.service, s.opts.loss_recovery, peer_sr) {
+                (Service::Rc, LossRecovery::Sr, true) => LossRecovery::Sr,
                 _ => LossRecovery::Gbn,
             },
         };

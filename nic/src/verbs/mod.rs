@@ -532,6 +532,7 @@ impl Device {
             ip: self.ip,
             state: QpState::Init,
             staging,
+            peer_loss_recovery: rdma::transport::LossRecovery::Gbn,
         })
     }
 }

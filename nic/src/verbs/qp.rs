@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rdma::transport::sgl::MAX_SGE;
-use rdma::transport::{Access, QpState, RecvWr, SendOp, SendWr, Service, Sge};
+use rdma::transport::{Access, LossRecovery, QpState, RecvWr, SendOp, SendWr, Service, Sge};
 
 use super::staging::Staging;
 use super::{
@@ -40,6 +40,8 @@ pub struct QueuePair {
     pub(super) ip: [u8; 4],
     /// Where inline sends are copied at post time.
     pub(super) staging: Option<Staging>,
+    /// The peer's loss recovery as an exchange told it ([`Self::set_peer_loss_recovery`]).
+    pub(super) peer_loss_recovery: LossRecovery,
 }
 
 impl Drop for QueuePair {
@@ -80,11 +82,21 @@ impl QueuePair {
     /// does at RTR): this waits for the reply, and fails with
     /// [`crate::contract::EngineError::ArpFailed`] when none comes (`DeviceConfig::arp`: 3
     /// requests 1 s apart by default).
+    ///
+    /// An RC QP whose options ask for selective repeat runs it only with a peer
+    /// known to want it too: one [`Self::set_peer_loss_recovery`] named, or one the
+    /// port's CM negotiated it with (`rdma::cm::ext`); otherwise go-back-N.
     pub fn connect(&mut self, remote: &RemoteQp) -> Result<(), VerbsError> {
         self.check_cc(remote)?;
         let remote = self.with_mac(remote)?;
         let qpn = self.qpn;
-        self.request(|reply| Command::Connect { qpn, remote, reply })?;
+        let peer_sr = self.peer_loss_recovery == LossRecovery::Sr;
+        self.request(|reply| Command::Connect {
+            qpn,
+            remote,
+            peer_sr,
+            reply,
+        })?;
         self.state = QpState::Rts;
         Ok(())
     }
@@ -136,7 +148,13 @@ impl QueuePair {
             other => other,
         };
         let qpn = self.qpn;
-        self.request(|reply| Command::ModifyQp { qpn, to, reply })?;
+        let peer_sr = self.peer_loss_recovery == LossRecovery::Sr;
+        self.request(|reply| Command::ModifyQp {
+            qpn,
+            to,
+            peer_sr,
+            reply,
+        })?;
         self.state = match to {
             QpTransition::Reset => QpState::Reset,
             QpTransition::Init => QpState::Init,
@@ -145,6 +163,16 @@ impl QueuePair {
             QpTransition::Err => QpState::Err,
         };
         Ok(())
+    }
+
+    /// The peer QP's loss recovery, as an out-of-band exchange between two rsnic
+    /// programs told it (roce-perf's `ext=sr`), before [`Self::connect`] or RTR: with
+    /// `Sr` and this QP's options asking for it too, the QP runs selective repeat
+    /// (docs/reliability.md). A peer nobody vouched for (an ibverbs program's
+    /// `ibv_modify_qp`, a standard peer) gets go-back-N, so that it never receives a
+    /// selective ACK it cannot parse; the port's CM negotiates it by itself.
+    pub fn set_peer_loss_recovery(&mut self, m: LossRecovery) {
+        self.peer_loss_recovery = m;
     }
 
     /// Sets the first PSN this QP sends (`ibv_modify_qp` with

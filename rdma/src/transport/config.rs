@@ -129,7 +129,9 @@ pub struct QpConfig {
     pub qkey: u32,
     /// How an RC QP recovers a loss (crate::transport::sack): go-back-N (the
     /// default, IBA 9.7.5.1.3) or selective repeat, which both ends must have
-    /// agreed on. Unused by UC and UD.
+    /// agreed on (the NIC sets `Sr` only with a peer known to run it: the IB CM's
+    /// negotiation, `crate::cm::ext`, or an exchange between rsnic programs).
+    /// Unused by UC and UD.
     pub loss_recovery: super::sack::LossRecovery,
 }
 

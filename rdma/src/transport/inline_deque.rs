@@ -186,6 +186,16 @@ impl<T: Copy, const N: usize> InlineDeque<T, N> {
         }
     }
 
+    /// Moves the newest entry to the front, the others keeping their order (a
+    /// rotation through the queue: nothing allocates).
+    pub(crate) fn back_to_front(&mut self) {
+        for _ in 1..self.len() {
+            if let Some(v) = self.pop_front() {
+                self.push_back(v);
+            }
+        }
+    }
+
     /// Whether entries wait in the heap buffer.
     #[cfg(test)]
     pub(crate) fn spilled(&self) -> bool {

@@ -752,7 +752,10 @@ impl Qp {
                     return Some(p);
                 }
             }
-            if !self.req.within_cap(self.comp.una, sr.params.bdp_pkts) {
+            if !self
+                .req
+                .within_cap(self.comp.una, sr.done_ahead, sr.params.bdp_pkts)
+            {
                 return None;
             }
         }

@@ -50,7 +50,9 @@
 //! Everything else is an ordinary ACKNOWLEDGE (ICRC included), so tshark and scapy
 //! decode it, as a NAK with a reserved code. A standard requester (rxe's
 //! `check_ack`, hardware) takes a reserved NAK code as a fatal error, so a responder
-//! sends one only on a QP configured `sr` on both ends, and never after the QP fell
+//! sends one only on a QP in `sr`, which the NIC makes only with a peer known to be
+//! an rsnic QP in `sr` too (negotiated by the IB CM, `crate::cm::ext`, or told by an
+//! exchange between two rsnic programs; docs/reliability.md), and never after the QP fell
 //! back to go-back-N: a requester in `sr` that hears a PSN sequence error NAK (a NAK
 //! with no selective part) knows that the peer's responder does go-back-N, and the
 //! QP falls back ([`SrCounters::fallbacks`]): the bitmap is forgotten, the requester
@@ -233,6 +235,9 @@ pub(crate) struct SrState {
     /// request the responder reported placed, a READ response or ATOMIC ACK
     /// received).
     pub done: PsnBitmap,
+    /// Requester: how many PSNs [`Self::done`] marks (all of them past the
+    /// oldest unacknowledged PSN): what the cap on PSNs in flight leaves out.
+    pub done_ahead: u32,
     /// Requester: the responder's expected PSN as last heard (every request before
     /// it was executed in order).
     pub cum: u32,
@@ -262,12 +267,19 @@ pub(crate) struct SrState {
 }
 
 impl SrState {
-    /// When the RTO_low / RTO_high timer fires, with PSNs `una` to `sent_hi` in
-    /// flight: IRN's RTO_low while at most N are, RTO_high otherwise (so a timer
-    /// started by the first packet of a burst takes the burst's timeout).
+    /// When the RTO_low / RTO_high timer fires, with PSNs `una` to `sent_hi` sent:
+    /// IRN's RTO_low while at most N packets are in flight (§3.1: nothing sent after
+    /// them will reveal their loss), RTO_high otherwise (so a timer started by the
+    /// first packet of a burst takes the burst's timeout). In flight as the cap
+    /// counts them ([`Self::done_ahead`] left out): once everything after a resent
+    /// hole has been reported, the hole is all that is in flight, and a resend that
+    /// was lost too waits RTO_low, not RTO_high (a program that waits for the
+    /// hole's completion before it posts more sends nothing that would start the
+    /// next round).
     pub fn deadline(&self, una: u32, sent_hi: u32) -> Option<u64> {
         let t = self.armed_at?;
-        let rto = if psn::sub(sent_hi, una) <= self.params.low_pkts {
+        let in_flight = psn::sub(sent_hi, una).saturating_sub(self.done_ahead);
+        let rto = if in_flight <= self.params.low_pkts {
             self.params.rto_low_ns
         } else {
             self.params.rto_high_ns
@@ -283,6 +295,7 @@ impl SrState {
             counters: SrCounters::default(),
             arrived: PsnBitmap::default(),
             done: PsnBitmap::default(),
+            done_ahead: 0,
             cum: sq_psn,
             hi: sq_psn,
             resend_from: sq_psn,
@@ -340,12 +353,24 @@ impl PsnBitmap {
         was
     }
 
-    /// Clears the `n` PSNs from `from` (all of them when `n >= WINDOW`).
-    pub fn clear_span(&mut self, from: u32, n: u32) {
+    /// Marks PSN `p`; whether it was not marked before.
+    #[inline]
+    pub fn insert(&mut self, p: u32) -> bool {
+        let (w, b) = Self::at(p);
+        let new = self.words[w] & b == 0;
+        self.words[w] |= b;
+        new
+    }
+
+    /// Clears the `n` PSNs from `from` (all of them when `n >= WINDOW`); how many
+    /// of them were marked.
+    pub fn clear_span(&mut self, from: u32, n: u32) -> u32 {
         if n >= WINDOW {
+            let was = self.words.iter().map(|w| w.count_ones()).sum();
             self.words = [0; (WINDOW / 64) as usize];
-            return;
+            return was;
         }
+        let mut was = 0;
         let mut p = from;
         let mut left = n;
         while left > 0 {
@@ -357,10 +382,12 @@ impl PsnBitmap {
             } else {
                 ((1u64 << take) - 1) << bit
             };
+            was += (self.words[(i / 64) as usize] & mask).count_ones();
             self.words[(i / 64) as usize] &= !mask;
             left -= take;
             p = psn::add(p, take);
         }
+        was
     }
 
     /// Clears everything.
@@ -460,17 +487,16 @@ mod tests {
             let off = (r % u64::from(WINDOW)) as u32;
             let p = psn::add(base, off);
             match r >> 60 {
-                0..=7 => {
+                0..=3 => {
                     b.set(p);
                     model.insert(p);
                 }
+                4..=7 => assert_eq!(b.insert(p), model.insert(p)),
                 8..=11 => assert_eq!(b.take(p), model.remove(&p)),
                 _ => {
                     let n = (r >> 32) as u32 % 300;
-                    b.clear_span(base, n);
-                    for k in 0..n {
-                        model.remove(&psn::add(base, k));
-                    }
+                    let was = (0..n).filter(|k| model.remove(&psn::add(base, *k))).count();
+                    assert_eq!(b.clear_span(base, n) as usize, was);
                     base = psn::add(base, n);
                 }
             }
@@ -490,7 +516,7 @@ mod tests {
                 .find(|q| !model.contains(q));
             assert_eq!(b.find(probe, lim, false), want_clear);
         }
-        b.clear_span(0, WINDOW);
+        assert_eq!(b.clear_span(0, WINDOW) as usize, model.len());
         assert_eq!(b.find(0, WINDOW, true), None);
     }
 }

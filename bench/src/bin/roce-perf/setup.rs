@@ -351,6 +351,9 @@ pub fn setup(test: &Test, eal: &'static Eal, given: Option<Device>, quiet: bool)
         macs,
     } = ex;
     for (q, (qp, r)) in qps.iter_mut().zip(&remotes).enumerate() {
+        // Our exchange carried the mode (`ext=sr`) and refused a mismatch; a
+        // perftest peer got gbn above.
+        qp.set_peer_loss_recovery(loss_recovery);
         qp.connect(&RemoteQp {
             qpn: r.qpn,
             psn: r.psn,

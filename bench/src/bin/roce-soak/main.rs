@@ -287,6 +287,9 @@ impl Rig {
             };
             let mut qa = link.a().create_qp(&a_cq, &a_cq, opts)?;
             let mut qb = link.b().create_qp(&b_cq, &b_cq, opts)?;
+            // Both rsnic QPs of this process, configured alike.
+            qa.set_peer_loss_recovery(mode);
+            qb.set_peer_loss_recovery(mode);
             qa.connect(&qb.remote_info())?;
             qb.connect(&qa.remote_info())?;
             for buf in 0..RECV_BUFS {

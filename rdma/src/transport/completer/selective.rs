@@ -74,7 +74,7 @@ impl Completer {
                     }
                     let una = self.una;
                     let fatal = self.on_acknowledge(f, now, cfg, req, out);
-                    sr.done.clear_span(una, psn::sub(self.una, una));
+                    sr.done_ahead -= sr.done.clear_span(una, psn::sub(self.una, una));
                     Some(match fatal {
                         Some(st) => Heard::Error(st),
                         None => Heard::Done,
@@ -162,7 +162,9 @@ impl Completer {
             return;
         }
         if placed {
-            sr.done.set(p);
+            if sr.done.insert(p) {
+                sr.done_ahead += 1;
+            }
             if sr.round_hi.is_some_and(|h| psn::le(h, p)) && psn::lt(self.una, sr.resend_from) {
                 // What was resent before `p` was sent is still missing: lost again.
                 sr.round_hi = None;
@@ -222,7 +224,7 @@ impl Completer {
         if self.una == una0 {
             return 0;
         }
-        sr.done.clear_span(una0, psn::sub(self.una, una0));
+        sr.done_ahead -= sr.done.clear_span(una0, psn::sub(self.una, una0));
         // Progress after an IBA timeout: the peer answers again, and READ runs
         // go back to being re-requested alone.
         sr.part_reads = true;
@@ -376,6 +378,7 @@ impl Completer {
         sr.active = false;
         sr.counters.fallbacks += 1;
         sr.done.clear();
+        sr.done_ahead = 0;
         sr.arrived.clear();
         sr.armed_at = None;
         req.chunk_writes = false;

@@ -56,23 +56,35 @@ impl Requester {
         }
     }
 
-    /// Whether the cursor's next packet keeps the PSNs in flight (from `una` to past
-    /// it, a READ's whole response range) within `cap` and the bitmaps' window (IRN's
-    /// BDP-FC); one may always go when nothing is in flight.
-    pub(in crate::transport) fn within_cap(&self, una: u32, cap: u32) -> bool {
+    /// Whether the cursor's next packet keeps the PSNs in flight within `cap` (IRN's
+    /// BDP-FC, §3.2) and the PSNs from `una` to past it (a READ's whole response
+    /// range) within the bitmaps' window; one may always go when nothing is in
+    /// flight. In flight are the PSNs from `una` on that are not `done` (`done_ahead`
+    /// of them are: reported placed, a READ response received), as RFC 6675's "pipe"
+    /// counts what a SACK reports out of the network: IRN counts from the
+    /// cumulative ACK, so with the cap at the BDP a hole at `una` stops new packets
+    /// for the round trip its resend takes, loss after loss. A READ (or ATOMIC)
+    /// request counts as one packet when it goes: its responses enter the network
+    /// only after everything before it left the responder, a round trip later, so
+    /// counting them now would keep a READ near the cap's size from starting until
+    /// the one before it has all but ended (a gap of a round trip per READ); the
+    /// PSNs in flight stay within the cap plus one READ (docs/reliability.md).
+    pub(in crate::transport) fn within_cap(&self, una: u32, done_ahead: u32, cap: u32) -> bool {
         if una == self.sent_hi {
             return true;
         }
         let Some(w) = self.sq.get(self.tx_idx) else {
             return true;
         };
-        let end = if w.started {
-            psn::add(psn::add(w.first_psn, self.tx_pkt), 1)
+        let (end, counted) = if w.started {
+            let end = psn::add(psn::add(w.first_psn, self.tx_pkt), 1);
+            (end, end)
         } else if w.wr.op.needs_response() {
-            psn::add(self.next_psn, w.npkts)
+            (psn::add(self.next_psn, w.npkts), psn::add(self.next_psn, 1))
         } else {
-            psn::add(self.next_psn, 1)
+            let end = psn::add(self.next_psn, 1);
+            (end, end)
         };
-        psn::sub(end, una) <= cap.min(WINDOW)
+        psn::sub(end, una) <= WINDOW && psn::sub(counted, una).saturating_sub(done_ahead) <= cap
     }
 }

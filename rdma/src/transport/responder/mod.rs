@@ -71,6 +71,13 @@ struct ReadResource {
     msn: u32,
 }
 
+impl ReadJob {
+    /// The response PSNs it still sends (a zero-length READ sends one).
+    fn npkts(&self, pmtu: u32) -> u32 {
+        self.remaining.div_ceil(pmtu).max(1)
+    }
+}
+
 impl ReadResource {
     /// The replay a duplicate READ at PSN `p` asking for `r` gets: from `p` on, if `p`
     /// is one of this READ's PSNs and `r` is exactly the rest of its range from there
@@ -668,12 +675,24 @@ impl Responder {
                     Err(_) => return,
                 }
             }
-            self.out.retain(
-                |i| !matches!(i, RespItem::Read(j) if j.msn == job.msn && (!part || j.psn == p)),
-            );
+            // go-back-N: the replay supersedes whatever of this READ is queued.
+            // sr: whatever of it lies within the run asked for (a job still to
+            // send what the replay sends again; a whole READ asked again while
+            // its first reply is on its way replays from there once, not twice).
+            let run_end = psn::add(p, job.npkts(cfg.pmtu));
+            self.out.retain(|i| {
+                !matches!(i, RespItem::Read(j) if j.msn == job.msn
+                    && (!part || (psn::le(p, j.psn)
+                        && psn::le(psn::add(j.psn, j.npkts(cfg.pmtu)), run_end))))
+            });
             // Everything before it counts as delivered for the READ-response window.
             self.resp_acked_lsn = self.resp_next_lsn;
-            self.push_out(RespItem::Read(job), out);
+            if self.push_out(RespItem::Read(job), out) && part {
+                // sr: a hole goes out before the responses queued behind it (IRN
+                // §3.1 sends retransmissions first): the requester places them in
+                // any order, and its completions wait for the hole alone.
+                self.out.back_to_front();
+            }
         } else if op.has_atomic_eth() {
             if let Some(&(_, orig)) = self.atomic_cache.iter().find(|(q, _)| *q == p) {
                 let msn = self.msn;
