@@ -31,7 +31,7 @@ stage "the verbs example (nic/examples/verbs.rs) runs"
 cargo run --release -p nic --example verbs -- --cc dcqcn --size 262144
 
 stage "unmodified ibverbs programs on rsnic (librsnic_verbs.so): Debian's perftest, ibv_rc_pingpong, ibv_devinfo in two namespaces, and the C ABI check (scripts/verbs-abi.sh)"
-timeout 900 scripts/verbs-abi.sh all
+timeout 1500 scripts/verbs-abi.sh all
 
 stage "pipeline benchmarks against dpdk-testpmd, smoke run (each checks its frames; the figures of record, with longer runs, are in docs/benchmarks.md)"
 # Built with the release profile the tests used (no second build with the
