@@ -33,6 +33,9 @@ cargo run --release -p nic --example verbs -- --cc dcqcn --size 262144
 stage "unmodified ibverbs programs on rsnic (librsnic_verbs.so): Debian's perftest, ibv_rc_pingpong, ibv_devinfo in two namespaces, and the C ABI check (scripts/verbs-abi.sh)"
 timeout 1500 scripts/verbs-abi.sh all
 
+stage "rdma_cm programs on rsnic in two namespaces (librsnic_verbs.so's librdmacm): rping -v, ucmatose, udaddy, rdma_server/rdma_client, perftest -R, qperf -cm1 (scripts/verbs-abi.sh cm)"
+timeout 600 scripts/verbs-abi.sh cm
+
 stage "pipeline benchmarks against dpdk-testpmd, smoke run (each checks its frames; the figures of record, with longer runs, are in docs/benchmarks.md)"
 # Built with the release profile the tests used (no second build with the
 # bench profile's thin LTO: a smoke run checks frames, not figures).
