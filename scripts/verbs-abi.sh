@@ -38,7 +38,8 @@
 #          ib_{read,write}_lat -R, qperf -cm1 rc_bw rc_lat rc_rdma_read_bw
 #          (with CM_MORE=1 also fi_pingpong over libfabric's verbs;ofi_rxm,
 #          which does not pass yet: docs/connection.md);
-#          CM_ITERS iterations of rping/ucmatose/udaddy (default 100)
+#          CM_ITERS iterations of rping/ucmatose/udaddy (default 100);
+#          CM_ONLY=REGEX runs only the cases whose name matches
 #   quick: eintr, devinfo, one bw, one lat, pingpong;  all: abi + eintr + pairs
 #   (cm runs on namespaces of its own: scripts/test.sh calls it separately)
 #   bench: the same tests through the library (perftest on rsnic) and through
@@ -278,6 +279,7 @@ cm_pair() { # NAME CHECK-PATTERN SERVER-ARGS... -- CLIENT-ARGS...
   shift
   cli=("$@")
   local f=$LOG/cm-${name//[^A-Za-z0-9_.-]/_}
+  [[ "$name" =~ ${CM_ONLY:-.} ]] || return 0
   on_b "${srv[@]}" >"$f.server" 2>&1 &
   local spid=$!
   sleep "${CM_START_S:-2.5}"

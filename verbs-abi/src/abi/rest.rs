@@ -31,9 +31,15 @@ pub(crate) extern "C" fn rsnic_ibv_get_async_event(
                     return minus_one(libc::EAGAIN);
                 }
                 let mut ev = libc::epoll_event { events: 0, u64: 0 };
-                // SAFETY: one event slot, live for the call. An EINTR (a
-                // signal of the program's with a handler) looks again.
-                unsafe { libc::epoll_wait(fd, &mut ev, 1, -1) };
+                // SAFETY: one event slot, live for the call.
+                if unsafe { libc::epoll_wait(fd, &mut ev, 1, -1) } < 0 {
+                    // A signal of the program's with a handler: -1 with
+                    // EINTR, as rdma-core's read(2) of async_fd gives.
+                    let e = std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EIO);
+                    return minus_one(e);
+                }
                 continue;
             };
             // A QP's or CQ's event holds it until ibv_ack_async_event

@@ -18,10 +18,12 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -44,6 +46,13 @@ static int failures;
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static union ibv_gid gid;
+
+static volatile sig_atomic_t alarms;
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarms++;
+}
 
 static long rss_kib(void)
 {
@@ -807,6 +816,26 @@ int main(int argc, char **argv)
 			ibv_ack_cq_events(ev_cq, 1);
 		ok = ok && ibv_poll_cq(ecq, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS;
 		CHECK(ok, "completion channel: poll() wakes, get_cq_event names the CQ and its context");
+		/* A program's signal with a handler (no SA_RESTART) ends the wait with
+		 * -1/EINTR, as rdma-core's read(2) of the channel's fd: qperf's
+		 * SIGALRM ends its latency test so. */
+		{
+			struct sigaction sa = { .sa_handler = on_alarm }, old;
+			sigemptyset(&sa.sa_mask);
+			struct itimerval it = { .it_value = { .tv_usec = 100000 } }, off = { 0 };
+			int got = -2, err = 0;
+			if (ch && sigaction(SIGALRM, &sa, &old) == 0) {
+				alarms = 0;
+				setitimer(ITIMER_REAL, &it, NULL);
+				got = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+				err = errno;
+				setitimer(ITIMER_REAL, &off, NULL);
+				sigaction(SIGALRM, &old, NULL);
+			}
+			CHECK(got == -1 && err == EINTR && alarms == 1,
+			      "get_cq_event interrupted by the program's SIGALRM: -1/EINTR (got %d, errno %d, %d alarms)",
+			      got, err, (int)alarms);
+		}
 		CHECK(!ch || ibv_destroy_comp_channel(ch) == EBUSY,
 		      "destroy_comp_channel with a CQ: EBUSY (the errno value, as rdma-core's verbs.c)");
 		if (qa2)
