@@ -68,6 +68,7 @@ fails=0
 rows=()
 record() { # name ok detail
   rows+=("$(printf '%-34s %-4s %s' "$1" "$2" "$3")")
+  last_status=$2
   [ "$2" = ok ] || fails=$((fails + 1))
 }
 finish() {
@@ -312,8 +313,24 @@ if [ "$what" = cm ]; then
     cm_pair "$t -R" "$ROW" $t $P -n $ITERS -- $t $P -n $ITERS 10.0.0.2
   done
   if command -v qperf >/dev/null; then
-    cm_pair "qperf -cm1 rc_bw rc_lat rc_rdma_read_bw" 'rc_rdma_read_bw' qperf -- \
-      qperf -cm1 -t 2 10.0.0.2 rc_bw rc_lat rc_rdma_read_bw quit
+    # Debian's qperf 0.4.11 sends its server's rdma_cm port before it calls
+    # rdma_listen (fixed upstream after 0.4.11: linux-rdma/qperf 118a571 "Fix
+    # rdmacm race"): when the server's thread is preempted between the two,
+    # the client's REQ finds no listener and gets the REJ "invalid service ID"
+    # that any CM sends then (Linux's ib_cm too). That one failure, and only
+    # it, is run again once, and said so.
+    qperf_case() {
+      cm_pair "qperf -cm1 rc_bw rc_lat rc_rdma_read_bw$1" 'rc_rdma_read_bw' qperf -- \
+        qperf -cm1 -t 2 10.0.0.2 rc_bw rc_lat rc_rdma_read_bw quit
+    }
+    qperf_case ""
+    qf=$LOG/cm-qperf_-cm1_rc_bw_rc_lat_rc_rdma_read_bw.client
+    if [ "$last_status" = FAIL ] && grep -q "Event rejected" "$qf"; then
+      unset 'rows[-1]'
+      fails=$((fails - 1))
+      cp "$qf" "$qf.raced"
+      qperf_case " (again: qperf 0.4.11's listen race)"
+    fi
   fi
   # Only with CM_MORE=1 (docs/connection.md): fi_pingpong's rxm server listens
   # on 127.0.0.1 (libfabric's default source without one given), which its
