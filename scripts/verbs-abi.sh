@@ -65,6 +65,7 @@ mkdir -p "$LOG"
 cargo build --release -q -p verbs-abi -p rsnic-exec
 
 fails=0
+last_status=
 rows=()
 record() { # name ok detail
   rows+=("$(printf '%-34s %-4s %s' "$1" "$2" "$3")")
@@ -332,6 +333,31 @@ if [ "$what" = cm ]; then
       qperf_case " (again: qperf 0.4.11's listen race)"
     fi
   fi
+  # Connections that end badly (verbs-abi/tests/c/cm_fault.c), with the CM's
+  # timeouts short (RSNIC_CM_TIMEOUT 16: 0.27 s a try, 3 retries): a server
+  # that dies with the request unanswered (the client's REQ retries end in
+  # UNREACHABLE, -ETIMEDOUT), and a server that disconnects first.
+  gcc -O2 -Wall -o "$LOG/cm_fault" verbs-abi/tests/c/cm_fault.c -lrdmacm -libverbs
+  fault_pair() { # NAME SERVER-MODE SERVER-RC CLIENT-MODE PORT
+    local name=$1 smode=$2 want_src=$3 cmode=$4 port=$5
+    [[ "$name" =~ ${CM_ONLY:-.} ]] || return 0
+    local f=$LOG/cm-fault-$cmode
+    (export RSNIC_CM_TIMEOUT=16 RSNIC_CM_RETRIES=3; on_b "$LOG/cm_fault" "$smode" 10.0.0.2 "$port") >"$f.server" 2>&1 &
+    local spid=$!
+    for _ in $(seq 100); do grep -q '^listening' "$f.server" 2>/dev/null && break; sleep 0.1; done
+    (export RSNIC_CM_TIMEOUT=16 RSNIC_CM_RETRIES=3; on_a "$LOG/cm_fault" "$cmode" 10.0.0.2 "$port") >"$f.client" 2>&1
+    local crc=$?
+    wait $spid
+    local src=$?
+    if [ $crc -eq 0 ] && [ $src -eq "$want_src" ]; then
+      record "$name" ok "$(grep -E 'after|DISCONNECTED' "$f.client" | tail -1 | cut -c6-90)"
+    else
+      record "$name" FAIL "server rc $src (want $want_src), client rc $crc (logs $f.*): $(grep -h FAIL "$f.client" "$f.server" | head -2 | tr '\n' ' ')"
+    fi
+  }
+  # The dying server exits 137 (its own SIGKILL).
+  fault_pair "peer dies mid-connect: UNREACHABLE" server-dies 137 client-unreachable 7481
+  fault_pair "server disconnects first" server-disconnects 0 client-disconnected 7482
   # Only with CM_MORE=1 (docs/connection.md): fi_pingpong's rxm server listens
   # on 127.0.0.1 (libfabric's default source without one given), which its
   # client resolves to itself.

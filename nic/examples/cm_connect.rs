@@ -162,6 +162,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 CmEvent::Rejected { reason, .. } => {
                     return Err(format!("rejected, reason {reason}").into());
                 }
+                CmEvent::TimedOut { .. } => {
+                    return Err("no answer from the peer's CM (timed out)".into());
+                }
                 CmEvent::Disconnected { .. } | CmEvent::DisconnectRequest { .. } => {
                     println!("cm_connect: released");
                     return if established {

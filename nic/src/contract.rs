@@ -93,6 +93,11 @@ pub struct DeviceConfig {
     /// kernel's neighbour table and the NIC sends no ARP of its own. Set by
     /// `Device::open*` for a port on a kernel interface.
     pub kernel_iface: Option<crate::host::KernelIface>,
+    /// The CM's response timeout (an exponent: 4.096 us << it) and how many
+    /// times a REQ, REP or DREQ is sent again before the connection is given
+    /// up (`rdma::cm::CmConfig`; Linux rdma_cm's 20 and 15 by default:
+    /// about 69 s before an unanswered REQ ends in UNREACHABLE).
+    pub cm_timing: (u8, u8),
 }
 
 impl DeviceConfig {
@@ -127,6 +132,10 @@ impl DeviceConfig {
             ),
             arp: ArpConfig::default(),
             kernel_iface: None,
+            cm_timing: (
+                rdma::cm::CmConfig::default().response_timeout,
+                rdma::cm::CmConfig::default().max_retries,
+            ),
         }
     }
 }

@@ -142,8 +142,8 @@ pub enum CmEvent {
         /// The connection.
         id: u32,
     },
-    /// The peer rejected (REJ), or the handshake timed out (reason
-    /// [`rej_reason::TIMEOUT`], a REJ sent to the peer).
+    /// The peer rejected (REJ; its reason may be [`rej_reason::TIMEOUT`]
+    /// when the peer's own wait ran out).
     Rejected {
         /// The connection (gone now).
         id: u32,
@@ -151,6 +151,13 @@ pub enum CmEvent {
         reason: u16,
         /// The REJ's private data (zeros after a timeout).
         private_data: Box<[u8; 148]>,
+    },
+    /// Our REQ or REP went unanswered through every retry (ib_cm's
+    /// REQ_ERROR / REP_ERROR): the connection is gone, and the peer was sent
+    /// a REJ with reason [`rej_reason::TIMEOUT`] (IBA 12.9.7.1).
+    TimedOut {
+        /// The connection (gone now).
+        id: u32,
     },
     /// The peer released the connection (its DREQ, answered with a DREP).
     DisconnectRequest {
@@ -916,11 +923,7 @@ impl Cm {
                             private_data: [0u8; 148],
                         })),
                     );
-                    self.events.push_back(CmEvent::Rejected {
-                        id,
-                        reason: rej_reason::TIMEOUT,
-                        private_data: Box::new([0u8; 148]),
-                    });
+                    self.events.push_back(CmEvent::TimedOut { id });
                 }
                 CmState::DreqSent => {
                     self.enter_timewait(now, id);
@@ -1231,10 +1234,7 @@ mod tests {
         assert_eq!(now, 4 * wait);
         assert!(matches!(
             events(&mut a).as_slice(),
-            [CmEvent::Rejected {
-                reason: rej_reason::TIMEOUT,
-                ..
-            }]
+            [CmEvent::TimedOut { .. }]
         ));
         assert!(matches!(
             a.poll_out(),

@@ -112,6 +112,7 @@ impl Backend {
             dc.mac = cfg.port_mac();
             dc.core = cfg.core;
             dc.idle_yield = !cfg.busy_poll;
+            dc.cm_timing = cfg.cm_timing;
             let dev = Device::open(eal, port, dc).map_err(|e| format!("{}: {e}", cfg.dev))?;
             if link.wait_up(Duration::from_secs(2)) {
                 tracing::info!(dev = %cfg.dev, ip = %ip, "rsnic0 up");

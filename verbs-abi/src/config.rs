@@ -12,6 +12,8 @@
 //! | `RSNIC_EAL` | extra EAL arguments, split at white space |
 //! | `RSNIC_BUSY_POLL` | `1`: the engine never yields its core (default: it yields when idle, for hosts that share cores) |
 //! | `RSNIC_LOG` | `LEVEL` or `LEVEL:FILE`: what the library and DPDK inside it log, and where (default: `off`) |
+//! | `RSNIC_CM_TIMEOUT` | the CM's response timeout, an exponent of 4.096 us, 8 to 31 (default 20, ~4.3 s, as Linux's rdma_cm) |
+//! | `RSNIC_CM_RETRIES` | how many times the CM sends a REQ, REP or DREQ again before it gives up, 0 to 15 (default 15, as Linux's rdma_cm) |
 //!
 //! The library runs inside someone else's program, so it prints nothing
 //! the user did not ask for: by default DPDK's log (the EAL's and the
@@ -52,6 +54,9 @@ pub struct Config {
     pub busy_poll: bool,
     /// What to log, and where (`RSNIC_LOG`).
     pub log: LogConfig,
+    /// The CM's response timeout exponent and retries (`RSNIC_CM_TIMEOUT`,
+    /// `RSNIC_CM_RETRIES`; `nic::DeviceConfig::cm_timing`).
+    pub cm_timing: (u8, u8),
 }
 
 /// `RSNIC_LOG`: the level from which the library and DPDK log (None: they
@@ -209,6 +214,19 @@ impl Config {
             None => LogConfig::default(),
             Some(l) => LogConfig::parse(&l).map_err(|why| bad("RSNIC_LOG", &l, why))?,
         };
+        let in_range = |var: &'static str, lo: u8, hi: u8, default: u8| match get(var) {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<u8>()
+                .ok()
+                .filter(|n| (lo..=hi).contains(n))
+                .ok_or_else(|| bad(var, &v, format!("expected {lo} to {hi}"))),
+        };
+        let cm_defaults = rdma::cm::CmConfig::default();
+        let cm_timing = (
+            in_range("RSNIC_CM_TIMEOUT", 8, 31, cm_defaults.response_timeout)?,
+            in_range("RSNIC_CM_RETRIES", 0, 15, cm_defaults.max_retries)?,
+        );
         Ok(Config {
             dev,
             ip,
@@ -219,6 +237,7 @@ impl Config {
             eal,
             busy_poll,
             log,
+            cm_timing,
         })
     }
 
@@ -385,6 +404,32 @@ mod tests {
         assert_eq!(c.loss_recovery, LossRecovery::Sr);
         assert_eq!(c.port_mac(), Some([2, 0, 0, 0, 0, 9]));
         assert_eq!(c.eal, ["--log-level=debug", "-m", "512"]);
+        assert_eq!(c.cm_timing, (20, 15), "Linux rdma_cm's by default");
+        let c = Config::from_lookup(env(&[
+            ("RSNIC_DEV", "net_null0"),
+            ("RSNIC_IP", "10.0.0.3"),
+            ("RSNIC_CM_TIMEOUT", "14"),
+            ("RSNIC_CM_RETRIES", "2"),
+        ]))
+        .unwrap();
+        assert_eq!(c.cm_timing, (14, 2));
+        for (var, v) in [
+            ("RSNIC_CM_TIMEOUT", "7"),
+            ("RSNIC_CM_TIMEOUT", "32"),
+            ("RSNIC_CM_RETRIES", "16"),
+            ("RSNIC_CM_RETRIES", "-1"),
+        ] {
+            let e = Config::from_lookup(env(&[
+                ("RSNIC_DEV", "net_null0"),
+                ("RSNIC_IP", "10.0.0.3"),
+                (var, v),
+            ]))
+            .unwrap_err();
+            assert!(
+                matches!(e, ConfigError::Bad { var: w, .. } if w == var),
+                "{var}={v}"
+            );
+        }
     }
 
     #[test]

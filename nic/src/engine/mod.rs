@@ -396,6 +396,8 @@ impl Engine {
                 ip: cfg.ip,
                 ca_guid: ca_guid(parts.mac),
                 seed: (cfg.mr_key_seed >> 32) as u32 ^ cfg.mr_key_seed as u32,
+                response_timeout: cfg.cm_timing.0,
+                max_retries: cfg.cm_timing.1,
                 ..rdma::cm::CmConfig::default()
             }),
             cm_events: std::collections::VecDeque::new(),

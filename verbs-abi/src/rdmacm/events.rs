@@ -117,6 +117,17 @@ pub(crate) fn ah_to(peer_ip: [u8; 4]) -> ibv_ah_attr {
     ah
 }
 
+/// A connection that ended before it was established (rejected or timed
+/// out): its id is idle again and its QP in error. The id, if still live.
+fn connection_failed(st: &mut CmState, id: u32) -> Option<usize> {
+    let idp = st.conns.remove(&id)?;
+    let s = st.ids.get_mut(&idp)?;
+    s.conn = None;
+    s.phase = Phase::Idle;
+    qp_to_err(idp);
+    Some(idp)
+}
+
 /// One engine CM event, turned into librdmacm's (the `rsnic-cm` thread).
 pub(crate) fn dispatch(st: &mut CmState, e: CmEvent) {
     match e {
@@ -276,32 +287,39 @@ pub(crate) fn dispatch(st: &mut CmState, e: CmEvent) {
             reason,
             private_data,
         } => {
-            let Some(idp) = st.conns.remove(&id) else {
+            let Some(idp) = connection_failed(st, id) else {
                 return;
             };
-            let Some(s) = st.ids.get_mut(&idp) else {
-                return;
-            };
-            s.conn = None;
-            let was = s.phase;
-            s.phase = Phase::Idle;
-            qp_to_err(idp);
-            // ib_cm's REQ_ERROR / REP_ERROR (no answer through every retry)
-            // reach the program as UNREACHABLE, -ETIMEDOUT; a REJ as REJECTED
-            // with its reason.
-            let (kind, status) = if reason == rej_reason::TIMEOUT && was != Phase::Connected {
-                (RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT)
-            } else {
-                (RDMA_CM_EVENT_REJECTED, c_int::from(reason))
-            };
+            // A REJ reaches the program as REJECTED with its reason (the
+            // kernel's cma_ib_handler, IB_CM_REJ_RECEIVED).
             // SAFETY: a C struct of integers and a pointer: zeros are valid.
             let p: rdma_conn_param = unsafe { std::mem::zeroed() };
-            let pd: &[u8] = if kind == RDMA_CM_EVENT_REJECTED {
-                &private_data[..]
-            } else {
-                &[]
+            let status = c_int::from(reason);
+            push_event(
+                st,
+                idp,
+                idp,
+                0,
+                RDMA_CM_EVENT_REJECTED,
+                status,
+                Param::Conn(p, &private_data[..]),
+            );
+        }
+        CmEvent::TimedOut { id } => {
+            let Some(idp) = connection_failed(st, id) else {
+                return;
             };
-            push_event(st, idp, idp, 0, kind, status, Param::Conn(p, pd));
+            // ib_cm's REQ_ERROR / REP_ERROR (no answer through every retry):
+            // UNREACHABLE, -ETIMEDOUT, as cma_ib_handler reports them.
+            push_event(
+                st,
+                idp,
+                idp,
+                0,
+                RDMA_CM_EVENT_UNREACHABLE,
+                -libc::ETIMEDOUT,
+                Param::None,
+            );
         }
         CmEvent::DisconnectRequest { id } | CmEvent::Disconnected { id } => {
             let Some(&idp) = st.conns.get(&id) else {

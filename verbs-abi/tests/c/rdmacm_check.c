@@ -343,6 +343,18 @@ int main(int argc, char **argv)
 	rdma_destroy_id(client);
 	CHECK(rdma_destroy_id(listen_id) == 0, "rdma_destroy_id (listener)");
 
+	/* Nobody listens on the port any more: the CM answers the REQ with REJ
+	 * "invalid service ID", REJECTED with status 8 (IBA 12.6.7.2), as a
+	 * kernel's CM does. */
+	CHECK(rdma_create_id(ch, &client, NULL, RDMA_PS_TCP) == 0, "rdma_create_id (third client)");
+	rdma_resolve_addr(client, NULL, (struct sockaddr *)&a, 2000);
+	expect(RDMA_CM_EVENT_ADDR_RESOLVED, NULL, "third client");
+	rdma_resolve_route(client, 2000);
+	expect(RDMA_CM_EVENT_ROUTE_RESOLVED, NULL, "third client");
+	CHECK(rdma_connect(client, &cp) == 0, "rdma_connect (to a port nobody listens on)");
+	CHECK(expect(RDMA_CM_EVENT_REJECTED, NULL, "no listener") == 8, "no listener: status 8 (invalid service ID)");
+	CHECK(rdma_destroy_id(client) == 0, "rdma_destroy_id (third client)");
+
 	/* UD over SIDR. */
 	struct rdma_cm_id *ul, *uc, *us;
 	CHECK(rdma_create_id(ch, &ul, NULL, RDMA_PS_UDP) == 0, "rdma_create_id (UDP listener)");
