@@ -190,6 +190,13 @@ int main(int argc, char **argv)
 	errno = 0;
 	CHECK(rdma_bind_addr(listen_id, (struct sockaddr *)&a) == -1 && errno == EADDRNOTAVAIL,
 	      "rdma_bind_addr to an address not ours: EADDRNOTAVAIL (%s)", strerror(errno));
+	/* 127.0.0.1 is lo's, and no RDMA device has a GID for it: Linux's
+	 * rdma_bind_addr fails (cma_acquire_dev_by_src_ip), and libfabric's
+	 * verbs provider relies on that to fall back to the device's address. */
+	a = addr_of("127.0.0.1", 7000);
+	errno = 0;
+	CHECK(rdma_bind_addr(listen_id, (struct sockaddr *)&a) == -1 && errno == ENODEV,
+	      "rdma_bind_addr to 127.0.0.1: ENODEV (%s)", strerror(errno));
 	a = addr_of(me, 7471);
 	CHECK(rdma_bind_addr(listen_id, (struct sockaddr *)&a) == 0, "rdma_bind_addr %s:7471", me);
 	CHECK(rdma_listen(listen_id, 8) == 0, "rdma_listen");
