@@ -445,8 +445,8 @@ if [ "$what" = all ] || [ "$what" = cm ]; then
 fi
 # Connection set-up time (docs/connection.md; not in `all`): librdmacm's cmtime
 # -c 1, CMTIME_RUNS times (default 15), its "connect" step (rdma_connect to
-# ESTABLISHED: REQ, REP, RTU), rsnic connecting to rxe and rxe to rsnic;
-# prints the medians.
+# ESTABLISHED: REQ, REP, RTU), rsnic connecting to rxe, rxe to rsnic, and rxe
+# to rxe in one guest (to its own address); prints the medians.
 if [ "$what" = cmtime ]; then
   n=${CMTIME_RUNS:-15}
   med() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
@@ -462,7 +462,9 @@ if [ "$what" = cmtime ]; then
   sleep 3
   $G run rxe0 "for i in \$(seq $n); do timeout 20 cmtime -s $NIC_IP -c 1 2>/dev/null | awk '/^connect/ {print \$3}'; sleep 1; done" 300 | grep -E '^[0-9.]+$' >"$W/ct.rxe-to-rsnic"
   wait $sp
-  echo "interop: cmtime connect (ms, median of $n): rsnic -> rxe $(med <"$W/ct.rsnic-to-rxe") ($(tr '\n' ' ' <"$W/ct.rsnic-to-rxe")); rxe -> rsnic $(med <"$W/ct.rxe-to-rsnic") ($(tr '\n' ' ' <"$W/ct.rxe-to-rsnic"))"
+  # rxe to rxe: both ends in the guest, to its own address (rxe's loopback).
+  $G run rxe0 "for i in \$(seq $n); do (timeout 20 cmtime -b $GUEST_IP -c 1 >/dev/null 2>&1 &); sleep 1; timeout 20 cmtime -s $GUEST_IP -c 1 2>/dev/null | awk '/^connect/ {print \$3}'; sleep 1; done" 300 | grep -E '^[0-9.]+$' >"$W/ct.rxe-to-rxe"
+  echo "interop: cmtime connect (ms, median of $n): rsnic -> rxe $(med <"$W/ct.rsnic-to-rxe") ($(tr '\n' ' ' <"$W/ct.rsnic-to-rxe")); rxe -> rsnic $(med <"$W/ct.rxe-to-rsnic") ($(tr '\n' ' ' <"$W/ct.rxe-to-rsnic")); rxe -> rxe, one guest $(med <"$W/ct.rxe-to-rxe") ($(tr '\n' ' ' <"$W/ct.rxe-to-rxe"))"
 fi
 if [ "$what" = all ] || [ "$what" = lossy ]; then
   # 1 % loss on both bridge ports, so both directions lose frames: tc netem

@@ -39,7 +39,8 @@
 #          (with CM_MORE=1 also fi_pingpong over libfabric's verbs;ofi_rxm,
 #          which does not pass yet: docs/connection.md);
 #          CM_ITERS iterations of rping/ucmatose/udaddy (default 100);
-#          CM_ONLY=REGEX runs only the cases whose name matches
+#          CM_ONLY=REGEX runs only the cases whose name matches;
+#          CMTIME_RUNS=N also times N cmtime connects (the median)
 #   quick: eintr, devinfo, one bw, one lat, pingpong;  all: abi + eintr + pairs
 #   (cm runs on namespaces of its own: scripts/test.sh calls it separately)
 #   bench: the same tests through the library (perftest on rsnic) and through
@@ -358,6 +359,20 @@ if [ "$what" = cm ]; then
   # The dying server exits 137 (its own SIGKILL).
   fault_pair "peer dies mid-connect: UNREACHABLE" server-dies 137 client-unreachable 7481
   fault_pair "server disconnects first" server-disconnects 0 client-disconnected 7482
+  # Connection set-up time (docs/connection.md; only with CMTIME_RUNS=N):
+  # cmtime -c 1's "connect" step (rdma_connect to ESTABLISHED), N runs, the
+  # median; every run is a new pair of processes (the first includes ARP).
+  if [ -n "${CMTIME_RUNS:-}" ]; then
+    rm -f "$LOG"/cmtime.*
+    for _ in $(seq "$CMTIME_RUNS"); do
+      on_b cmtime -b 10.0.0.2 -c 1 >/dev/null 2>&1 &
+      sleep 2
+      on_a cmtime -s 10.0.0.2 -c 1 2>"$LOG/cmtime.err" | tee -a "$LOG/cmtime.out" | awk '/^connect/ {print $3}'
+      wait
+    done | grep -E '^[0-9.]+$' >"$LOG/cmtime.ms"
+    ms=$(sort -g "$LOG/cmtime.ms" | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
+    echo "cmtime connect, rsnic -> rsnic (ms): median ${ms:-none} of $(wc -l <"$LOG/cmtime.ms"): $(tr '\n' ' ' <"$LOG/cmtime.ms")"
+  fi
   # Only with CM_MORE=1 (docs/connection.md): fi_pingpong's rxm server listens
   # on 127.0.0.1 (libfabric's default source without one given), which its
   # client resolves to itself.
