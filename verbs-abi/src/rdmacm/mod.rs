@@ -28,10 +28,12 @@
 
 mod addr;
 mod calls;
+mod conn;
 mod events;
 mod qp;
 
 pub(crate) use calls::*;
+pub(crate) use conn::*;
 pub(crate) use events::*;
 pub(crate) use qp::*;
 
