@@ -112,6 +112,7 @@ fn new_id(
             phase: Phase::Idle,
             src: None,
             dst: None,
+            dst_loopback: false,
             listening: None,
             conn: None,
             sidr: None,
@@ -495,7 +496,8 @@ pub(crate) extern "C" fn rsnic_rdma_resolve_addr(
             }
             // A loopback destination is this device (the kernel's
             // `cma_resolve_loopback`: the peer's GID is our own).
-            if dst.ip().is_loopback() {
+            let loopback = dst.ip().is_loopback();
+            if loopback {
                 dst.set_ip(Ipv4Addr::from(backend().dev.ip()));
             }
             if st.ids[&idp].phase == Phase::Idle {
@@ -517,6 +519,7 @@ pub(crate) extern "C" fn rsnic_rdma_resolve_addr(
             let port = s.src.map_or(0, |a| a.port());
             s.src = Some(SocketAddrV4::new(ours, port));
             s.dst = Some(dst);
+            s.dst_loopback = loopback;
             set_route(idp, s, false);
             Ok(*dst.ip())
         });
@@ -555,6 +558,11 @@ pub(crate) extern "C" fn rsnic_rdma_resolve_route(
             let s = st.ids.get_mut(&idp).expect("live");
             if !matches!(s.phase, Phase::AddrResolved | Phase::RouteResolved) {
                 return Err(libc::EINVAL);
+            }
+            // Linux 6.1 (rxe): `rping -c -a 127.0.0.1` gets ADDR_RESOLVED, then
+            // "rdma_resolve_route: No such device" (`lo` has no RoCE GID).
+            if s.dst_loopback {
+                return Err(libc::ENODEV);
             }
             s.phase = Phase::RouteResolved;
             set_route(idp, s, true);

@@ -120,6 +120,9 @@ pub(crate) struct IdState {
     pub src: Option<SocketAddrV4>,
     /// The peer's.
     pub dst: Option<SocketAddrV4>,
+    /// `rdma_resolve_addr` was given a loopback address: resolved to this
+    /// device, with no route (Linux: `rdma_resolve_route` fails, ENODEV).
+    pub dst_loopback: bool,
     /// The service ID it listens on.
     pub listening: Option<u64>,
     /// Its connection in the engine's CM.

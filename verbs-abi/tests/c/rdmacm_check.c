@@ -366,6 +366,21 @@ int main(int argc, char **argv)
 	CHECK(expect(RDMA_CM_EVENT_REJECTED, NULL, "no listener") == 8, "no listener: status 8 (invalid service ID)");
 	CHECK(rdma_destroy_id(client) == 0, "rdma_destroy_id (third client)");
 
+	/* A loopback destination resolves (to this device) but has no route, as
+	 * on Linux 6.1 with rxe (`rping -c -a 127.0.0.1`: "rdma_resolve_route: No
+	 * such device"). */
+	{
+		struct sockaddr_in lo = addr_of("127.0.0.1", 7471);
+		CHECK(rdma_create_id(ch, &client, NULL, RDMA_PS_TCP) == 0 &&
+			      rdma_resolve_addr(client, NULL, (struct sockaddr *)&lo, 2000) == 0,
+		      "rdma_resolve_addr 127.0.0.1");
+		expect(RDMA_CM_EVENT_ADDR_RESOLVED, NULL, "loopback");
+		errno = 0;
+		CHECK(rdma_resolve_route(client, 2000) == -1 && errno == ENODEV,
+		      "rdma_resolve_route to 127.0.0.1: ENODEV (%s)", strerror(errno));
+		rdma_destroy_id(client);
+	}
+
 	/* UD over SIDR. */
 	struct rdma_cm_id *ul, *uc, *us;
 	CHECK(rdma_create_id(ch, &ul, NULL, RDMA_PS_UDP) == 0, "rdma_create_id (UDP listener)");
