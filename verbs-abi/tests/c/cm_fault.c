@@ -29,19 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                       \
-	do {                                   \
-		if (cond) {                    \
-			printf("ok   ");       \
-		} else {                       \
-			printf("FAIL ");       \
-			failures++;            \
-		}                              \
-		printf(__VA_ARGS__);           \
-		printf("\n");                  \
-		fflush(stdout);                \
-	} while (0)
+#include "check.h"
 
 static struct rdma_event_channel *ch;
 

@@ -37,20 +37,7 @@
 #include <dirent.h>
 #include <signal.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                       \
-	do {                                   \
-		if (cond) {                    \
-			printf("ok   ");       \
-		} else {                       \
-			printf("FAIL ");       \
-			failures++;            \
-		}                              \
-		printf(__VA_ARGS__);           \
-		printf("\n");                  \
-		fflush(stdout);                \
-	} while (0)
+#include "check.h"
 
 static struct rdma_event_channel *ch;
 

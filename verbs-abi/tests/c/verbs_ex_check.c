@@ -26,20 +26,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                       \
-	do {                                   \
-		if (cond) {                    \
-			printf("ok   ");       \
-		} else {                       \
-			printf("FAIL ");       \
-			failures++;            \
-		}                              \
-		printf(__VA_ARGS__);           \
-		printf("\n");                  \
-		fflush(stdout);                \
-	} while (0)
+#include "check.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
