@@ -149,7 +149,7 @@ pub enum CmEvent {
         id: u32,
         /// Why.
         reason: u16,
-        /// The REJ's private data (zeros after a timeout).
+        /// The REJ's private data.
         private_data: Box<[u8; 148]>,
     },
     /// Our REQ or REP went unanswered through every retry (ib_cm's

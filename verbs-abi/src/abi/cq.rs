@@ -17,11 +17,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_comp_channel(
         // SAFETY: epoll_create1 takes no pointers.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
-            return null_with(
-                std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(ENOMEM),
-            );
+            return null_with(last_errno(ENOMEM));
         }
         // SAFETY: a fresh descriptor nobody else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -126,9 +122,7 @@ pub(crate) extern "C" fn rsnic_ibv_create_cq(
                 libc::epoll_ctl(chan.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, efd, &mut ev)
             };
             if rc != 0 {
-                let e = std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(ENOMEM);
+                let e = last_errno(ENOMEM);
                 // SAFETY: just allocated, never shared.
                 drop(unsafe { Box::from_raw(p) });
                 return null_with(e);
@@ -303,9 +297,7 @@ pub(crate) extern "C" fn rsnic_ibv_get_cq_event(
             // SAFETY: one event slot, live for the call.
             let n = unsafe { libc::epoll_wait(epfd, &mut ev, 1, if nonblock { 0 } else { -1 }) };
             if n < 0 {
-                let e = std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO);
+                let e = last_errno(libc::EIO);
                 // A signal of the program's with a handler ends the wait
                 // with EINTR, as rdma-core's read(2) of the uverbs descriptor
                 // does (qperf's SIGALRM ends its test so). DPDK's own signal

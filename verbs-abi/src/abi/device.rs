@@ -279,11 +279,7 @@ pub(crate) extern "C" fn rsnic_ibv_close_device(c: *mut ibv_context) -> c_int {
 /// A new epoll descriptor watching the device's async event descriptors
 /// (level-triggered); the errno if one cannot be made.
 fn async_event_fd(backend: &Backend) -> Result<OwnedFd, i32> {
-    let errno = || {
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(ENOMEM)
-    };
+    let errno = || last_errno(ENOMEM);
     // SAFETY: epoll_create1 takes no pointers.
     let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if fd < 0 {

@@ -85,6 +85,14 @@ pub(crate) fn minus_one(e: i32) -> c_int {
     -1
 }
 
+/// The errno the last failed system call (or libc call) left, or `fallback`
+/// when it left none.
+pub(crate) fn last_errno(fallback: i32) -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(fallback)
+}
+
 mod ah;
 mod cq;
 mod device;

@@ -35,9 +35,7 @@ pub(crate) extern "C" fn rsnic_ibv_get_async_event(
                 if unsafe { libc::epoll_wait(fd, &mut ev, 1, -1) } < 0 {
                     // A signal of the program's with a handler: -1 with
                     // EINTR, as rdma-core's read(2) of async_fd gives.
-                    let e = std::io::Error::last_os_error()
-                        .raw_os_error()
-                        .unwrap_or(libc::EIO);
+                    let e = last_errno(libc::EIO);
                     return minus_one(e);
                 }
                 continue;

@@ -509,9 +509,7 @@ pub(crate) fn next_event(channel: usize) -> Result<*mut rdma_cm_event, i32> {
         };
         // SAFETY: one live pollfd.
         if unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {
-            let e = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINTR);
+            let e = crate::abi::last_errno(libc::EINTR);
             return Err(e);
         }
     }

@@ -324,9 +324,7 @@ impl ChannelState {
         // SAFETY: eventfd takes no pointers.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
-            return Err(std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EMFILE));
+            return Err(crate::abi::last_errno(libc::EMFILE));
         }
         // SAFETY: a new descriptor nobody else owns.
         let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };

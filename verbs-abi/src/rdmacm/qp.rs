@@ -191,9 +191,7 @@ fn create_qp(
     make_cqs(s, cid, attr)?;
     let qp = crate::abi::rsnic_ibv_create_qp(pd, attr);
     if qp.is_null() {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL));
+        return Err(crate::abi::last_errno(libc::EINVAL));
     }
     cid.qp = qp;
     cid.pd = pd;
@@ -257,9 +255,7 @@ pub(crate) extern "C" fn rsnic_rdma_create_qp_ex(
             a.recv_cq = plain.recv_cq;
             let qp = crate::abi::ctx_create_qp_ex(cid.verbs, a);
             if qp.is_null() {
-                return Err(std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EINVAL));
+                return Err(crate::abi::last_errno(libc::EINVAL));
             }
             cid.qp = qp;
             cid.pd = a.pd;
@@ -363,9 +359,7 @@ pub(crate) extern "C" fn rsnic_rdma_create_ep(
             Ok(())
         };
         if done.is_err() {
-            let e = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL);
+            let e = crate::abi::last_errno(libc::EINVAL);
             rsnic_rdma_destroy_id(cid);
             return minus_one(e);
         }
@@ -418,9 +412,7 @@ pub(crate) extern "C" fn rsnic_rdma_get_request(
         let ep = with_id(listen, |st, idp| Ok(st.ids[&idp].ep_qp));
         if let Ok(Some((mut a, pd))) = ep {
             if rsnic_rdma_create_qp(child, pd, &mut a) != 0 {
-                let e = std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EINVAL);
+                let e = crate::abi::last_errno(libc::EINVAL);
                 rsnic_rdma_reject(child, std::ptr::null(), 0);
                 rsnic_rdma_destroy_id(child);
                 return minus_one(e);
