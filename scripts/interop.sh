@@ -383,8 +383,11 @@ run_cm() { # ROLE(of rsnic) NAME HOST-SERVER-ARGS... -- GUEST-CLIENT-ARGS... (th
   gargs=("$@")
   id=cm-${name// /_}-$role
   ip netns exec rxe-ns dumpcap -q -i rsnic-tap0 -f 'udp port 4791' -w "$W/$id.pcapng" >/dev/null 2>&1 &
-  local cap=$! hp
-  sleep 0.5
+  local cap=$! hp i
+  # dumpcap writes the file's header once it captures (its first start on a
+  # fresh machine takes seconds): wait for it, so no MAD goes unseen.
+  for i in $(seq 50); do [ -s "$W/$id.pcapng" ] && break; sleep 0.1; done
+  sleep 0.2
   if [ "$role" = server ]; then
     ip netns exec rxe-ns timeout 60 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP -- "${args[@]}" >"$W/$id.host" 2>&1 &
     hp=$!

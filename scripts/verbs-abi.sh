@@ -35,9 +35,8 @@
 #          size of the -a runs (default 100)
 #   cm:    rdma_cm programs in two namespaces: rping -v, ucmatose, udaddy (UD
 #          over SIDR), rdma_server/rdma_client, ib_{write,send}_bw -R,
-#          ib_{read,write}_lat -R, qperf -cm1 rc_bw rc_lat rc_rdma_read_bw
-#          (with CM_MORE=1 also fi_pingpong over libfabric's verbs;ofi_rxm,
-#          which does not pass yet: docs/connection.md);
+#          ib_{read,write}_lat -R, qperf -cm1 rc_bw rc_lat rc_rdma_read_bw,
+#          fi_pingpong over libfabric's verbs;ofi_rxm (RDM over RC);
 #          CM_ITERS iterations of rping/ucmatose/udaddy (default 100);
 #          CM_ONLY=REGEX runs only the cases whose name matches;
 #          CMTIME_RUNS=N also times N cmtime connects (the median)
@@ -373,13 +372,11 @@ if [ "$what" = cm ]; then
     ms=$(sort -g "$LOG/cmtime.ms" | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
     echo "cmtime connect, rsnic -> rsnic (ms): median ${ms:-none} of $(wc -l <"$LOG/cmtime.ms"): $(tr '\n' ' ' <"$LOG/cmtime.ms")"
   fi
-  # Only with CM_MORE=1 (docs/connection.md): fi_pingpong's rxm server listens
-  # on 127.0.0.1 (libfabric's default source without one given), to which its
-  # client finds no route (ENODEV, as on Linux); on rxe it fails earlier.
-  if [ "${CM_MORE:-0}" = 1 ]; then
-    cm_pair 'fi_pingpong -p "verbs;ofi_rxm"' '^bytes|[0-9]+k? +[0-9]+ ' fi_pingpong -p "verbs;ofi_rxm" -e rdm -I 100 -S 4096 -- \
-      fi_pingpong -p "verbs;ofi_rxm" -e rdm -I 100 -S 4096 10.0.0.2
-  fi
+  # libfabric's verbs provider binds "localhost" to learn its source address:
+  # the id has no device then (as on Linux), so it takes the device's
+  # interface addresses, and rxm listens on 10.0.0.2.
+  cm_pair 'fi_pingpong -p "verbs;ofi_rxm"' '^[0-9]+k? +[0-9]+k? +=' fi_pingpong -p "verbs;ofi_rxm" -e rdm -I 1000 -S 4096 -c -- \
+    fi_pingpong -p "verbs;ofi_rxm" -e rdm -I 1000 -S 4096 -c 10.0.0.2
   finish
 fi
 

@@ -443,9 +443,8 @@ fn ephemeral_port(st: &mut CmState, ps: u32) -> Result<u16, i32> {
 /// Binds an id to `addr` (our address or the wildcard; port 0: an ephemeral one).
 pub(crate) fn bind(st: &mut CmState, idp: usize, addr: SocketAddrV4) -> Result<(), i32> {
     let ours = Ipv4Addr::from(backend().dev.ip());
-    // A loopback address binds to the device, as Linux 6.1's rdma_cm lets
-    // `rping -s -a 127.0.0.1` bind on rxe (libfabric's verbs provider probes
-    // with one); an address of no interface here: EADDRNOTAVAIL.
+    // A loopback address binds, as Linux 6.1's rdma_cm binds it with rxe
+    // (`rping -s -a 127.0.0.1`); an address of no interface: EADDRNOTAVAIL.
     if !addr.ip().is_unspecified() && !addr.ip().is_loopback() && *addr.ip() != ours {
         return Err(libc::EADDRNOTAVAIL);
     }
@@ -463,10 +462,15 @@ pub(crate) fn bind(st: &mut CmState, idp: usize, addr: SocketAddrV4) -> Result<(
     s.src = Some(SocketAddrV4::new(*addr.ip(), port));
     s.phase = Phase::Bound;
     set_route(idp, s, false);
-    if addr.ip().is_unspecified() {
-        // A wildcard bind names no device yet (librdmacm leaves `verbs` NULL).
+    if addr.ip().is_unspecified() || addr.ip().is_loopback() {
+        // A wildcard or loopback bind names no device (Linux 6.1 with rxe:
+        // `verbs` NULL, `port_num` 0). libfabric's verbs provider relies on
+        // it: a NULL `verbs` after binding "localhost" makes it take the
+        // device's interface addresses as the endpoint's source.
         // SAFETY: a live id of ours.
-        unsafe { cm_id(idp) }.verbs = null_mut();
+        let id = unsafe { cm_id(idp) };
+        id.verbs = null_mut();
+        id.port_num = 0;
     }
     Ok(())
 }

@@ -484,10 +484,22 @@ fn take(st: &mut CmState, channel: usize) -> Result<Option<*mut rdma_cm_event>, 
 /// set `O_NONBLOCK` (then EAGAIN), as a read of librdmacm's would. An
 /// interrupted wait fails with EINTR, as that read does.
 pub(crate) fn next_event(channel: usize) -> Result<*mut rdma_cm_event, i32> {
+    let mut waited = false;
     loop {
         let fd = {
             let mut g = state();
             let st = g.as_mut().expect("state");
+            if waited && !st.channels.contains_key(&channel) {
+                // Destroyed by another thread while this one waited: a
+                // `read` on librdmacm's closed channel fd goes on waiting
+                // (the kernel holds the file), so this one does too, until
+                // a signal (EINTR, as the read returns), not an error that
+                // a program's event thread would report at its exit (rping).
+                drop(g);
+                // SAFETY: poll on no descriptor: sleeps until a signal.
+                unsafe { libc::poll(null_mut(), 0, -1) };
+                return Err(libc::EINTR);
+            }
             if let Some(e) = take(st, channel)? {
                 return Ok(e);
             }
@@ -497,6 +509,7 @@ pub(crate) fn next_event(channel: usize) -> Result<*mut rdma_cm_event, i32> {
                 .fd
                 .as_raw_fd()
         };
+        waited = true;
         // SAFETY: fcntl on our own descriptor.
         let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
