@@ -17,40 +17,9 @@ pub mod registry;
 
 use std::sync::{Arc, Mutex, MutexGuard, Once};
 
+pub use crate::sys::shmem::ShareError;
 use crate::sys::shmem::{self as sys, Backing, BackingRef, Mapping, PAGE};
 use registry::{PageRegistry, Piece};
-
-/// Why [`share`] did not share a range.
-#[derive(Debug, thiserror::Error)]
-pub enum ShareError {
-    /// A page of the range is not mapped (`ibv_reg_mr`: EFAULT, as the
-    /// kernel's pinning answers).
-    #[error("a page of the range is not mapped")]
-    Unmapped,
-    /// A page is not readable, or not writable where the access needs
-    /// writes (EFAULT, as pinning such a page for writing fails).
-    #[error("a page of the range lacks the access the region needs")]
-    Access,
-    /// The range lies (partly) in a mapping that cannot be moved: shared,
-    /// file-backed, hugetlb, the main stack. The caller falls back to the
-    /// program's own pages.
-    #[error("the range is in a mapping that cannot be moved")]
-    Unmovable,
-    /// A system call failed (memfd_create, mmap: ENOMEM, EMFILE...).
-    #[error("{0}")]
-    Os(#[from] std::io::Error),
-}
-
-impl ShareError {
-    /// The errno `ibv_reg_mr` reports for it.
-    pub fn errno(&self) -> i32 {
-        match self {
-            ShareError::Unmapped | ShareError::Access => libc::EFAULT,
-            ShareError::Unmovable => libc::EINVAL,
-            ShareError::Os(e) => e.raw_os_error().unwrap_or(libc::ENOMEM),
-        }
-    }
-}
 
 /// The engine's view of a shared range: `len` bytes at `ptr`, the same
 /// memory as the program's range. Holds the backings (and its own mapping
@@ -232,13 +201,13 @@ pub fn registered_pages() -> u64 {
 /// Registers the `fork()` handlers once ([`sys::install_fork_hooks`]).
 fn install_fork_hooks() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(sys::install_fork_hooks);
+    ONCE.call_once(|| sys::install_fork_hooks(take_for_fork));
 }
 
 /// The registry's lock and the child's plan, held across `fork()`
 /// (prepare takes them, parent and child let go).
-pub(crate) fn fork_prepare() -> (MutexGuard<'static, Registry>, sys::ForkPlan) {
-    let g = registry_lock();
+fn take_for_fork() -> (Box<dyn std::any::Any>, sys::ForkPlan) {
+    let g: MutexGuard<'static, Registry> = registry_lock();
     let plan = sys::fork_plan();
-    (g, plan)
+    (Box::new(g), plan)
 }

@@ -8,7 +8,37 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::null_mut;
 use std::sync::Arc;
 
-use crate::shmem::ShareError;
+/// Why [`crate::shmem::share`] did not share a range.
+#[derive(Debug, thiserror::Error)]
+pub enum ShareError {
+    /// A page of the range is not mapped (`ibv_reg_mr`: EFAULT, as the
+    /// kernel's pinning answers).
+    #[error("a page of the range is not mapped")]
+    Unmapped,
+    /// A page is not readable, or not writable where the access needs
+    /// writes (EFAULT, as pinning such a page for writing fails).
+    #[error("a page of the range lacks the access the region needs")]
+    Access,
+    /// The range lies (partly) in a mapping that cannot be moved: shared,
+    /// file-backed, hugetlb, the main stack. The caller falls back to the
+    /// program's own pages.
+    #[error("the range is in a mapping that cannot be moved")]
+    Unmovable,
+    /// A system call failed (memfd_create, mmap: ENOMEM, EMFILE...).
+    #[error("{0}")]
+    Os(#[from] std::io::Error),
+}
+
+impl ShareError {
+    /// The errno `ibv_reg_mr` reports for it.
+    pub fn errno(&self) -> i32 {
+        match self {
+            ShareError::Unmapped | ShareError::Access => libc::EFAULT,
+            ShareError::Unmovable => libc::EINVAL,
+            ShareError::Os(e) => e.raw_os_error().unwrap_or(libc::ENOMEM),
+        }
+    }
+}
 
 /// The page size the registry works in (x86-64 and aarch64 with 4 KiB
 /// pages; a range on larger pages is a hugetlb mapping, which is never
@@ -521,16 +551,26 @@ pub(crate) fn run_fork_plan(plan: &ForkPlan) {
     }
 }
 
+/// What the prepare handler takes before `fork()`: a lock to hold across
+/// it (the registry's, type-erased: this module knows no registry) and the
+/// child's plan.
+pub(crate) type ForkTake = fn() -> (Box<dyn std::any::Any>, ForkPlan);
+
+/// The [`ForkTake`] that [`install_fork_hooks`] was given.
+static FORK_TAKE: std::sync::OnceLock<ForkTake> = std::sync::OnceLock::new();
+
 thread_local! {
     /// What the prepare handler took for the child and parent handlers of
     /// the same `fork()` (they run on the forking thread).
-    static FORK_STASH: std::cell::RefCell<Option<(std::sync::MutexGuard<'static, crate::shmem::registry::PageRegistry<BackingRef>>, ForkPlan)>> =
+    static FORK_STASH: std::cell::RefCell<Option<(Box<dyn std::any::Any>, ForkPlan)>> =
         const { std::cell::RefCell::new(None) };
 }
 
 extern "C" fn fork_prepare() {
-    let taken = crate::shmem::fork_prepare();
-    FORK_STASH.with(|s| *s.borrow_mut() = Some(taken));
+    if let Some(take) = FORK_TAKE.get() {
+        let taken = take();
+        FORK_STASH.with(|s| *s.borrow_mut() = Some(taken));
+    }
 }
 
 extern "C" fn fork_parent() {
@@ -550,9 +590,12 @@ extern "C" fn fork_child() {
 }
 
 /// Registers [`fork_prepare`], [`fork_parent`] and [`fork_child`] with
-/// `pthread_atfork` (once, from [`crate::shmem`]): a forked child gets
-/// private copies of the pages the parent shares with its engine.
-pub(crate) fn install_fork_hooks() {
-    // SAFETY: plain extern "C" functions that live as long as the process.
-    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+/// `pthread_atfork`, the first time only, with what the prepare handler
+/// takes: a forked child gets private copies of the pages the parent
+/// shares with its engine.
+pub(crate) fn install_fork_hooks(take: ForkTake) {
+    if FORK_TAKE.set(take).is_ok() {
+        // SAFETY: plain extern "C" functions that live as long as the process.
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    }
 }
