@@ -20,6 +20,7 @@ pub mod arp;
 pub mod bth;
 pub mod ccext;
 pub mod cm;
+pub mod cma;
 pub mod ethernet;
 pub mod frame;
 pub mod icmp;
