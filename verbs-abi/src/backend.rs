@@ -11,7 +11,7 @@
 //! The ABI layer uses only [`Backend`] and the handle types of
 //! [`nic::verbs`] that it returns (queue pairs, completion queues, memory
 //! regions, protection domains). A daemon that owns the port and serves
-//! several programs over shared-memory rings (the planned next step, README) is a
+//! several programs over shared-memory rings (issue 42, rsnicd) is a
 //! second implementation of this module with the same handle API over
 //! those rings: the C structs, the attribute checks and the translations
 //! stay as they are.
