@@ -46,11 +46,13 @@
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::mem::{offset_of, size_of};
 use std::os::fd::OwnedFd;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nic::verbs::{CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair, SharedReceiveQueue};
+use rdma::transport::{SendWr, Sge, UdDest, WorkCompletion};
 
 use crate::backend::Backend;
 use crate::ffi::*;
@@ -499,8 +501,8 @@ pub struct Cq {
     /// What the program sees.
     pub ibv: ibv_cq,
     /// The rest of an `ibv_cq_ex` after its `ibv_cq` part, and the
-    /// iterator's state (`ibv_create_cq_ex(3)`; crate::abi::ex).
-    pub ex: crate::abi::CqExTail,
+    /// iterator's state (`ibv_create_cq_ex(3)`; `abi::cq_ex`).
+    pub ex: CqExTail,
     /// Serialises pollers.
     pub lock: Spin,
     /// The engine's CQ (None once destroyed).
@@ -537,12 +539,111 @@ pub struct Qp {
     /// What the program sees.
     pub ibv: ibv_qp,
     /// The rest of an `ibv_qp_ex` after its `qp_base`, and the `ibv_wr_*`
-    /// batch (`ibv_wr_post(3)`; crate::abi::ex).
-    pub ex: crate::abi::QpExTail,
+    /// batch (`ibv_wr_post(3)`; `abi::qp_ex`).
+    pub ex: QpExTail,
     /// Serialises posters and modify/destroy.
     pub lock: Spin,
     /// The handle and the state, under `lock`.
     pub inner: UnsafeCell<QpInner>,
+}
+
+// ------------------------------------------- the extended QP and CQ tails
+
+// An `ibv_qp_ex` begins with its `ibv_qp` (`qp_base`) and an `ibv_cq_ex`
+// with the fields of an `ibv_cq` (`ibv_cq_ex_to_cq` is a cast), so the
+// extended object is the same address as the plain one: `Qp` and `Cq`
+// carry the rest of the extended struct (`QpExTail`, `CqExTail`)
+// right after their `ibverbs` struct, zero (no function pointers) for an
+// object of `ibv_create_qp` / `ibv_create_cq` (`abi::qp_ex`, `abi::cq_ex`
+// fill them for `ibv_create_qp_ex` / `ibv_create_cq_ex`). The compile-time
+// checks below hold the layouts to verbs.h's.
+
+/// 64-bit words of an `ibv_qp_ex` after its `qp_base`.
+const QP_TAIL_WORDS: usize = (size_of::<ibv_qp_ex>() - size_of::<ibv_qp>()) / 8;
+/// 64-bit words of an `ibv_cq_ex` after the fields it shares with `ibv_cq`.
+const CQ_TAIL_WORDS: usize = (size_of::<ibv_cq_ex>() - size_of::<ibv_cq>()) / 8;
+
+const _: () = {
+    // `ibv_qp_ex` = `ibv_qp` + what QpExTail holds, at Qp's `ex`.
+    assert!(offset_of!(ibv_qp_ex, comp_mask) == size_of::<ibv_qp>());
+    assert!((size_of::<ibv_qp_ex>() - size_of::<ibv_qp>()).is_multiple_of(8));
+    assert!(offset_of!(Qp, ex) == offset_of!(ibv_qp_ex, comp_mask));
+    // `ibv_cq_ex` starts with `ibv_cq`'s fields (ibv_cq_ex_to_cq is a cast).
+    assert!(offset_of!(ibv_cq_ex, cqe) == offset_of!(ibv_cq, cqe));
+    assert!(
+        offset_of!(ibv_cq_ex, async_events_completed) == offset_of!(ibv_cq, async_events_completed)
+    );
+    assert!(offset_of!(ibv_cq_ex, comp_mask) == size_of::<ibv_cq>());
+    assert!((size_of::<ibv_cq_ex>() - size_of::<ibv_cq>()).is_multiple_of(8));
+    assert!(offset_of!(Cq, ex) == offset_of!(ibv_cq_ex, comp_mask));
+};
+
+/// The rest of an `ibv_qp_ex` after `qp_base` (its words, written through
+/// an `ibv_qp_ex` pointer to the [`Qp`]), and the `ibv_wr_*` batch of a QP
+/// created with `ibv_create_qp_ex` (None for one of `ibv_create_qp`).
+#[repr(C)]
+pub struct QpExTail {
+    words: UnsafeCell<[u64; QP_TAIL_WORDS]>,
+    pub(crate) batch: UnsafeCell<Option<Box<WrBatch>>>,
+}
+
+impl Default for QpExTail {
+    fn default() -> Self {
+        QpExTail {
+            words: UnsafeCell::new([0; QP_TAIL_WORDS]),
+            batch: UnsafeCell::new(None),
+        }
+    }
+}
+
+/// The rest of an `ibv_cq_ex` after its `ibv_cq` fields, and the
+/// iterator's state (the current completion, the CQ's lock from
+/// `start_poll` to `end_poll`).
+#[repr(C)]
+pub struct CqExTail {
+    words: UnsafeCell<[u64; CQ_TAIL_WORDS]>,
+    pub(crate) cur: UnsafeCell<WorkCompletion>,
+    pub(crate) guard: UnsafeCell<Option<SpinGuard<'static>>>,
+}
+
+impl Default for CqExTail {
+    fn default() -> Self {
+        CqExTail {
+            words: UnsafeCell::new([0; CQ_TAIL_WORDS]),
+            cur: UnsafeCell::new(WorkCompletion::BLANK),
+            guard: UnsafeCell::new(None),
+        }
+    }
+}
+
+/// A work request built since `ibv_wr_start`.
+#[derive(Clone, Copy)]
+pub(crate) struct Staged {
+    pub(crate) wr: SendWr,
+    /// Its SGEs: `sges[first..first + n]` of the batch (n = 0: none).
+    pub(crate) first: u32,
+    pub(crate) n: u32,
+    /// Inline data: `inline[at..at + len]` of the batch.
+    pub(crate) inline: Option<(u32, u32)>,
+    /// A UD QP's destination (`ibv_wr_set_ud_addr`).
+    pub(crate) ud: Option<UdDest>,
+}
+
+/// The `ibv_wr_*` state of an extended QP: the QP's lock while a batch is
+/// open, the batch and the first error (`ibv_wr_post(3)`: "If a failure is
+/// detected during operation ... ibv_wr_complete() will return failure and
+/// the entire posting will be aborted"). Its vectors keep their capacity
+/// from batch to batch: after the first batches, building allocates
+/// nothing.
+pub(crate) struct WrBatch {
+    pub(crate) guard: Option<SpinGuard<'static>>,
+    pub(crate) err: i32,
+    pub(crate) sig_all: bool,
+    pub(crate) cap: ibv_qp_cap,
+    pub(crate) qp_type: ibv_qp_type,
+    pub(crate) wrs: Vec<Staged>,
+    pub(crate) sges: Vec<Sge>,
+    pub(crate) inline: Vec<u8>,
 }
 
 /// An address handle (`ibv_create_ah`): where a UD QP's datagrams go.

@@ -1,12 +1,14 @@
 //! The pure half of the ABI: translations between libibverbs' C structs and
 //! the engine's types, the `ibv_modify_qp` attribute-mask rules and the
 //! errno of every failure. No pointers are followed here (the callers in
-//! [`crate::abi`] hand over references), so all of it is unit-tested.
+//! the `abi` module hand over references), so all of it is unit-tested,
+//! but for `bind_op` (a memory window's bind), which reads the program's
+//! window and region as rdma-core providers read them.
 
-use libc::{EBUSY, EHOSTUNREACH, EINVAL, EIO, ENODEV, ENOMEM, EOPNOTSUPP};
+use libc::{EBUSY, EHOSTUNREACH, EINVAL, EIO, ENODEV, ENOMEM, EOPNOTSUPP, EPERM};
 use nic::contract::EngineError;
 use nic::verbs::VerbsError;
-use rdma::transport::{Access, SendOp, WcOpcode, WcStatus, WorkCompletion};
+use rdma::transport::{Access, MwBind, SendOp, WcOpcode, WcStatus, WorkCompletion};
 
 use crate::ffi::*;
 
@@ -337,10 +339,61 @@ pub fn send_op(wr: &ibv_send_wr) -> Result<SendOp, i32> {
             // SAFETY: plain integers and pointers; the opcode says the
             // program set `bind_mw`.
             let b = unsafe { wr.__bindgen_anon_2.bind_mw };
-            crate::abi::bind_op(b.mw, b.rkey, &b.bind_info)?
+            bind_op(b.mw, b.rkey, &b.bind_info)?
         }
         _ => return Err(EINVAL),
     })
+}
+
+/// The rights of a window (`mw_access_flags`): remote read, write and atomic
+/// (local write and MW_BIND mean nothing on a window and are ignored, as rxe
+/// ignores them); zero-based windows are not offered (EINVAL).
+pub(crate) fn mw_access_of(flags: u32) -> Result<Access, i32> {
+    if flags & IBV_ACCESS_ZERO_BASED != 0 {
+        return Err(EINVAL);
+    }
+    let mut a = Access::empty();
+    for (bit, acc) in [
+        (IBV_ACCESS_REMOTE_WRITE, Access::REMOTE_WRITE),
+        (IBV_ACCESS_REMOTE_READ, Access::REMOTE_READ),
+        (IBV_ACCESS_REMOTE_ATOMIC, Access::REMOTE_ATOMIC),
+    ] {
+        if flags & bit != 0 {
+            a |= acc;
+        }
+    }
+    Ok(a)
+}
+
+/// The engine's bind of window `m` to `info` under the new R_Key `rkey`
+/// (`IBV_WR_BIND_MW`'s `bind_mw`, `ibv_wr_bind_mw`): the window and the
+/// region are read as rdma-core providers read them (the program keeps them
+/// live while it posts). EINVAL for no window or a zero-based one, EPERM for a
+/// region of another PD (as verbs.h's `ibv_bind_mw` answers).
+pub(crate) fn bind_op(m: *mut ibv_mw, rkey: u32, info: &ibv_mw_bind_info) -> Result<SendOp, i32> {
+    if m.is_null() {
+        return Err(EINVAL);
+    }
+    let access = mw_access_of(info.mw_access_flags)?;
+    // SAFETY: the program's window, live while it posts (ibv_post_send(3)).
+    let mw = unsafe { &*m };
+    let mr_lkey = if info.mr.is_null() {
+        if info.addr != 0 || info.length != 0 {
+            return Err(EINVAL);
+        }
+        0
+    } else {
+        // SAFETY: the program's region, live while it posts.
+        let mr = unsafe { &*info.mr };
+        if mr.pd != mw.pd {
+            return Err(EPERM);
+        }
+        mr.lkey
+    };
+    let len = if info.mr.is_null() { 0 } else { info.length };
+    Ok(SendOp::BindMw(MwBind::new(
+        mw.rkey, rkey, mr_lkey, info.addr, len, access,
+    )))
 }
 
 /// Fills `out` from an engine completion (`ibv_poll_cq(3)`: `imm_data` in

@@ -1,7 +1,8 @@
-//! Completion channels and CQs: create, destroy, the `poll_cq`/`req_notify_cq` ops and the events (`ibv_get_cq_event`).
+//! Completion channels and CQs: create, destroy, the `poll_cq`/`req_notify_cq` ops, the events (`ibv_get_cq_event`) and `ibv_resize_cq(3)`.
 
 use super::*;
 use libc::{EAGAIN, EBUSY, EINVAL, ENOMEM};
+use nic::verbs::VerbsError;
 use std::ffi::{c_int, c_uint, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::null_mut;
@@ -362,5 +363,41 @@ pub(crate) extern "C" fn rsnic_ibv_ack_cq_events(q: *mut ibv_cq, n: c_uint) {
                 f.write(f.read().wrapping_add(n));
             }
         });
+    })
+}
+
+/// `ibv_resize_cq(3)`: 0 or an errno value. `cqe` below 1 or above
+/// `max_cqe`, or below the number of completions the CQ holds now, is
+/// EINVAL (rxe_cq_chk_attr); the completions queued stay, in order
+/// (`nic::verbs::CompletionQueue::resize`). The CQ gets exactly `cqe`
+/// entries (`cq->cqe`).
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_resize_cq(q: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard(libc::EIO, || {
+        let Some(_held) = hold(q.cast(), Kind::Cq) else {
+            return EINVAL;
+        };
+        if !(1..=MAX_CQE).contains(&cqe) {
+            return EINVAL;
+        }
+        let r = {
+            // SAFETY: a live CQ of ours (checked).
+            let cq = unsafe { &*q.cast::<Cq>() };
+            let _g = cq.lock.lock();
+            // SAFETY: under the CQ's lock.
+            match (unsafe { &mut *cq.cq.get() }).as_mut() {
+                Some(h) => h.resize(cqe as usize),
+                None => return EINVAL,
+            }
+        };
+        match r {
+            Ok(()) => {
+                // SAFETY: the program's field of a live CQ of ours.
+                unsafe { (*q).cqe = cqe };
+                0
+            }
+            Err(VerbsError::CqTooSmall { .. }) => EINVAL,
+            Err(e) => errno_of(&e),
+        }
     })
 }

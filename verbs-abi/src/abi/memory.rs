@@ -1,11 +1,11 @@
-//! Protection domains and memory regions (`ibv_alloc_pd`, `ibv_reg_mr*`, `ibv_dereg_mr`).
+//! Protection domains and memory regions (`ibv_alloc_pd`, `ibv_reg_mr*`, `ibv_dereg_mr`, `ibv_rereg_mr`).
 
 use super::*;
 use libc::{EBUSY, EINVAL};
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
 
-use nic::verbs::MemoryRegion;
+use nic::verbs::{MemoryRegion, VerbsError};
 use rdma::transport::Access;
 
 #[no_mangle]
@@ -188,6 +188,130 @@ pub(crate) extern "C" fn rsnic_ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
         dying.finish();
         // SAFETY: allocated in reg_mr, now unregistered.
         drop(unsafe { Box::from_raw(m.cast::<Mr>()) });
+        0
+    })
+}
+
+/// `ibv_rereg_mr(3)`: 0, or a negative `enum ibv_rereg_mr_err_code` with
+/// errno. libibverbs' own checks first (verbs.c): a foreign region, a flag
+/// beyond IBV_REREG_MR_FLAGS_SUPPORTED, CHANGE_TRANSLATION without an
+/// address or a length, access flags without CHANGE_ACCESS:
+/// IBV_REREG_MR_ERR_INPUT with EINVAL, the region unchanged. Then the
+/// device's part, which fails with IBV_REREG_MR_ERR_CMD and the kernel's
+/// errno: no flag at all, a PD that is not live or of another context,
+/// access flags `ibv_reg_mr` refuses (EINVAL, or EOPNOTSUPP for flags this
+/// NIC lacks).
+///
+/// The three changes are done as the man page describes rereg ("performs
+/// the functions deregister memory region followed by register memory
+/// region"): the region is registered again with its new PD, access and
+/// translation (`addr`, `length`; the iova is `addr`, as
+/// `ibv_cmd_rereg_mr` passes it), under new keys written to `lkey` and
+/// `rkey` (as the kernel's rereg returns them); the old keys stop working.
+/// The new registration is made before the old one is dropped, so a
+/// refusal leaves the region as it was. (Linux rxe's kernel driver takes
+/// CHANGE_PD and CHANGE_ACCESS only, and rdma-core's rxe provider has no
+/// rereg at all: EOPNOTSUPP through libibverbs' dummy op.)
+#[no_mangle]
+pub(crate) extern "C" fn rsnic_ibv_rereg_mr(
+    m: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard(IBV_REREG_MR_ERR_CMD, || {
+        let input = || {
+            set_errno(EINVAL);
+            IBV_REREG_MR_ERR_INPUT
+        };
+        let cmd = |e: i32| {
+            set_errno(e);
+            IBV_REREG_MR_ERR_CMD
+        };
+        let Some(_held) = hold(m.cast(), Kind::Mr) else {
+            return input();
+        };
+        let flags = flags as u32;
+        if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
+            || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+        {
+            return input();
+        }
+        // The kernel: a rereg that changes nothing is EINVAL.
+        if flags == 0 {
+            return cmd(EINVAL);
+        }
+        // SAFETY: a live region of ours (checked).
+        let mr = unsafe { &mut *m.cast::<Mr>() };
+        // The new PD is held until the region counts in it.
+        let mut _pd_held = None;
+        let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            let Some(pd_held) = hold(pd.cast(), Kind::Pd) else {
+                return cmd(EINVAL);
+            };
+            // SAFETY: a live PD of ours, held.
+            if unsafe { (*pd).context } != mr.ibv.context {
+                return cmd(EINVAL);
+            }
+            _pd_held = Some(pd_held);
+            pd
+        } else {
+            mr.ibv.pd
+        };
+        let (new_addr, new_len) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            (addr, length)
+        } else {
+            (mr.ibv.addr, mr.ibv.length)
+        };
+        let Some(old) = mr.mr.as_ref() else {
+            return cmd(EINVAL);
+        };
+        let acc = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            match access_of(access as u32) {
+                Ok(a) => a,
+                Err(e) => return cmd(e),
+            }
+        } else {
+            old.access()
+        };
+        // SAFETY: a live PD of ours (checked, or the region's own).
+        let p = unsafe { &*new_pd.cast::<Pd>() };
+        let Some(h) = p.pd.as_ref() else {
+            return cmd(EINVAL);
+        };
+        // The new range is set up as ibv_reg_mr's (moved onto shared
+        // memory where it can be, checked mapped and writable as the
+        // access needs).
+        let fresh = match register_range(h, new_addr, new_len, acc) {
+            Ok(r) => r,
+            Err(e) => return cmd(e),
+        };
+        // SAFETY: its context outlives it.
+        let dev = &unsafe { Context::from_ibv(mr.ibv.context) }.backend.dev;
+        let (lkey, rkey) = (fresh.lkey(), fresh.rkey());
+        if let Some(stale) = mr.mr.replace(fresh) {
+            match dev.dereg_mr(stale) {
+                // Windows are bound to it: the region stays as it was.
+                Err(VerbsError::WindowsBound(h)) => {
+                    mr.mr = Some(h);
+                    return cmd(EINVAL);
+                }
+                Err(e) => return cmd(errno_of(&e)),
+                Ok(()) => {}
+            }
+        }
+        if new_pd != mr.ibv.pd {
+            reparent(m.cast(), mr.ibv.pd.cast(), new_pd.cast());
+        }
+        mr.ibv.pd = new_pd;
+        mr.ibv.addr = new_addr;
+        mr.ibv.length = new_len;
+        mr.ibv.lkey = lkey;
+        mr.ibv.rkey = rkey;
+        mr.ibv.handle = lkey;
         0
     })
 }

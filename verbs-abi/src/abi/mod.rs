@@ -8,11 +8,12 @@
 //! catches a panic and fails the call instead of unwinding into C.
 //!
 //! Files: `device` (the device list, contexts, queries), `memory` (PDs,
-//! regions), `cq` (channels, CQs, polling), `qp` (QPs, posting),
-//! `srq` (shared receive queues), `ah` (address handles), `rest` (async events, unimplemented
-//! calls, helpers), `ex` (the
-//! extended QP and CQ: `ibv_wr_*`, `ibv_start_poll`; `ibv_resize_cq`,
-//! `ibv_rereg_mr`).
+//! regions, `ibv_rereg_mr`), `cq` (channels, CQs, polling,
+//! `ibv_resize_cq`), `qp` (QPs, posting), `srq` (shared receive queues),
+//! `ah` (address handles), `mw` (memory windows), `rest` (async events,
+//! unimplemented calls, helpers), `qp_ex` (the extended QP: `ibv_wr_*`,
+//! `ibv_qp_to_qp_ex`), `cq_ex` (the extended CQ: `ibv_start_poll`,
+//! `ibv_wc_read_*`).
 
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -95,20 +96,21 @@ pub(crate) fn last_errno(fallback: i32) -> i32 {
 
 mod ah;
 mod cq;
+mod cq_ex;
 mod device;
-mod ex;
 mod memory;
 mod mw;
 mod qp;
+mod qp_ex;
 mod rest;
 mod srq;
 
 pub(crate) use ah::ah_id;
 pub(crate) use cq::*;
+pub(crate) use cq_ex::ctx_create_cq_ex;
 pub(crate) use device::*;
-pub(crate) use ex::{ctx_create_cq_ex, ctx_create_qp_ex};
-pub use ex::{CqExTail, QpExTail};
 pub(crate) use memory::rsnic_ibv_alloc_pd;
-pub(crate) use mw::{bind_op, ctx_alloc_mw, ctx_bind_mw, ctx_dealloc_mw};
+pub(crate) use mw::{ctx_alloc_mw, ctx_bind_mw, ctx_dealloc_mw};
 pub(crate) use qp::*;
+pub(crate) use qp_ex::ctx_create_qp_ex;
 pub(crate) use srq::{op_post_srq_recv, srq_for_qp};

@@ -1,14 +1,14 @@
 //! Memory windows (issue 40 item 6; IBA 10.6.7, Linux rxe's provider and
 //! `rxe_mw.c` as the reference): `ibv_alloc_mw`, `ibv_dealloc_mw` and
 //! `ibv_bind_mw`, which verbs.h's inline functions reach through
-//! `ibv_context.ops` (`alloc_mw`, `dealloc_mw`, `bind_mw`), and the bind work
+//! `ibv_context.ops` (`alloc_mw`, `dealloc_mw`, `bind_mw`). The bind work
 //! request's translation for `ibv_post_send` (`IBV_WR_BIND_MW`) and
-//! `ibv_wr_bind_mw`.
+//! `ibv_wr_bind_mw` is [`bind_op`] (in `translate`).
 
 use super::*;
-use libc::{EINVAL, EPERM};
+use libc::EINVAL;
 use nic::verbs::inc_rkey;
-use rdma::transport::{Access, MwBind, MwType, SendOp};
+use rdma::transport::MwType;
 use std::ffi::c_int;
 use std::ptr::null_mut;
 
@@ -114,55 +114,4 @@ pub(crate) extern "C" fn ctx_bind_mw(q: *mut ibv_qp, m: *mut ibv_mw, b: *mut ibv
         }
         r
     })
-}
-
-/// The rights of a window (`mw_access_flags`): remote read, write and atomic
-/// (local write and MW_BIND mean nothing on a window and are ignored, as rxe
-/// ignores them); zero-based windows are not offered (EINVAL).
-pub(crate) fn mw_access_of(flags: u32) -> Result<Access, i32> {
-    if flags & IBV_ACCESS_ZERO_BASED != 0 {
-        return Err(EINVAL);
-    }
-    let mut a = Access::empty();
-    for (bit, acc) in [
-        (IBV_ACCESS_REMOTE_WRITE, Access::REMOTE_WRITE),
-        (IBV_ACCESS_REMOTE_READ, Access::REMOTE_READ),
-        (IBV_ACCESS_REMOTE_ATOMIC, Access::REMOTE_ATOMIC),
-    ] {
-        if flags & bit != 0 {
-            a |= acc;
-        }
-    }
-    Ok(a)
-}
-
-/// The engine's bind of window `m` to `info` under the new R_Key `rkey`
-/// (`IBV_WR_BIND_MW`'s `bind_mw`, `ibv_wr_bind_mw`): the window and the
-/// region are read as rdma-core providers read them (the program keeps them
-/// live while it posts). EINVAL for no window or a zero-based one, EPERM for a
-/// region of another PD (as verbs.h's `ibv_bind_mw` answers).
-pub(crate) fn bind_op(m: *mut ibv_mw, rkey: u32, info: &ibv_mw_bind_info) -> Result<SendOp, i32> {
-    if m.is_null() {
-        return Err(EINVAL);
-    }
-    let access = mw_access_of(info.mw_access_flags)?;
-    // SAFETY: the program's window, live while it posts (ibv_post_send(3)).
-    let mw = unsafe { &*m };
-    let mr_lkey = if info.mr.is_null() {
-        if info.addr != 0 || info.length != 0 {
-            return Err(EINVAL);
-        }
-        0
-    } else {
-        // SAFETY: the program's region, live while it posts.
-        let mr = unsafe { &*info.mr };
-        if mr.pd != mw.pd {
-            return Err(EPERM);
-        }
-        mr.lkey
-    };
-    let len = if info.mr.is_null() { 0 } else { info.length };
-    Ok(SendOp::BindMw(MwBind::new(
-        mw.rkey, rkey, mr_lkey, info.addr, len, access,
-    )))
 }

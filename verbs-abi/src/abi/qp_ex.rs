@@ -1,108 +1,33 @@
-//! The extended QP and CQ (issue 40, item 5) and `ibv_rereg_mr` (item 6):
+//! The extended QP (issue 40, item 5): `verbs_context.create_qp_ex`
+//! (`ibv_create_qp_ex(3)`, verbs.h's inline function calls it for any
+//! `comp_mask` but `IBV_QP_INIT_ATTR_PD` alone) and `ibv_qp_to_qp_ex`; the
+//! `ibv_qp_ex` function pointers that verbs.h's inline `ibv_wr_*` call
+//! (`ibv_wr_post(3)`): a batch built between `ibv_wr_start` and
+//! `ibv_wr_complete` is posted to the QP's doorbell ring with the same
+//! `nic::verbs::QueuePair` calls as `ibv_post_send`, all of it or nothing.
 //!
-//! - `verbs_context.create_qp_ex` (`ibv_create_qp_ex(3)`, verbs.h's inline
-//!   function calls it for any `comp_mask` but `IBV_QP_INIT_ATTR_PD` alone)
-//!   and `ibv_qp_to_qp_ex`; the `ibv_qp_ex` function pointers that verbs.h's
-//!   inline `ibv_wr_*` call (`ibv_wr_post(3)`): a batch built between
-//!   `ibv_wr_start` and `ibv_wr_complete` is posted to the QP's doorbell
-//!   ring with the same `nic::verbs::QueuePair` calls as `ibv_post_send`,
-//!   all of it or nothing;
-//! - `verbs_context.create_cq_ex` (`ibv_create_cq_ex(3)`) and the
-//!   `ibv_cq_ex` iterator (`ibv_start_poll`, `ibv_next_poll`,
-//!   `ibv_end_poll`, `ibv_wc_read_*`);
-//! - `ibv_resize_cq(3)` and `ibv_rereg_mr(3)`.
-//!
-//! An `ibv_qp_ex` begins with its `ibv_qp` (`qp_base`) and an `ibv_cq_ex`
-//! with the fields of an `ibv_cq` (`ibv_cq_ex_to_cq` is a cast), so the
-//! extended object is the same address as the plain one: [`Qp`] and [`Cq`]
-//! carry the rest of the extended struct ([`QpExTail`], [`CqExTail`])
-//! right after their `ibverbs` struct, zero (no function pointers) for an
-//! object of `ibv_create_qp` / `ibv_create_cq`. The compile-time checks
-//! below hold the layouts to verbs.h's.
+//! An `ibv_qp_ex` begins with its `ibv_qp` (`qp_base`), so the extended QP
+//! is the same address as the plain one: [`Qp`] carries the rest of the
+//! extended struct ([`QpExTail`], with the batch, [`WrBatch`]) right after
+//! its `ibv_qp`, zero (no function pointers) for a QP of `ibv_create_qp`.
+//! The compile-time checks next to those types (`objects`) hold the layout
+//! to verbs.h's.
 //!
 //! Which combinations are accepted follows Linux rxe's provider
 //! (rdma-core providers/rxe/rxe.c): `comp_mask` beyond PD, CREATE_FLAGS and
 //! SEND_OPS_FLAGS, any `create_flags`, or a `send_ops_flags` bit the QP
-//! type does not take is EOPNOTSUPP (`check_qp_init_attr`); a `wc_flags`
-//! bit beyond BYTE_LEN, IMM, QP_NUM, SRC_QP, SLID, SL, DLID_PATH_BITS
-//! (completion timestamps) is EOPNOTSUPP (`rxe_create_cq_ex`). An RC QP
+//! type does not take is EOPNOTSUPP (`check_qp_init_attr`). An RC QP
 //! here takes WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM, READ and both
 //! atomics, LOCAL_INV, BIND_MW and SEND_WITH_INV (memory windows), as rxe;
 //! rxe also takes FLUSH and ATOMIC_WRITE (IBA 1.5).
 
 use super::*;
-use crate::objects::SpinGuard;
-use libc::{EINVAL, ENOENT, ENOSPC, EOPNOTSUPP};
+use libc::{EINVAL, ENOSPC, EOPNOTSUPP};
 use nic::contract::doorbell_slots;
-use nic::verbs::VerbsError;
 use rdma::transport::sgl::MAX_SGE;
-use rdma::transport::{SendOp, SendWr, Sge, UdDest, WorkCompletion};
-use std::cell::UnsafeCell;
-use std::ffi::{c_int, c_uint, c_void};
-use std::mem::{offset_of, size_of};
+use rdma::transport::{SendOp, SendWr, Sge, UdDest};
+use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
-
-// ------------------------------------------------------------- layouts
-
-/// 64-bit words of an `ibv_qp_ex` after its `qp_base`.
-const QP_TAIL_WORDS: usize = (size_of::<ibv_qp_ex>() - size_of::<ibv_qp>()) / 8;
-/// 64-bit words of an `ibv_cq_ex` after the fields it shares with `ibv_cq`.
-const CQ_TAIL_WORDS: usize = (size_of::<ibv_cq_ex>() - size_of::<ibv_cq>()) / 8;
-
-const _: () = {
-    // `ibv_qp_ex` = `ibv_qp` + what QpExTail holds, at Qp's `ex`.
-    assert!(offset_of!(ibv_qp_ex, comp_mask) == size_of::<ibv_qp>());
-    assert!((size_of::<ibv_qp_ex>() - size_of::<ibv_qp>()).is_multiple_of(8));
-    assert!(offset_of!(Qp, ex) == offset_of!(ibv_qp_ex, comp_mask));
-    // `ibv_cq_ex` starts with `ibv_cq`'s fields (ibv_cq_ex_to_cq is a cast).
-    assert!(offset_of!(ibv_cq_ex, cqe) == offset_of!(ibv_cq, cqe));
-    assert!(
-        offset_of!(ibv_cq_ex, async_events_completed) == offset_of!(ibv_cq, async_events_completed)
-    );
-    assert!(offset_of!(ibv_cq_ex, comp_mask) == size_of::<ibv_cq>());
-    assert!((size_of::<ibv_cq_ex>() - size_of::<ibv_cq>()).is_multiple_of(8));
-    assert!(offset_of!(Cq, ex) == offset_of!(ibv_cq_ex, comp_mask));
-};
-
-/// The rest of an `ibv_qp_ex` after `qp_base` (its words, written through
-/// an `ibv_qp_ex` pointer to the [`Qp`]), and the `ibv_wr_*` batch of a QP
-/// created with `ibv_create_qp_ex` (None for one of `ibv_create_qp`).
-#[repr(C)]
-pub struct QpExTail {
-    words: UnsafeCell<[u64; QP_TAIL_WORDS]>,
-    batch: UnsafeCell<Option<Box<WrBatch>>>,
-}
-
-impl Default for QpExTail {
-    fn default() -> Self {
-        QpExTail {
-            words: UnsafeCell::new([0; QP_TAIL_WORDS]),
-            batch: UnsafeCell::new(None),
-        }
-    }
-}
-
-/// The rest of an `ibv_cq_ex` after its `ibv_cq` fields, and the
-/// iterator's state (the current completion, the CQ's lock from
-/// `start_poll` to `end_poll`).
-#[repr(C)]
-pub struct CqExTail {
-    words: UnsafeCell<[u64; CQ_TAIL_WORDS]>,
-    cur: UnsafeCell<WorkCompletion>,
-    guard: UnsafeCell<Option<SpinGuard<'static>>>,
-}
-
-impl Default for CqExTail {
-    fn default() -> Self {
-        CqExTail {
-            words: UnsafeCell::new([0; CQ_TAIL_WORDS]),
-            cur: UnsafeCell::new(WorkCompletion::BLANK),
-            guard: UnsafeCell::new(None),
-        }
-    }
-}
-
-// ------------------------------------------------------ the QP builders
 
 /// `send_ops_flags` an RC QP takes here.
 pub const RC_SEND_OPS: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
@@ -132,36 +57,6 @@ pub fn send_ops_of(t: ibv_qp_type) -> Option<u64> {
         IBV_QPT_UD => Some(UD_SEND_OPS),
         _ => None,
     }
-}
-
-/// A work request built since `ibv_wr_start`.
-#[derive(Clone, Copy)]
-struct Staged {
-    wr: SendWr,
-    /// Its SGEs: `sges[first..first + n]` of the batch (n = 0: none).
-    first: u32,
-    n: u32,
-    /// Inline data: `inline[at..at + len]` of the batch.
-    inline: Option<(u32, u32)>,
-    /// A UD QP's destination (`ibv_wr_set_ud_addr`).
-    ud: Option<UdDest>,
-}
-
-/// The `ibv_wr_*` state of an extended QP: the QP's lock while a batch is
-/// open, the batch and the first error (`ibv_wr_post(3)`: "If a failure is
-/// detected during operation ... ibv_wr_complete() will return failure and
-/// the entire posting will be aborted"). Its vectors keep their capacity
-/// from batch to batch: after the first batches, building allocates
-/// nothing.
-pub(crate) struct WrBatch {
-    guard: Option<SpinGuard<'static>>,
-    err: i32,
-    sig_all: bool,
-    cap: ibv_qp_cap,
-    qp_type: ibv_qp_type,
-    wrs: Vec<Staged>,
-    sges: Vec<Sge>,
-    inline: Vec<u8>,
 }
 
 impl WrBatch {
@@ -269,7 +164,7 @@ extern "C" fn wr_bind_mw(
         return fail_batch(q, EINVAL);
     }
     // SAFETY: the program's bind information (checked non-NULL), read only.
-    match crate::abi::bind_op(mw, rkey, unsafe { &*info }) {
+    match bind_op(mw, rkey, unsafe { &*info }) {
         Ok(op) => begin(q, op),
         Err(e) => fail_batch(q, e),
     }
@@ -688,7 +583,7 @@ pub(crate) extern "C" fn ctx_create_qp_ex(
         a.cap = plain.cap;
         let x = q.cast::<ibv_qp_ex>();
         // SAFETY: a QP of ours just made, not yet shared: its ex tail is the
-        // rest of this ibv_qp_ex (layout checks above).
+        // rest of this ibv_qp_ex (the layout checks in objects.rs).
         unsafe {
             let qp = &*q.cast::<Qp>();
             *qp.ex.batch.get() = Some(Box::new(WrBatch {
@@ -763,422 +658,5 @@ pub(crate) extern "C" fn rsnic_ibv_qp_to_qp_ex(q: *mut ibv_qp) -> *mut ibv_qp_ex
         } else {
             null_mut()
         }
-    })
-}
-
-// --------------------------------------------------------- the CQ iterator
-
-/// `wc_flags` an extended CQ takes (rxe's RXE_SUP_WC_EX_FLAGS): SRC_QP,
-/// SLID, SL and DLID_PATH_BITS read 0 on RoCE RC; no timestamps.
-pub const SUPPORTED_WC_FLAGS: u64 = (IBV_WC_EX_WITH_BYTE_LEN
-    | IBV_WC_EX_WITH_IMM
-    | IBV_WC_EX_WITH_QP_NUM
-    | IBV_WC_EX_WITH_SRC_QP
-    | IBV_WC_EX_WITH_SLID
-    | IBV_WC_EX_WITH_SL
-    | IBV_WC_EX_WITH_DLID_PATH_BITS) as u64;
-
-/// The [`Cq`] of an `ibv_cq_ex` of ours.
-///
-/// # Safety
-/// `c` must be the `ibv_cq_ex` of a live CQ created by `create_cq_ex`.
-unsafe fn cq_of<'a>(c: *mut ibv_cq_ex) -> &'a Cq {
-    // SAFETY: the caller's contract; the ibv_cq is the Cq's first field.
-    unsafe { &*c.cast::<Cq>() }
-}
-
-/// Makes `wc` the current completion: `status` and `wr_id` are read from
-/// the `ibv_cq_ex` itself (ibv_create_cq_ex(3)).
-///
-/// # Safety
-/// As [`cq_of`], under the CQ's lock.
-unsafe fn set_current(c: *mut ibv_cq_ex, wc: WorkCompletion) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        *cq_of(c).ex.cur.get() = wc;
-        (*c).status = wc.status as u32;
-        (*c).wr_id = wc.wr_id;
-    }
-}
-
-/// `ibv_start_poll`: takes the CQ's lock and its first completion (0), or
-/// ENOENT with the lock released when there is none; `attr.comp_mask`
-/// must be 0 (EINVAL, as mlx5). An empty CQ is polled as `ibv_poll_cq`
-/// polls it: after a run of empty polls it parks until the engine's next
-/// completion or `IDLE_POLL_PARK`.
-extern "C" fn cq_start_poll(c: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
-    guard(libc::EIO, || {
-        // SAFETY: the caller's attributes, read if given.
-        if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
-            return EINVAL;
-        }
-        // SAFETY: reached only through the ops of a CQ of ours.
-        let cq: &'static Cq = unsafe { cq_of(c) };
-        let g = cq.lock.lock();
-        // SAFETY: under the CQ's lock.
-        let Some(h) = (unsafe { &mut *cq.cq.get() }).as_mut() else {
-            return EINVAL;
-        };
-        let got = match h.poll_one() {
-            Some(wc) => Some(wc),
-            None if cq.yield_when_idle => {
-                let idle = cq.idle_polls.get() + 1;
-                if idle >= IDLE_POLLS_BEFORE_YIELD {
-                    cq.idle_polls.set(0);
-                    let now = std::time::Instant::now();
-                    let since = cq.idle_since.get().unwrap_or(now);
-                    cq.idle_since.set(Some(since));
-                    if now.duration_since(since) >= nic::verbs::SPIN_BEFORE_PARK
-                        || h.on_engine_cpu()
-                    {
-                        h.park_for(IDLE_POLL_PARK)
-                    } else {
-                        None
-                    }
-                } else {
-                    cq.idle_polls.set(idle);
-                    None
-                }
-            }
-            None => None,
-        };
-        let Some(wc) = got else {
-            return ENOENT;
-        };
-        cq.idle_polls.set(0);
-        cq.idle_since.set(None);
-        // SAFETY: under the CQ's lock, which the iterator keeps until
-        // end_poll.
-        unsafe {
-            set_current(c, wc);
-            *cq.ex.guard.get() = Some(g);
-        }
-        0
-    })
-}
-
-/// `ibv_next_poll`: the next completion (0) or ENOENT; the lock is kept
-/// until `ibv_end_poll` either way.
-extern "C" fn cq_next_poll(c: *mut ibv_cq_ex) -> c_int {
-    guard(libc::EIO, || {
-        // SAFETY: reached only through the ops of a CQ of ours.
-        let cq = unsafe { cq_of(c) };
-        // SAFETY: the iterator's lock is held by this thread (start_poll).
-        if unsafe { (*cq.ex.guard.get()).is_none() } {
-            return EINVAL;
-        }
-        // SAFETY: under the CQ's lock.
-        let Some(h) = (unsafe { &mut *cq.cq.get() }).as_mut() else {
-            return EINVAL;
-        };
-        match h.poll_one() {
-            Some(wc) => {
-                // SAFETY: under the CQ's lock.
-                unsafe { set_current(c, wc) };
-                0
-            }
-            None => ENOENT,
-        }
-    })
-}
-
-/// `ibv_end_poll`: releases the CQ's lock.
-extern "C" fn cq_end_poll(c: *mut ibv_cq_ex) {
-    guard((), || {
-        // SAFETY: reached only through the ops of a CQ of ours; the lock
-        // is held by this thread since start_poll.
-        unsafe { *cq_of(c).ex.guard.get() = None };
-    })
-}
-
-/// The current completion of `c`.
-fn cur(c: *mut ibv_cq_ex) -> WorkCompletion {
-    // SAFETY: reached only through the ops of a CQ of ours, between
-    // start_poll and end_poll.
-    unsafe { *cq_of(c).ex.cur.get() }
-}
-
-extern "C" fn cq_read_opcode(c: *mut ibv_cq_ex) -> c_uint {
-    match cur(c).opcode {
-        rdma::transport::WcOpcode::RecvInv => IBV_WC_RECV,
-        o => o as c_uint,
-    }
-}
-extern "C" fn cq_read_vendor_err(_c: *mut ibv_cq_ex) -> u32 {
-    0
-}
-extern "C" fn cq_read_byte_len(c: *mut ibv_cq_ex) -> u32 {
-    cur(c).byte_len
-}
-/// The immediate in network order; for a SEND with Invalidate the R_Key it
-/// invalidated, in host order (`ibv_wc_read_invalidated_rkey` is this call,
-/// as mlx5's answers it).
-extern "C" fn cq_read_imm_data(c: *mut ibv_cq_ex) -> u32 {
-    let w = cur(c);
-    match w.opcode {
-        rdma::transport::WcOpcode::RecvInv => w.imm.unwrap_or(0),
-        _ => w.imm.unwrap_or(0).to_be(),
-    }
-}
-extern "C" fn cq_read_qp_num(c: *mut ibv_cq_ex) -> u32 {
-    cur(c).qp_num
-}
-/// A UD receive's sender (0 on other services, as `ibv_wc.src_qp`).
-extern "C" fn cq_read_src_qp(c: *mut ibv_cq_ex) -> u32 {
-    cur(c).src_qp
-}
-extern "C" fn cq_read_zero32(_c: *mut ibv_cq_ex) -> u32 {
-    0
-}
-extern "C" fn cq_read_zero8(_c: *mut ibv_cq_ex) -> u8 {
-    0
-}
-/// IBV_WC_WITH_IMM and, for a UD receive, IBV_WC_GRH (as `fill_wc`).
-extern "C" fn cq_read_wc_flags(c: *mut ibv_cq_ex) -> c_uint {
-    let w = cur(c);
-    let imm = match w.imm {
-        Some(_) if w.opcode == rdma::transport::WcOpcode::RecvInv => IBV_WC_WITH_INV,
-        Some(_) => IBV_WC_WITH_IMM,
-        None => 0,
-    };
-    let grh = if w.grh || crate::translate::received_roce(&w) {
-        IBV_WC_GRH
-    } else {
-        0
-    };
-    imm | grh
-}
-
-/// `verbs_context.create_cq_ex` (`ibv_create_cq_ex(3)`): `comp_mask`
-/// beyond FLAGS and PD is EOPNOTSUPP (libibverbs' ibv_cmd_create_cq_ex),
-/// a `wc_flags` bit beyond [`SUPPORTED_WC_FLAGS`] EOPNOTSUPP (rxe), flags
-/// beyond SINGLE_THREADED (IGNORE_OVERRUN: rxe's kernel driver refuses
-/// CQ flags) EOPNOTSUPP, a parent domain EOPNOTSUPP (none exist here);
-/// `cqe`, the vector and the channel as `ibv_create_cq`. The iterator's
-/// functions and `read_opcode`, `read_vendor_err`, `read_wc_flags` are
-/// always set, the other readers for the `wc_flags` asked for (NULL
-/// otherwise, as rxe leaves them).
-pub(crate) extern "C" fn ctx_create_cq_ex(
-    c: *mut ibv_context,
-    attr: *mut ibv_cq_init_attr_ex,
-) -> *mut ibv_cq_ex {
-    guard(null_mut(), || {
-        if ctx(c).is_none() || attr.is_null() {
-            return null_with(EINVAL);
-        }
-        // SAFETY: the caller's attributes (checked non-NULL).
-        let a = unsafe { &mut *attr };
-        if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0
-            || a.wc_flags & !SUPPORTED_WC_FLAGS != 0
-            || (a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
-                && a.flags & !IBV_CREATE_CQ_ATTR_SINGLE_THREADED != 0)
-            || (a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null())
-        {
-            return null_with(EOPNOTSUPP);
-        }
-        let (Ok(cqe), Ok(vector)) = (c_int::try_from(a.cqe), c_int::try_from(a.comp_vector)) else {
-            return null_with(EINVAL);
-        };
-        let q = rsnic_ibv_create_cq(c, cqe, a.cq_context, a.channel, vector);
-        if q.is_null() {
-            return null_mut();
-        }
-        let x = q.cast::<ibv_cq_ex>();
-        let want = |f: u32| a.wc_flags & u64::from(f) != 0;
-        // SAFETY: a CQ of ours just made, not yet shared: its ex tail is
-        // the rest of this ibv_cq_ex (layout checks above).
-        unsafe {
-            (*x).comp_mask = 0;
-            (*x).start_poll = Some(cq_start_poll);
-            (*x).next_poll = Some(cq_next_poll);
-            (*x).end_poll = Some(cq_end_poll);
-            (*x).read_opcode = Some(cq_read_opcode);
-            (*x).read_vendor_err = Some(cq_read_vendor_err);
-            (*x).read_wc_flags = Some(cq_read_wc_flags);
-            if want(IBV_WC_EX_WITH_BYTE_LEN) {
-                (*x).read_byte_len = Some(cq_read_byte_len);
-            }
-            if want(IBV_WC_EX_WITH_IMM) {
-                (*x).read_imm_data = Some(cq_read_imm_data);
-            }
-            if want(IBV_WC_EX_WITH_QP_NUM) {
-                (*x).read_qp_num = Some(cq_read_qp_num);
-            }
-            if want(IBV_WC_EX_WITH_SRC_QP) {
-                (*x).read_src_qp = Some(cq_read_src_qp);
-            }
-            if want(IBV_WC_EX_WITH_SLID) {
-                (*x).read_slid = Some(cq_read_zero32);
-            }
-            if want(IBV_WC_EX_WITH_SL) {
-                (*x).read_sl = Some(cq_read_zero8);
-            }
-            if want(IBV_WC_EX_WITH_DLID_PATH_BITS) {
-                (*x).read_dlid_path_bits = Some(cq_read_zero8);
-            }
-        }
-        x
-    })
-}
-
-// ------------------------------------------------------------ resize, rereg
-
-/// `ibv_resize_cq(3)`: 0 or an errno value. `cqe` below 1 or above
-/// `max_cqe`, or below the number of completions the CQ holds now, is
-/// EINVAL (rxe_cq_chk_attr); the completions queued stay, in order
-/// (`nic::verbs::CompletionQueue::resize`). The CQ gets exactly `cqe`
-/// entries (`cq->cqe`).
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_resize_cq(q: *mut ibv_cq, cqe: c_int) -> c_int {
-    guard(libc::EIO, || {
-        let Some(_held) = hold(q.cast(), Kind::Cq) else {
-            return EINVAL;
-        };
-        if !(1..=MAX_CQE).contains(&cqe) {
-            return EINVAL;
-        }
-        let r = {
-            // SAFETY: a live CQ of ours (checked).
-            let cq = unsafe { &*q.cast::<Cq>() };
-            let _g = cq.lock.lock();
-            // SAFETY: under the CQ's lock.
-            match (unsafe { &mut *cq.cq.get() }).as_mut() {
-                Some(h) => h.resize(cqe as usize),
-                None => return EINVAL,
-            }
-        };
-        match r {
-            Ok(()) => {
-                // SAFETY: the program's field of a live CQ of ours.
-                unsafe { (*q).cqe = cqe };
-                0
-            }
-            Err(VerbsError::CqTooSmall { .. }) => EINVAL,
-            Err(e) => errno_of(&e),
-        }
-    })
-}
-
-/// `ibv_rereg_mr(3)`: 0, or a negative `enum ibv_rereg_mr_err_code` with
-/// errno. libibverbs' own checks first (verbs.c): a foreign region, a flag
-/// beyond IBV_REREG_MR_FLAGS_SUPPORTED, CHANGE_TRANSLATION without an
-/// address or a length, access flags without CHANGE_ACCESS:
-/// IBV_REREG_MR_ERR_INPUT with EINVAL, the region unchanged. Then the
-/// device's part, which fails with IBV_REREG_MR_ERR_CMD and the kernel's
-/// errno: no flag at all, a PD that is not live or of another context,
-/// access flags `ibv_reg_mr` refuses (EINVAL, or EOPNOTSUPP for flags this
-/// NIC lacks).
-///
-/// The three changes are done as the man page describes rereg ("performs
-/// the functions deregister memory region followed by register memory
-/// region"): the region is registered again with its new PD, access and
-/// translation (`addr`, `length`; the iova is `addr`, as
-/// `ibv_cmd_rereg_mr` passes it), under new keys written to `lkey` and
-/// `rkey` (as the kernel's rereg returns them); the old keys stop working.
-/// The new registration is made before the old one is dropped, so a
-/// refusal leaves the region as it was. (Linux rxe's kernel driver takes
-/// CHANGE_PD and CHANGE_ACCESS only, and rdma-core's rxe provider has no
-/// rereg at all: EOPNOTSUPP through libibverbs' dummy op.)
-#[no_mangle]
-pub(crate) extern "C" fn rsnic_ibv_rereg_mr(
-    m: *mut ibv_mr,
-    flags: c_int,
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    access: c_int,
-) -> c_int {
-    guard(IBV_REREG_MR_ERR_CMD, || {
-        let input = || {
-            set_errno(EINVAL);
-            IBV_REREG_MR_ERR_INPUT
-        };
-        let cmd = |e: i32| {
-            set_errno(e);
-            IBV_REREG_MR_ERR_CMD
-        };
-        let Some(_held) = hold(m.cast(), Kind::Mr) else {
-            return input();
-        };
-        let flags = flags as u32;
-        if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
-            || (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
-            || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
-        {
-            return input();
-        }
-        // The kernel: a rereg that changes nothing is EINVAL.
-        if flags == 0 {
-            return cmd(EINVAL);
-        }
-        // SAFETY: a live region of ours (checked).
-        let mr = unsafe { &mut *m.cast::<Mr>() };
-        // The new PD is held until the region counts in it.
-        let mut _pd_held = None;
-        let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
-            let Some(pd_held) = hold(pd.cast(), Kind::Pd) else {
-                return cmd(EINVAL);
-            };
-            // SAFETY: a live PD of ours, held.
-            if unsafe { (*pd).context } != mr.ibv.context {
-                return cmd(EINVAL);
-            }
-            _pd_held = Some(pd_held);
-            pd
-        } else {
-            mr.ibv.pd
-        };
-        let (new_addr, new_len) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
-            (addr, length)
-        } else {
-            (mr.ibv.addr, mr.ibv.length)
-        };
-        let Some(old) = mr.mr.as_ref() else {
-            return cmd(EINVAL);
-        };
-        let acc = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
-            match access_of(access as u32) {
-                Ok(a) => a,
-                Err(e) => return cmd(e),
-            }
-        } else {
-            old.access()
-        };
-        // SAFETY: a live PD of ours (checked, or the region's own).
-        let p = unsafe { &*new_pd.cast::<Pd>() };
-        let Some(h) = p.pd.as_ref() else {
-            return cmd(EINVAL);
-        };
-        // The new range is set up as ibv_reg_mr's (moved onto shared
-        // memory where it can be, checked mapped and writable as the
-        // access needs).
-        let fresh = match super::memory::register_range(h, new_addr, new_len, acc) {
-            Ok(r) => r,
-            Err(e) => return cmd(e),
-        };
-        // SAFETY: its context outlives it.
-        let dev = &unsafe { Context::from_ibv(mr.ibv.context) }.backend.dev;
-        let (lkey, rkey) = (fresh.lkey(), fresh.rkey());
-        if let Some(stale) = mr.mr.replace(fresh) {
-            match dev.dereg_mr(stale) {
-                // Windows are bound to it: the region stays as it was.
-                Err(VerbsError::WindowsBound(h)) => {
-                    mr.mr = Some(h);
-                    return cmd(EINVAL);
-                }
-                Err(e) => return cmd(errno_of(&e)),
-                Ok(()) => {}
-            }
-        }
-        if new_pd != mr.ibv.pd {
-            reparent(m.cast(), mr.ibv.pd.cast(), new_pd.cast());
-        }
-        mr.ibv.pd = new_pd;
-        mr.ibv.addr = new_addr;
-        mr.ibv.length = new_len;
-        mr.ibv.lkey = lkey;
-        mr.ibv.rkey = rkey;
-        mr.ibv.handle = lkey;
-        0
     })
 }
