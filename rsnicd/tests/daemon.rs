@@ -1,0 +1,206 @@
+//! rsnicd as a program runs it: a real daemon process on a DPDK ring port,
+//! rsnicctl and raw clients on its socket, SIGTERM at the end.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rsnicd::proto::{Message, VERSION};
+use rsnicd::sock::{self, Client};
+
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    dir: PathBuf,
+}
+
+impl Daemon {
+    /// Starts rsnicd on `net_ring0` with its socket in a fresh directory
+    /// (which it makes), and waits until it answers.
+    fn start(tag: &str) -> Daemon {
+        let dir = std::env::temp_dir().join(format!("rsnicd-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let socket = dir.join("sub/rsnicd.sock");
+        let child = Command::new(env!("CARGO_BIN_EXE_rsnicd"))
+            .args(["--dev", "net_ring0", "--ip", "10.0.0.9", "--socket"])
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("rsnicd starts");
+        let d = Daemon { child, socket, dir };
+        let t0 = Instant::now();
+        while Client::connect(&d.socket, "probe", Duration::from_secs(5)).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "rsnicd never answered"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        d
+    }
+
+    fn ctl(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_rsnicctl"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("rsnicctl runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        let (ok, out) = self.ctl(&["--json", "counters"]);
+        assert!(ok, "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        v[name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no counter {name} in {out}"))
+    }
+
+    /// SIGTERM, then the exit status (within 30 s).
+    fn stop(mut self) -> std::process::ExitStatus {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                return st;
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                let _ = self.child.kill();
+                panic!("rsnicd did not stop on SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn raw(socket: &Path, bytes: &[u8]) -> Message {
+    let fd = sock::connect(socket).expect("connect");
+    sock::send_raw(&fd, bytes).expect("send");
+    let mut buf = Vec::new();
+    sock::recv(&fd, &mut buf).expect("an answer").0
+}
+
+#[test]
+fn rsnicd_serves_status_counters_and_programs_and_stops_on_sigterm() {
+    let d = Daemon::start("serve");
+    let meta = std::fs::metadata(&d.socket).expect("socket file");
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+
+    let (ok, out) = d.ctl(&["--json", "status"]);
+    assert!(ok, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["dev"], "net_ring0");
+    assert_eq!(v["ip"], serde_json::json!([10, 0, 0, 9]));
+    assert_eq!(v["daemon_pid"], d.child.id());
+    let (ok, out) = d.ctl(&["status"]);
+    assert!(ok && out.contains("ip 10.0.0.9"), "{out}");
+
+    // A program attached is listed with the kernel's PID for it, not a
+    // number it could make up.
+    let (_held, w) =
+        Client::connect(&d.socket, "held-open", Duration::from_secs(5)).expect("attach");
+    assert_eq!(w.dev, "net_ring0");
+    let (ok, out) = d.ctl(&["--json", "programs"]);
+    assert!(ok, "{out}");
+    let list: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON");
+    let held = list
+        .iter()
+        .find(|p| p["name"] == "held-open")
+        .expect("listed");
+    assert_eq!(held["pid"], std::process::id());
+    assert!(d.counter("programs") >= 1);
+    assert!(d.counter("ctl_connections") >= 3);
+
+    let st = d.stop();
+    assert!(st.success(), "rsnicd exited {st:?}");
+}
+
+#[test]
+fn malformed_messages_are_refused_and_counted() {
+    let d = Daemon::start("malformed");
+    let before = d.counter("ctl_malformed");
+    // Not this protocol at all.
+    let r = raw(&d.socket, b"GET / HTTP/1.0\r\n\r\n");
+    assert!(
+        matches!(r, Message::Error { errno, .. } if errno == libc::EINVAL),
+        "{r:?}"
+    );
+    // A valid header whose body is cut short.
+    let mut b = Message::Hello {
+        version: VERSION,
+        name: "cut".into(),
+    }
+    .encode(1)
+    .unwrap();
+    b.truncate(b.len() - 1);
+    let r = raw(&d.socket, &b);
+    assert!(matches!(r, Message::Error { .. }), "{r:?}");
+    // Well-formed, but not a request.
+    let b = Message::Counters(vec![]).encode(2).unwrap();
+    let r = raw(&d.socket, &b);
+    assert!(matches!(r, Message::Error { .. }), "{r:?}");
+    // Another protocol version: refused, not counted as malformed.
+    let b = Message::Hello {
+        version: VERSION + 1,
+        name: "future".into(),
+    }
+    .encode(3)
+    .unwrap();
+    let r = raw(&d.socket, &b);
+    assert!(
+        matches!(r, Message::Error { errno, .. } if errno == libc::EPROTO),
+        "{r:?}"
+    );
+    assert_eq!(d.counter("ctl_malformed"), before + 3);
+    // The daemon still serves.
+    assert!(d.ctl(&["status"]).0);
+    assert!(d.stop().success());
+}
+
+#[test]
+fn a_second_daemon_on_the_same_socket_is_refused_and_a_stale_file_replaced() {
+    let d = Daemon::start("second");
+    let out = Command::new(env!("CARGO_BIN_EXE_rsnicd"))
+        .args(["--dev", "net_ring1", "--ip", "10.0.0.8", "--socket"])
+        .arg(&d.socket)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another rsnicd listens"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let socket = d.socket.clone();
+    let dir = d.dir.clone();
+    assert!(d.stop().success());
+    assert!(!socket.exists(), "the socket file stays after SIGTERM");
+    // A file left by a daemon that died (SIGKILL) does not stop the next.
+    let mut d = Daemon::start("second");
+    assert_eq!(d.socket, socket);
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    assert!(socket.exists());
+    let d2 = Daemon::start("second");
+    assert!(d2.ctl(&["status"]).0);
+    assert!(d2.stop().success());
+    let _ = std::fs::remove_dir_all(dir);
+}
