@@ -40,13 +40,13 @@ pub enum VerbsError {
         "memory region {0:#x} has other handles (drop them, or let the last one deregister it)"
     )]
     MrShared(u32),
-    /// `dereg_mr` of a region memory windows are bound to (IBA 10.6.7.2.6;
-    /// `ibv_dereg_mr`: EINVAL, as rxe): it stays registered, and comes back here.
+    /// `dereg_mr` of region `lkey` with memory windows bound to it (IBA
+    /// 10.6.7.2.6; `ibv_dereg_mr`: EINVAL, as rxe). `dereg_mr` itself answers
+    /// [`crate::verbs::DeregError::WindowsBound`], which hands the region back.
     #[error(
-        "memory region {:#x} has memory windows bound to it: unbind or invalidate them first",
-        .0.lkey()
+        "memory region {0:#x} has memory windows bound to it: unbind or invalidate them first"
     )]
-    WindowsBound(crate::verbs::MemoryRegion),
+    WindowsBound(u32),
     /// Memory windows on a sharded device (rsnic's limit: a window's binding
     /// would have to reach every shard's table at once).
     #[error("memory windows need an unsharded device")]

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use nic::verbs::{CompletionQueue, QpOptions, VerbsError};
+use nic::verbs::{CompletionQueue, DeregError, QpOptions};
 use rdma::transport::{Access, MwType, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
 const WINDOW: u64 = 0x3000;
@@ -73,7 +73,7 @@ fn windows_give_a_peer_a_range_and_are_retired_by_rebind_and_invalidation() {
     assert_eq!(back, data[16..1016]);
     // A region with a window bound is not deregistered: the handle comes back.
     let lb = match b.dereg_mr(lb) {
-        Err(VerbsError::WindowsBound(mr)) => mr,
+        Err(DeregError::WindowsBound(mr)) => mr,
         other => panic!("{other:?}"),
     };
     // Rebinding retires the old key: a WRITE with it is a remote access error.

@@ -81,7 +81,7 @@ pub(crate) use ah::AhIds;
 pub use cm::mtu_of_enum;
 pub use cq::{AsyncEvents, CompletionQueue};
 use mr::MrInner;
-pub use mr::{MemoryRegion, SgRef};
+pub use mr::{DeregError, MemoryRegion, SgRef};
 pub use mw::{inc_rkey, MemoryWindow};
 pub use qp::QueuePair;
 pub use srq::{SharedReceiveQueue, SrqAttr};
@@ -263,18 +263,18 @@ impl Device {
     /// Deregisters a region (`ibv_dereg_mr`): once this returns, no work
     /// request or peer can use its keys. Refused while other clones of the
     /// handle exist (the last one's drop deregisters it), and while memory
-    /// windows are bound to it ([`VerbsError::WindowsBound`], which hands the
+    /// windows are bound to it ([`DeregError::WindowsBound`], which hands the
     /// region back; IBA 10.6.7.2.6).
-    pub fn dereg_mr(&self, mr: MemoryRegion) -> Result<(), VerbsError> {
+    pub fn dereg_mr(&self, mr: MemoryRegion) -> Result<(), DeregError> {
         let lkey = mr.lkey();
         let mut inner = Arc::try_unwrap(mr.inner).map_err(|_| VerbsError::MrShared(lkey))?;
         match inner.deregister(false) {
             Err(VerbsError::Engine(crate::contract::EngineError::MrHasWindows { .. })) => {
-                Err(VerbsError::WindowsBound(MemoryRegion {
+                Err(DeregError::WindowsBound(MemoryRegion {
                     inner: Arc::new(inner),
                 }))
             }
-            r => r,
+            r => Ok(r?),
         }
     }
 

@@ -85,6 +85,29 @@ impl MrInner {
     }
 }
 
+/// Why [`super::Device::dereg_mr`] did not deregister a region.
+#[derive(Debug, thiserror::Error)]
+pub enum DeregError {
+    /// Memory windows are bound to it (IBA 10.6.7.2.6): it stays registered
+    /// and usable, and comes back here.
+    #[error("memory region {:#x} has memory windows bound to it: unbind or invalidate them first", .0.lkey())]
+    WindowsBound(MemoryRegion),
+    /// Any other refusal; the handle is gone (as after a drop).
+    #[error(transparent)]
+    Failed(#[from] VerbsError),
+}
+
+impl From<DeregError> for VerbsError {
+    /// The error alone: a region handed back is dropped (its drop forces
+    /// the deregistration).
+    fn from(e: DeregError) -> VerbsError {
+        match e {
+            DeregError::WindowsBound(mr) => VerbsError::WindowsBound(mr.lkey()),
+            DeregError::Failed(e) => e,
+        }
+    }
+}
+
 impl Drop for MrInner {
     fn drop(&mut self) {
         if self.caller_memory {

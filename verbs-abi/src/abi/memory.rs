@@ -5,7 +5,7 @@ use libc::{EBUSY, EINVAL};
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
 
-use nic::verbs::{MemoryRegion, VerbsError};
+use nic::verbs::{DeregError, MemoryRegion};
 use rdma::transport::Access;
 
 #[no_mangle]
@@ -175,14 +175,14 @@ pub(crate) extern "C" fn rsnic_ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
         match mr.mr.take().map(|h| dev.dereg_mr(h)) {
             // Memory windows are bound to it (IBA 10.6.7.2.6; rxe: EINVAL):
             // it stays registered and usable.
-            Some(Err(nic::verbs::VerbsError::WindowsBound(h))) => {
+            Some(Err(DeregError::WindowsBound(h))) => {
                 mr.mr = Some(h);
                 return libc::EINVAL;
             }
             // The engine's handle is gone with the error (nic's dereg_mr
             // consumes it): the program's region stays a valid object
             // whose next dereg succeeds.
-            Some(Err(e)) => return errno_of(&e),
+            Some(Err(DeregError::Failed(e))) => return errno_of(&e),
             _ => {}
         }
         dying.finish();
@@ -295,11 +295,11 @@ pub(crate) extern "C" fn rsnic_ibv_rereg_mr(
         if let Some(stale) = mr.mr.replace(fresh) {
             match dev.dereg_mr(stale) {
                 // Windows are bound to it: the region stays as it was.
-                Err(VerbsError::WindowsBound(h)) => {
+                Err(DeregError::WindowsBound(h)) => {
                     mr.mr = Some(h);
                     return cmd(EINVAL);
                 }
-                Err(e) => return cmd(errno_of(&e)),
+                Err(DeregError::Failed(e)) => return cmd(errno_of(&e)),
                 Ok(()) => {}
             }
         }
