@@ -103,6 +103,9 @@ counters! {
     rx_cm_mads,
     /// Frames to QP 1 dropped: not a UD SEND with the GSI Q_Key, or not a CM MAD.
     rx_drop_gsi,
+    /// REQs dropped unanswered: the port's CM held its most half-open
+    /// connections (`rdma::cm::CmConfig::max_half_open`; the peer retries).
+    rx_drop_cm_req,
     /// CM MADs sent to a peer's QP 1.
     tx_cm_mads,
     /// CM MADs not sent: the peer's MAC could not be resolved, or the frame not built.

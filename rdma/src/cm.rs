@@ -77,6 +77,12 @@ pub struct CmConfig {
     pub mra_service_timeout: u8,
     /// Seeds the communication IDs and the TIDs (draw it from the OS).
     pub seed: u32,
+    /// Connections received and not yet established (REQ received, REP
+    /// sent) at most: a REQ beyond them is dropped unanswered and counted
+    /// ([`Cm::reqs_dropped`]), as Linux's ib_cm drops one its consumer
+    /// could not take (-ENOMEM: no REJ, "to allow future retries"), so a
+    /// flood of REQs holds bounded state and the peer's retry may find room.
+    pub max_half_open: usize,
 }
 
 impl Default for CmConfig {
@@ -89,6 +95,7 @@ impl Default for CmConfig {
             timewait: 18,
             mra_service_timeout: 24,
             seed: 0x1234_5678,
+            max_half_open: 1024,
         }
     }
 }
@@ -273,6 +280,7 @@ pub struct Cm {
     next_id: u32,
     out: VecDeque<([u8; 4], CmMad)>,
     events: VecDeque<CmEvent>,
+    reqs_dropped: u64,
 }
 
 fn copy_private<const N: usize>(data: &[u8]) -> Result<[u8; N], CmError> {
@@ -294,7 +302,13 @@ impl Cm {
             next_id: cfg.seed | 1,
             out: VecDeque::new(),
             events: VecDeque::new(),
+            reqs_dropped: 0,
         }
+    }
+
+    /// REQs dropped for want of room ([`CmConfig::max_half_open`]).
+    pub fn reqs_dropped(&self) -> u64 {
+        self.reqs_dropped
     }
 
     /// Accept REQs for `service_id`; false if already listened on.
@@ -806,6 +820,50 @@ mod tests {
             pump(0, &mut a, &mut b, |_| false);
             assert_eq!(a.sr_agreed(B, 0x22), both);
         }
+    }
+
+    /// A flood of REQs holds at most `max_half_open` connections on the
+    /// passive side; the rest are dropped unanswered and counted, and the
+    /// active side's retries find room once the consumer answers.
+    #[test]
+    fn a_flood_of_reqs_holds_bounded_state_and_a_retry_finds_room() {
+        let (mut a, _) = pair();
+        let mut b = Cm::new(CmConfig {
+            ip: B,
+            ca_guid: 2,
+            response_timeout: 10,
+            max_retries: 3,
+            timewait: 12,
+            seed: 2,
+            max_half_open: 16,
+            ..CmConfig::default()
+        });
+        b.listen(SVC);
+        for i in 0..2000u32 {
+            a.connect(0, B, SVC, &params(0x100 + i, 0x1000), b"")
+                .unwrap();
+        }
+        pump(0, &mut a, &mut b, |_| false);
+        let reqs = events(&mut b);
+        assert_eq!(reqs.len(), 16);
+        assert_eq!(b.conns.len(), 16);
+        assert_eq!(b.reqs_dropped(), 1984);
+        for e in reqs {
+            let CmEvent::ConnectRequest { id, .. } = e else {
+                panic!("{e:?}")
+            };
+            b.reject(id, rej_reason::CONSUMER_DEFINED, b"").unwrap();
+        }
+        // Long after every REQ's timeout: the active side resends them all.
+        let later = 1_000_000_000_000;
+        a.on_timer(later);
+        pump(later, &mut a, &mut b, |_| false);
+        let again = events(&mut b);
+        assert_eq!(again.len(), 16, "{again:?}");
+        assert!(again
+            .iter()
+            .all(|e| matches!(e, CmEvent::ConnectRequest { .. })));
+        assert_eq!(b.conns.len(), 16);
     }
 
     /// A standard CM's REQ (no tail) gets no agreement, and its REP none either:

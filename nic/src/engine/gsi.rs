@@ -32,6 +32,7 @@ impl Engine {
         };
         self.counters.rx_cm_mads += 1;
         self.cm.on_mad(now, f.ip.src.0, &mad);
+        self.counters.rx_drop_cm_req = self.cm.reqs_dropped();
         self.gsi_flush(now);
     }
 

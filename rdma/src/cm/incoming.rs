@@ -114,6 +114,15 @@ impl Cm {
             self.send(src_ip, tid, reject(rej_reason::INVALID_SERVICE_ID));
             return;
         }
+        let half_open = self
+            .conns
+            .values()
+            .filter(|c| matches!(c.state, CmState::ReqRcvd | CmState::RepSent))
+            .count();
+        if half_open >= self.cfg.max_half_open {
+            self.reqs_dropped += 1;
+            return;
+        }
         let id = self.new_id();
         self.conns.insert(
             id,
