@@ -10,6 +10,7 @@
 //! binaries (feature `daemon`).
 
 pub mod proto;
+pub mod shm;
 pub mod sock;
 
 use std::path::PathBuf;

@@ -255,3 +255,143 @@ pub fn refused(m: Message) -> SockError {
     };
     SockError::Io(io::Error::other(msg))
 }
+
+/// Sends `m` with a descriptor attached (`SCM_RIGHTS`): the other side gets
+/// its own copy of `pass` (a memfd of shared memory, an eventfd).
+pub fn send_with_fd(fd: &OwnedFd, m: &Message, seq: u32, pass: &OwnedFd) -> Result<(), SockError> {
+    let bytes = m.encode(seq)?;
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // Room for one descriptor's control message, u64-aligned.
+    let mut cbuf = [0u64; 4];
+    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is arithmetic.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
+    // SAFETY: the control buffer holds one cmsghdr and an int (CMSG_SPACE above).
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, pass.as_raw_fd());
+    }
+    loop {
+        // SAFETY: a valid msghdr; MSG_NOSIGNAL: no SIGPIPE.
+        if unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) } >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e.into());
+        }
+    }
+}
+
+/// Receives one message and the descriptor attached to it, if any (taken
+/// close-on-exec; any beyond the first are closed, never leaked).
+pub fn recv_with_fd(
+    fd: &OwnedFd,
+    buf: &mut Vec<u8>,
+) -> Result<(Message, u32, Option<OwnedFd>), SockError> {
+    buf.resize(MAX_MESSAGE + 1, 0);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut cbuf = [0u64; 16];
+    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf);
+    let n = loop {
+        // SAFETY: a valid msghdr over our buffers.
+        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e.into());
+        }
+    };
+    let mut got: Option<OwnedFd> = None;
+    // SAFETY: walks the control messages the kernel wrote into cbuf.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const i32;
+                let count =
+                    ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<i32>();
+                for i in 0..count {
+                    let f = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    if got.is_none() {
+                        got = Some(f);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if n == 0 {
+        return Err(SockError::Closed);
+    }
+    let (m, seq) = Message::decode(&buf[..n])?;
+    Ok((m, seq, got))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::{Region, Ring};
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0i32; 2];
+        // SAFETY: an out array of two ints.
+        let rc = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        // SAFETY: two descriptors just made.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    #[test]
+    fn a_memfd_passed_with_a_message_maps_the_same_memory() {
+        let (a, b) = pair();
+        let reg = Region::create("rsnic-pass-test", Ring::bytes(8, 64)).unwrap();
+        let mut p = Ring::create(&reg, 0, 8, 64).unwrap();
+        send_with_fd(&a, &Message::GetCounters, 7, reg.fd()).unwrap();
+        let mut buf = Vec::new();
+        let (m, seq, fd) = recv_with_fd(&b, &mut buf).unwrap();
+        assert_eq!((m, seq), (Message::GetCounters, 7));
+        let fd = fd.expect("a descriptor came");
+        // SAFETY: a descriptor we own.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+        assert!(flags & libc::FD_CLOEXEC != 0, "taken close-on-exec");
+        let theirs = Region::map(fd).unwrap();
+        let mut c = Ring::open(&theirs, 0, 8, 64, false).unwrap();
+        assert!(p.push(b"through the memfd").unwrap());
+        let mut out = [0u8; 60];
+        let n = c.pop(&mut out).unwrap().unwrap();
+        assert_eq!(&out[..n], b"through the memfd");
+        // A message without a descriptor: none.
+        send(&a, &Message::GetPrograms, 8).unwrap();
+        let (m, _, fd) = recv_with_fd(&b, &mut buf).unwrap();
+        assert_eq!(m, Message::GetPrograms);
+        assert!(fd.is_none());
+    }
+}
