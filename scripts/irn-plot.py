@@ -17,7 +17,10 @@ LABELS = ["&lt;10KB", "&lt;100KB", "&lt;1MB", "&lt;3MB", "&lt;10MB", "&gt;10MB"]
 def main():
     if len(sys.argv) != 5:
         sys.exit(__doc__)
-    runs = [json.load(open(p))["results"] for p in sys.argv[1:4]]
+    docs = [json.load(open(p)) for p in sys.argv[1:4]]
+    runs = [d["results"] for d in docs]
+    load = round(docs[0]["params"]["load"] * 100)
+    hosts = docs[0]["hosts"]
     ccs = [c for c in ["none", "dcqcn", "hpcc", "rx-hpcc", "ldcp"] if all(c in r for r in runs)]
     pw, ph, ml, mt, mb = 300, 230, 48, 40, 46
     width, height = ml + len(ccs) * (pw + 20), mt + ph + mb + 30
@@ -30,8 +33,8 @@ def main():
            f'font-family="sans-serif" font-size="11">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
            f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13">FCT slowdown per '
-           'flow size, p99 (solid) and p50 (dashed): roce-sim fat-tree, 128 hosts, WebSearch '
-           '50 %, seed 1</text>']
+           f'flow size, p99 (solid) and p50 (dashed): roce-sim fat-tree, {hosts} hosts, WebSearch '
+           f'{load} %, seed 1</text>']
     for k, c in enumerate(ccs):
         x0 = ml + k * (pw + 20)
         out.append(f'<rect x="{x0}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')

@@ -204,3 +204,17 @@ fn a_second_daemon_on_the_same_socket_is_refused_and_a_stale_file_replaced() {
     assert!(d2.stop().success());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_port_that_does_not_open_leaves_no_socket_behind() {
+    let dir = std::env::temp_dir().join(format!("rsnicd-test-badport-{}", std::process::id()));
+    let socket = dir.join("rsnicd.sock");
+    let out = Command::new(env!("CARGO_BIN_EXE_rsnicd"))
+        .args(["--dev", "net_nosuchpmd0", "--ip", "10.0.0.7", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(!socket.exists(), "the socket file stays");
+    let _ = std::fs::remove_dir_all(dir);
+}

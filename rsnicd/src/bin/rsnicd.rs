@@ -299,18 +299,20 @@ fn main() {
     // below takes these signals.
     let signals = block_signals();
     let path = cli.socket.clone().unwrap_or_else(rsnicd::socket_path);
-    let (dev, welcome) = match open_device(&cli) {
-        Ok(x) => x,
+    // The socket first: a second daemon for the same socket stops before it
+    // touches a port.
+    let listener = match listen_at(&path) {
+        Ok(l) => l,
         Err(e) => {
             eprintln!("rsnicd: {e}");
             std::process::exit(1);
         }
     };
-    let listener = match listen_at(&path) {
-        Ok(l) => l,
+    let (dev, welcome) = match open_device(&cli) {
+        Ok(x) => x,
         Err(e) => {
             eprintln!("rsnicd: {e}");
-            dev.close();
+            let _ = std::fs::remove_file(&path);
             std::process::exit(1);
         }
     };
