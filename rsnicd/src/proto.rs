@@ -66,6 +66,9 @@ pub enum ProtoError {
     /// A string that is not UTF-8.
     #[error("a string is not UTF-8")]
     Utf8,
+    /// A field whose value this side does not know.
+    #[error("bad value of field {0}")]
+    Field(&'static str),
 }
 
 /// A program attached to the daemon, as `rsnicctl programs` lists it.
@@ -79,6 +82,30 @@ pub struct ProgramInfo {
     pub name: String,
     /// Seconds since it connected.
     pub connected_s: u64,
+}
+
+/// A QP the daemon holds for a program, as `rsnicctl qps` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QpInfo {
+    /// The owning program's PID.
+    pub pid: u32,
+    /// The program's handle for it.
+    pub handle: u32,
+    /// Its QP number on the wire.
+    pub qpn: u32,
+    /// The engine's one-line description (state, PSNs, peer, CC).
+    pub describe: String,
+}
+
+/// The service of a QP to create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum QpService {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
 }
 
 /// The daemon's answer to `Hello`: the device it serves.
@@ -118,6 +145,33 @@ pub enum Message {
     GetPrograms,
     /// The programs attached.
     Programs(Vec<ProgramInfo>),
+    /// Creates a QP (and its CQ) owned by this connection's program.
+    CreateQp {
+        /// RC, UC or UD.
+        service: QpService,
+        /// Send queue depth.
+        sq_depth: u16,
+        /// Receive queue depth.
+        rq_depth: u16,
+    },
+    /// The QP created: the program's handle and its QPN.
+    QpCreated {
+        /// The handle the program names it by (its own table's).
+        handle: u32,
+        /// Its QP number on the wire.
+        qpn: u32,
+    },
+    /// Destroys one of this program's QPs (and its CQ).
+    DestroyQp {
+        /// The program's handle.
+        handle: u32,
+    },
+    /// A request done, with nothing to return.
+    Done,
+    /// Asks for every program's QPs.
+    GetQps,
+    /// Every program's QPs.
+    Qps(Vec<QpInfo>),
     /// A refusal: an errno and why.
     Error {
         /// What the verb that asked returns (EINVAL for a malformed message).
@@ -134,6 +188,12 @@ mod kind {
     pub const COUNTERS: u16 = 4;
     pub const GET_PROGRAMS: u16 = 5;
     pub const PROGRAMS: u16 = 6;
+    pub const CREATE_QP: u16 = 7;
+    pub const QP_CREATED: u16 = 8;
+    pub const DESTROY_QP: u16 = 9;
+    pub const DONE: u16 = 10;
+    pub const GET_QPS: u16 = 11;
+    pub const QPS: u16 = 12;
     pub const ERROR: u16 = 0xffff;
 }
 
@@ -210,6 +270,12 @@ impl Message {
             Message::Counters(_) => kind::COUNTERS,
             Message::GetPrograms => kind::GET_PROGRAMS,
             Message::Programs(_) => kind::PROGRAMS,
+            Message::CreateQp { .. } => kind::CREATE_QP,
+            Message::QpCreated { .. } => kind::QP_CREATED,
+            Message::DestroyQp { .. } => kind::DESTROY_QP,
+            Message::Done => kind::DONE,
+            Message::GetQps => kind::GET_QPS,
+            Message::Qps(_) => kind::QPS,
             Message::Error { .. } => kind::ERROR,
         }
     }
@@ -230,7 +296,34 @@ impl Message {
                 w.u16(x.shards);
                 w.u32(x.max_path_mtu);
             }
-            Message::GetCounters | Message::GetPrograms => {}
+            Message::GetCounters | Message::GetPrograms | Message::Done | Message::GetQps => {}
+            Message::CreateQp {
+                service,
+                sq_depth,
+                rq_depth,
+            } => {
+                w.u16(match service {
+                    QpService::Rc => 0,
+                    QpService::Uc => 1,
+                    QpService::Ud => 2,
+                });
+                w.u16(*sq_depth);
+                w.u16(*rq_depth);
+            }
+            Message::QpCreated { handle, qpn } => {
+                w.u32(*handle);
+                w.u32(*qpn);
+            }
+            Message::DestroyQp { handle } => w.u32(*handle),
+            Message::Qps(list) => {
+                w.count(list.len())?;
+                for q in list {
+                    w.u32(q.pid);
+                    w.u32(q.handle);
+                    w.u32(q.qpn);
+                    w.str(&q.describe)?;
+                }
+            }
             Message::Counters(list) => {
                 w.count(list.len())?;
                 for (name, v) in list {
@@ -321,6 +414,38 @@ impl Message {
                 }
                 Message::Programs(list)
             }
+            kind::CREATE_QP => Message::CreateQp {
+                service: match r.u16("service")? {
+                    0 => QpService::Rc,
+                    1 => QpService::Uc,
+                    2 => QpService::Ud,
+                    _ => return Err(ProtoError::Field("service")),
+                },
+                sq_depth: r.u16("sq depth")?,
+                rq_depth: r.u16("rq depth")?,
+            },
+            kind::QP_CREATED => Message::QpCreated {
+                handle: r.u32("handle")?,
+                qpn: r.u32("qpn")?,
+            },
+            kind::DESTROY_QP => Message::DestroyQp {
+                handle: r.u32("handle")?,
+            },
+            kind::DONE => Message::Done,
+            kind::GET_QPS => Message::GetQps,
+            kind::QPS => {
+                let n = r.u16("count")?;
+                let mut list = Vec::new();
+                for _ in 0..n {
+                    list.push(QpInfo {
+                        pid: r.u32("pid")?,
+                        handle: r.u32("handle")?,
+                        qpn: r.u32("qpn")?,
+                        describe: r.str("describe")?,
+                    });
+                }
+                Message::Qps(list)
+            }
             kind::ERROR => Message::Error {
                 errno: r.u32("errno")? as i32,
                 message: r.str("message")?,
@@ -359,6 +484,24 @@ mod tests {
                 uid: 0,
                 name: "qperf".into(),
                 connected_s: 3,
+            }]),
+            Message::CreateQp {
+                service: QpService::Ud,
+                sq_depth: 64,
+                rq_depth: 128,
+            },
+            Message::QpCreated {
+                handle: 3,
+                qpn: 0x11,
+            },
+            Message::DestroyQp { handle: 3 },
+            Message::Done,
+            Message::GetQps,
+            Message::Qps(vec![QpInfo {
+                pid: 9,
+                handle: 1,
+                qpn: 0x12,
+                describe: "RTS".into(),
             }]),
             Message::Error {
                 errno: libc::EINVAL,
@@ -411,6 +554,19 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_qp_service_is_refused() {
+        let mut b = Message::CreateQp {
+            service: QpService::Rc,
+            sq_depth: 1,
+            rq_depth: 1,
+        }
+        .encode(1)
+        .unwrap();
+        b[HEADER_LEN] = 7;
+        assert_eq!(Message::decode(&b), Err(ProtoError::Field("service")));
+    }
+
+    #[test]
     fn a_string_past_u16_is_refused_at_encode() {
         let m = Message::Hello {
             version: VERSION,
@@ -427,7 +583,7 @@ mod tests {
 
         #[test]
         fn a_valid_header_over_arbitrary_bodies_never_panics(
-            k in 0u16..8, body in proptest::collection::vec(any::<u8>(), 0..128)
+            k in 0u16..14, body in proptest::collection::vec(any::<u8>(), 0..128)
         ) {
             let mut b = Message::GetCounters.encode(0).unwrap();
             b[6..8].copy_from_slice(&k.to_le_bytes());

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rsnicd::proto::{Message, VERSION};
+use rsnicd::proto::{Message, QpService, VERSION};
 use rsnicd::sock::{self, Client};
 
 struct Daemon {
@@ -217,4 +217,109 @@ fn a_port_that_does_not_open_leaves_no_socket_behind() {
     assert!(!out.status.success());
     assert!(!socket.exists(), "the socket file stays");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Not a test on its own: the child process of
+/// `a_program_killed_has_its_qps_reclaimed` (the test binary run again with
+/// RSNICD_TEST_HOLD set): attaches, creates three QPs, says so, and waits to
+/// be killed.
+#[test]
+fn child_holding_qps() {
+    let Some(socket) = std::env::var_os("RSNICD_TEST_HOLD") else {
+        return;
+    };
+    let (mut c, _) = Client::connect(Path::new(&socket), "holder", Duration::from_secs(5)).unwrap();
+    for service in [QpService::Rc, QpService::Uc, QpService::Ud] {
+        let r = c
+            .request(&Message::CreateQp {
+                service,
+                sq_depth: 16,
+                rq_depth: 16,
+            })
+            .unwrap();
+        assert!(matches!(r, Message::QpCreated { .. }), "{r:?}");
+    }
+    println!("HOLDING");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+fn qps_of(d: &Daemon) -> Vec<serde_json::Value> {
+    let (ok, out) = d.ctl(&["--json", "qps"]);
+    assert!(ok, "{out}");
+    serde_json::from_str(&out).expect("JSON")
+}
+
+#[test]
+fn qps_are_the_program_s_own_and_go_with_it() {
+    let d = Daemon::start("qps");
+    let (mut a, _) = Client::connect(&d.socket, "a", Duration::from_secs(5)).unwrap();
+    let (mut b, _) = Client::connect(&d.socket, "b", Duration::from_secs(5)).unwrap();
+    let created = a
+        .request(&Message::CreateQp {
+            service: QpService::Rc,
+            sq_depth: 32,
+            rq_depth: 32,
+        })
+        .unwrap();
+    let Message::QpCreated { handle, qpn } = created else {
+        panic!("{created:?}")
+    };
+    let list = qps_of(&d);
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["qpn"], qpn);
+    assert_eq!(list[0]["pid"], std::process::id());
+    // Another program naming a's handle: an error, counted; a's QP stays.
+    let r = b.request(&Message::DestroyQp { handle }).unwrap();
+    assert!(
+        matches!(r, Message::Error { errno, .. } if errno == libc::EINVAL),
+        "{r:?}"
+    );
+    assert_eq!(d.counter("ctl_bad_handle"), 1);
+    assert_eq!(qps_of(&d).len(), 1);
+    // Its owner destroys it.
+    assert_eq!(
+        a.request(&Message::DestroyQp { handle }).unwrap(),
+        Message::Done
+    );
+    assert!(qps_of(&d).is_empty());
+    let r = a.request(&Message::DestroyQp { handle }).unwrap();
+    assert!(matches!(r, Message::Error { .. }), "destroyed twice: {r:?}");
+
+    // A program killed with SIGKILL: its QPs are destroyed with its connection.
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_holding_qps",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("RSNICD_TEST_HOLD", &d.socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    while !line.contains("HOLDING") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child ended first"
+        );
+    }
+    assert_eq!(qps_of(&d).len(), 3);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t0 = Instant::now();
+    while !qps_of(&d).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "QPs of a dead program stay"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(d.counter("qps_reclaimed"), 3);
+    drop((a, b));
+    assert!(d.stop().success());
 }

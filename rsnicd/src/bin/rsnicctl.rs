@@ -31,6 +31,8 @@ enum What {
     Counters,
     /// The programs attached.
     Programs,
+    /// Every program's QPs: owner, handle, QPN, the engine's description.
+    Qps,
 }
 
 fn run(cli: &Cli) -> Result<(), SockError> {
@@ -77,6 +79,22 @@ fn run(cli: &Cli) -> Result<(), SockError> {
                     println!("{:>8} {:>6} {:>8}  name", "pid", "uid", "seconds");
                     for p in list {
                         println!("{:>8} {:>6} {:>8}  {}", p.pid, p.uid, p.connected_s, p.name);
+                    }
+                }
+            }
+            other => return Err(refused(other)),
+        },
+        What::Qps => match c.request(&Message::GetQps)? {
+            Message::Qps(list) => {
+                if cli.json {
+                    json(serde_json::to_value(&list).expect("json"));
+                } else {
+                    println!("{:>8} {:>6} {:>8}  state", "pid", "handle", "qpn");
+                    for q in list {
+                        println!(
+                            "{:>8} {:>6} {:>#8x}  {}",
+                            q.pid, q.handle, q.qpn, q.describe
+                        );
                     }
                 }
             }

@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use dpdk::{Eal, Port};
-use nic::contract::DeviceConfig;
-use nic::verbs::Device;
-use rsnicd::proto::{Message, ProgramInfo, Welcome, VERSION};
+use nic::contract::{DeviceConfig, QpOptions};
+use nic::verbs::{CompletionQueue, Device, QueuePair};
+use rdma::transport::Service;
+use rsnicd::proto::{Message, ProgramInfo, QpInfo, QpService, Welcome, VERSION};
 use rsnicd::sock::{self, PeerCred, SockError};
 
 /// Runs the rsnic NIC for the whole host.
@@ -51,6 +52,16 @@ struct CtlCounters {
     connections: AtomicU64,
     refused: AtomicU64,
     malformed: AtomicU64,
+    /// Requests naming a handle the program does not own.
+    bad_handle: AtomicU64,
+    /// QPs destroyed because their program went away.
+    qps_reclaimed: AtomicU64,
+}
+
+/// A QP the daemon holds for a program, with the CQ made for it.
+struct OwnedQp {
+    qp: QueuePair,
+    cq: CompletionQueue,
 }
 
 /// A program attached.
@@ -60,6 +71,9 @@ struct Program {
     since: Instant,
     /// Its connection's descriptor number, shut down when the daemon stops.
     fd: i32,
+    /// Its QPs by the handles it names them with: only its own.
+    qps: HashMap<u32, OwnedQp>,
+    next_handle: u32,
 }
 
 /// What every client thread shares.
@@ -161,6 +175,14 @@ fn counters(sh: &Shared) -> Vec<(String, u64)> {
     v.push(("ctl_refused".into(), c.refused.load(Ordering::Relaxed)));
     v.push(("ctl_malformed".into(), c.malformed.load(Ordering::Relaxed)));
     v.push((
+        "ctl_bad_handle".into(),
+        c.bad_handle.load(Ordering::Relaxed),
+    ));
+    v.push((
+        "qps_reclaimed".into(),
+        c.qps_reclaimed.load(Ordering::Relaxed),
+    ));
+    v.push((
         "programs".into(),
         sh.programs.lock().expect("programs").len() as u64,
     ));
@@ -182,6 +204,90 @@ fn programs(sh: &Shared) -> Vec<ProgramInfo> {
         .collect();
     v.sort_by_key(|p| p.pid);
     v
+}
+
+/// Every program's QPs, with the engine's description of each.
+fn qps(sh: &Shared) -> Vec<QpInfo> {
+    let programs = sh.programs.lock().expect("programs");
+    let mut v: Vec<QpInfo> = programs
+        .values()
+        .flat_map(|p| {
+            p.qps.iter().map(|(&handle, o)| QpInfo {
+                pid: p.cred.pid,
+                handle,
+                qpn: o.qp.qpn(),
+                describe: o.qp.describe().unwrap_or_else(|e| format!("({e})")),
+            })
+        })
+        .collect();
+    v.sort_by_key(|q| q.qpn);
+    v
+}
+
+/// Creates a QP and its CQ for program `id`.
+fn create_qp(sh: &Shared, id: u64, service: QpService, sq: u16, rq: u16) -> Message {
+    let error = |e: nic::verbs::VerbsError| Message::Error {
+        errno: libc::EINVAL,
+        message: e.to_string(),
+    };
+    let cq = match sh.dev.create_cq(usize::from(sq) + usize::from(rq)) {
+        Ok(cq) => cq,
+        Err(e) => return error(e),
+    };
+    let opts = QpOptions {
+        service: match service {
+            QpService::Rc => Service::Rc,
+            QpService::Uc => Service::Uc,
+            QpService::Ud => Service::Ud,
+        },
+        sq_depth: sq,
+        rq_depth: rq,
+        ..QpOptions::default()
+    };
+    let qp = match sh.dev.create_qp(&cq, &cq, opts) {
+        Ok(qp) => qp,
+        Err(e) => {
+            let _ = sh.dev.destroy_cq(cq);
+            return error(e);
+        }
+    };
+    let qpn = qp.qpn();
+    let mut programs = sh.programs.lock().expect("programs");
+    let p = programs.get_mut(&id).expect("a served program");
+    p.next_handle += 1;
+    let handle = p.next_handle;
+    p.qps.insert(handle, OwnedQp { qp, cq });
+    Message::QpCreated { handle, qpn }
+}
+
+/// Destroys a QP and its CQ.
+fn destroy(sh: &Shared, o: OwnedQp) {
+    let _ = sh.dev.destroy_qp(o.qp);
+    let _ = sh.dev.destroy_cq(o.cq);
+}
+
+/// Destroys program `id`'s QP `handle`: an error for a handle it does not own
+/// (another program's, or one never made), counted.
+fn destroy_qp(sh: &Shared, id: u64, handle: u32) -> Message {
+    let taken = sh
+        .programs
+        .lock()
+        .expect("programs")
+        .get_mut(&id)
+        .and_then(|p| p.qps.remove(&handle));
+    match taken {
+        Some(o) => {
+            destroy(sh, o);
+            Message::Done
+        }
+        None => {
+            sh.ctl.bad_handle.fetch_add(1, Ordering::Relaxed);
+            Message::Error {
+                errno: libc::EINVAL,
+                message: format!("no QP {handle} of yours"),
+            }
+        }
+    }
 }
 
 /// Refuses a malformed request: says why, counts it, ends the connection.
@@ -225,6 +331,8 @@ fn serve(sh: &Shared, id: u64, fd: OwnedFd, cred: PeerCred) {
             name,
             since: Instant::now(),
             fd: fd.as_raw_fd(),
+            qps: HashMap::new(),
+            next_handle: 0,
         },
     );
     let mut reply = Message::Welcome(sh.welcome.clone());
@@ -242,6 +350,25 @@ fn serve(sh: &Shared, id: u64, fd: OwnedFd, cred: PeerCred) {
                 seq = s;
                 Message::Programs(programs(sh))
             }
+            Ok((Message::GetQps, s)) => {
+                seq = s;
+                Message::Qps(qps(sh))
+            }
+            Ok((
+                Message::CreateQp {
+                    service,
+                    sq_depth,
+                    rq_depth,
+                },
+                s,
+            )) => {
+                seq = s;
+                create_qp(sh, id, service, sq_depth, rq_depth)
+            }
+            Ok((Message::DestroyQp { handle }, s)) => {
+                seq = s;
+                destroy_qp(sh, id, handle)
+            }
             Ok((m, s)) => {
                 malformed(sh, &fd, s, format!("not a request: {m:?}"));
                 break;
@@ -253,7 +380,16 @@ fn serve(sh: &Shared, id: u64, fd: OwnedFd, cred: PeerCred) {
             Err(_) => break,
         };
     }
-    sh.programs.lock().expect("programs").remove(&id);
+    // The program is gone (it closed, or died): what it held goes with it.
+    let gone = sh.programs.lock().expect("programs").remove(&id);
+    if let Some(p) = gone {
+        sh.ctl
+            .qps_reclaimed
+            .fetch_add(p.qps.len() as u64, Ordering::Relaxed);
+        for (_, o) in p.qps {
+            destroy(sh, o);
+        }
+    }
 }
 
 fn accept_loop(sh: Arc<Shared>, listener: OwnedFd) {
