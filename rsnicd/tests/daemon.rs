@@ -323,3 +323,76 @@ fn qps_are_the_program_s_own_and_go_with_it() {
     drop((a, b));
     assert!(d.stop().success());
 }
+
+/// The daemon's resident memory, from /proc.
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// Programs that attach, create QPs and are killed, again and again
+/// (RSNICD_KILL_CYCLES, default 100; the 1000 with the env): the
+/// daemon reclaims every QP and its memory stays flat after a warm-up.
+#[test]
+fn kill_cycles_leave_the_daemon_s_memory_flat() {
+    let cycles: u64 = std::env::var("RSNICD_KILL_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let d = Daemon::start("cycles");
+    let mut cycle = |_: u64| {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_holding_qps",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("RSNICD_TEST_HOLD", &d.socket)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        use std::io::BufRead;
+        while !line.contains("HOLDING") {
+            line.clear();
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "the child ended first"
+            );
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    };
+    let warm = (cycles / 5).max(10);
+    (0..warm).for_each(&mut cycle);
+    let t0 = Instant::now();
+    while d.counter("qps_reclaimed") < 3 * warm {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = rss_kib(d.child.id());
+    (warm..cycles).for_each(&mut cycle);
+    let t0 = Instant::now();
+    while d.counter("qps_reclaimed") < 3 * cycles {
+        assert!(t0.elapsed() < Duration::from_secs(30), "QPs not reclaimed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = rss_kib(d.child.id());
+    eprintln!(
+        "kill cycles: {cycles}, daemon RSS after {warm}: {before} KiB, after all: {after} KiB"
+    );
+    assert!(qps_of(&d).is_empty());
+    assert!(
+        after <= before + 4096,
+        "the daemon grew by {} KiB over {} kill cycles",
+        after - before,
+        cycles - warm
+    );
+    assert!(d.stop().success());
+}
