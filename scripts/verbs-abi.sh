@@ -37,7 +37,8 @@
 #          over SIDR), rdma_server/rdma_client, ib_{write,send}_bw -R,
 #          ib_{read,write}_lat -R, qperf -cm1 rc_bw rc_lat rc_rdma_read_bw,
 #          fi_pingpong over libfabric's verbs;ofi_rxm (RDM over RC);
-#          CM_ITERS iterations of rping/ucmatose/udaddy (default 100);
+#          CM_ITERS iterations of rping/ucmatose/udaddy (default: rping
+#          1000, the others 100);
 #          CM_ONLY=REGEX runs only the cases whose name matches;
 #          CMTIME_RUNS=N also times N cmtime connects (the median)
 #   quick: eintr, devinfo, one bw, one lat, pingpong;  all: abi + eintr + pairs
@@ -304,8 +305,10 @@ if [ "$what" = cm ]; then
   ip -n "$A" addr add 10.0.0.1/32 dev ctl-a && ip -n "$A" route add 10.0.0.2/32 dev ctl-a
   ip -n "$B" addr add 10.0.0.2/32 dev ctl-b && ip -n "$B" route add 10.0.0.1/32 dev ctl-b
   CMI=${CM_ITERS:-100}
+  # rping: the 1000 pings (a few seconds), each checked.
+  RPI=${CM_ITERS:-1000}
   # rping: every ping's data is checked (-v prints it, the server checks it).
-  cm_pair "rping -v -C $CMI" "ping data: rdma-ping-$((CMI - 1))" rping -s -a 10.0.0.2 -v -C $CMI -- rping -c -a 10.0.0.2 -v -C $CMI
+  cm_pair "rping -v -C $RPI" "ping data: rdma-ping-$((RPI - 1))" rping -s -a 10.0.0.2 -v -C $RPI -- rping -c -a 10.0.0.2 -v -C $RPI
   cm_pair "ucmatose -c 4 -C $CMI" '^return status 0' ucmatose -b 10.0.0.2 -c 4 -C $CMI -- ucmatose -s 10.0.0.2 -c 4 -C $CMI
   cm_pair "udaddy -c 2 -C $CMI (SIDR)" '^return status 0' udaddy -b 10.0.0.2 -c 2 -C $CMI -- udaddy -s 10.0.0.2 -c 2 -C $CMI
   cm_pair "rdma_server / rdma_client" 'rdma_client: end 0' rdma_server -s 10.0.0.2 -- rdma_client -s 10.0.0.2
