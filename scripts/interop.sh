@@ -382,12 +382,12 @@ run_cm() { # ROLE(of rsnic) NAME HOST-SERVER-ARGS... -- GUEST-CLIENT-ARGS... (th
   shift
   gargs=("$@")
   id=cm-${name// /_}-$role
-  ip netns exec rxe-ns dumpcap -q -i rsnic-tap0 -f 'udp port 4791' -w "$W/$id.pcapng" >/dev/null 2>&1 &
+  rm -f "$W/$id.pcapng"
+  ip netns exec rxe-ns dumpcap -q -i rsnic-tap0 -f 'udp port 4791' -w "$W/$id.pcapng" >/dev/null 2>"$W/$id.dumpcap" &
   local cap=$! hp i
-  # dumpcap writes the file's header once it captures (its first start on a
-  # fresh machine takes seconds): wait for it, so no MAD goes unseen.
-  for i in $(seq 50); do [ -s "$W/$id.pcapng" ] && break; sleep 0.1; done
-  sleep 0.2
+  # dumpcap says "Capturing on" once its capture runs (its first start on a
+  # fresh machine takes seconds): wait for that, so no MAD goes unseen.
+  for i in $(seq 100); do grep -q '^Capturing on' "$W/$id.dumpcap" && break; sleep 0.1; done
   if [ "$role" = server ]; then
     ip netns exec rxe-ns timeout 60 "$EXEC" --dev net_tap0,iface=rsnic-tap0 --ip $NIC_IP -- "${args[@]}" >"$W/$id.host" 2>&1 &
     hp=$!
@@ -406,7 +406,7 @@ run_cm() { # ROLE(of rsnic) NAME HOST-SERVER-ARGS... -- GUEST-CLIENT-ARGS... (th
   kill $cap 2>/dev/null; wait $cap 2>/dev/null
   mkdir -p target/interop-cm && cp "$W/$id".* target/interop-cm/ 2>/dev/null
   local mads bad check
-  mads=$(tshark -r "$W/$id.pcapng" -Y 'infiniband.mad.mgmtclass == 7' -T fields -e infiniband.mad.attributeid 2>/dev/null | sort | uniq -c | awk '{printf "%s%sx%s", sep, $1, $2; sep=" "}')
+  mads=$(tshark -r "$W/$id.pcapng" -Y 'infiniband.mad.mgmtclass == 7' -T fields -e infiniband.mad.attributeid 2>"$W/$id.tshark" | sort | uniq -c | awk '{printf "%s%sx%s", sep, $1, $2; sep=" "}')
   bad=$(tshark -r "$W/$id.pcapng" -Y 'infiniband.mad.mgmtclass == 7 && _ws.malformed' 2>/dev/null | wc -l)
   case $name in
     rping*) check='ping data: rdma-ping-' ;;
@@ -421,7 +421,7 @@ run_cm() { # ROLE(of rsnic) NAME HOST-SERVER-ARGS... -- GUEST-CLIENT-ARGS... (th
     *) grep -qE "$check" "$W/$id.host" || why="$why no result on rsnic"
       grep -qE "$check" "$W/$id.guest" || why="$why no result on rxe" ;;
   esac
-  [ -n "$mads" ] || why="$why no CM MAD captured"
+  [ -n "$mads" ] || why="$why no CM MAD captured ($(stat -c %s "$W/$id.pcapng" 2>/dev/null || echo no) bytes; dumpcap: $(head -3 "$W/$id.dumpcap" | tr '\n' ' '); tshark: $(head -2 "$W/$id.tshark" | tr '\n' ' '))"
   [ "$bad" = 0 ] || why="$why $bad malformed CM MADs"
   if [ -z "$why" ]; then
     printf 'interop: rdma_cm %-22s rsnic %-6s ok   MADs %s (%s s)\n' "$name" "$role" "$mads" "$((SECONDS - t0))"
