@@ -243,6 +243,34 @@ fn child_holding_qps() {
     std::thread::sleep(Duration::from_secs(120));
 }
 
+/// Runs `child_holding_qps` in a new process against `d` and returns once it
+/// holds its three QPs.
+fn spawn_holder(d: &Daemon) -> std::process::Child {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_holding_qps",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("RSNICD_TEST_HOLD", &d.socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    while !line.contains("HOLDING") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child ended first"
+        );
+    }
+    child
+}
+
 fn qps_of(d: &Daemon) -> Vec<serde_json::Value> {
     let (ok, out) = d.ctl(&["--json", "qps"]);
     assert!(ok, "{out}");
@@ -286,28 +314,7 @@ fn qps_are_the_program_s_own_and_go_with_it() {
     assert!(matches!(r, Message::Error { .. }), "destroyed twice: {r:?}");
 
     // A program killed with SIGKILL: its QPs are destroyed with its connection.
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_holding_qps",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("RSNICD_TEST_HOLD", &d.socket)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    use std::io::BufRead;
-    while !line.contains("HOLDING") {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "the child ended first"
-        );
-    }
+    let mut child = spawn_holder(&d);
     assert_eq!(qps_of(&d).len(), 3);
     child.kill().unwrap();
     child.wait().unwrap();
@@ -344,28 +351,7 @@ fn kill_cycles_leave_the_daemon_s_memory_flat() {
         .unwrap_or(100);
     let d = Daemon::start("cycles");
     let mut cycle = |_: u64| {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_holding_qps",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("RSNICD_TEST_HOLD", &d.socket)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        use std::io::BufRead;
-        while !line.contains("HOLDING") {
-            line.clear();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "the child ended first"
-            );
-        }
+        let mut child = spawn_holder(&d);
         child.kill().unwrap();
         child.wait().unwrap();
     };
